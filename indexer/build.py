@@ -1,0 +1,128 @@
+"""A full index build: discover, extract in parallel, store, link, rename into place.
+
+Only one build per index runs at a time (a lock file beside the database); readers are
+never blocked, because the new database is renamed over the old one only when complete.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from indexer.errors import IndexBusyError
+from indexer.extract.discover import discover
+from indexer.extract.pipeline import extract_all
+from indexer.gitinfo import head_commit
+from indexer.link import link
+from indexer.locations import LOCK_FILE
+from indexer.progress import Progress
+from indexer.store import IndexWriter
+from indexer.store.db import write_meta
+from indexer.workspace import Workspace
+
+
+@dataclass
+class BuildResult:
+    db_path: Path
+    files: int
+    errors: int
+    timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@contextmanager
+def build_lock(index_dir: Path, wait: bool = True) -> Iterator[None]:
+    """Hold the index's build lock; ``wait=False`` fails at once if another build has it."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with open(index_dir / LOCK_FILE, "a+") as handle:
+        flags = fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(handle.fileno(), flags)
+        except BlockingIOError:
+            raise IndexBusyError(
+                f"another build of {index_dir} is running (lock {index_dir / LOCK_FILE})"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def files_fingerprint(shas: list[tuple[str, str]]) -> str:
+    """BLAKE2b over (path, content hash) of every indexed file, order-independent."""
+    digest = hashlib.blake2b(digest_size=16)
+    for path, sha in sorted(shas):
+        digest.update(f"{path}\0{sha}\n".encode())
+    return digest.hexdigest()
+
+
+def count_by_kind(conn, table: str) -> dict[str, int]:
+    return dict(conn.execute(f"SELECT kind, COUNT(*) FROM {table} GROUP BY kind ORDER BY kind"))
+
+
+def build_index(
+    workspace: Workspace,
+    *,
+    jobs: int | None = None,
+    wait: bool = True,
+    show_progress: bool | None = None,
+) -> BuildResult:
+    db_path = workspace.db_path
+    timings: dict[str, float] = {}
+    with build_lock(db_path.parent, wait=wait):
+        # Under the lock, any half-written database is from a build that died.
+        for stale in db_path.parent.glob(f"{db_path.name}.building-*"):
+            stale.unlink(missing_ok=True)
+        started = time.perf_counter()
+        entries = discover(workspace.source, workspace.manifest)
+        timings["discover_s"] = time.perf_counter() - started
+        progress = Progress("indexing", len(entries), enabled=show_progress)
+        shas: list[tuple[str, str]] = []
+        errors = 0
+        with IndexWriter(db_path) as writer:
+            phase = time.perf_counter()
+            for facts in extract_all(workspace.source, workspace.manifest, entries, jobs):
+                writer.add(facts)
+                shas.append((facts.path, facts.sha))
+                errors += facts.error is not None
+                progress.advance()
+            timings["extract_s"] = time.perf_counter() - phase
+            phase = time.perf_counter()
+            writer.finish_load()
+            stats = link(writer.conn)
+            writer.conn.execute("COMMIT")
+            timings["link_s"] = time.perf_counter() - phase
+            counts = {
+                "nodes": count_by_kind(writer.conn, "nodes"),
+                "edges": count_by_kind(writer.conn, "edges"),
+            }
+            timings["total_s"] = time.perf_counter() - started
+            writer.conn.execute("BEGIN")
+            write_meta(
+                writer.conn,
+                {
+                    "harness": workspace.harness,
+                    "harness_chosen_by": workspace.chosen_by,
+                    "manifest": workspace.manifest.fingerprint(),
+                    "source_path": str(workspace.source),
+                    "git_commit": head_commit(workspace.source) or "",
+                    "files_fingerprint": files_fingerprint(shas),
+                    "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "build_pid": str(os.getpid()),
+                    "timings": {k: round(v, 3) for k, v in timings.items()},
+                    "counts": counts,
+                    "link_stats": stats.as_dict(),
+                    "files": len(entries),
+                    "file_errors": errors,
+                },
+            )
+            writer.commit()
+        progress.close(f"indexed {len(entries)} files in {timings['total_s']:.1f}s")
+    return BuildResult(db_path, len(entries), errors, timings, counts)

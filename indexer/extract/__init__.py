@@ -1,0 +1,1 @@
+"""From files to facts: discovery, the extractor interface, the parallel pipeline."""

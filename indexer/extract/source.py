@@ -1,0 +1,51 @@
+"""One file as extractors see it: bytes, text, and a tree-sitter parse made at most once."""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tree_sitter
+
+_parsers = threading.local()  # tree-sitter parsers are not thread-safe; one per thread
+
+
+def cpp_parser() -> tree_sitter.Parser:
+    parser = getattr(_parsers, "cpp", None)
+    if parser is None:
+        import tree_sitter
+        import tree_sitter_cpp
+
+        parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_cpp.language()))
+        _parsers.cpp = parser
+    return parser
+
+
+class SourceFile:
+    """A file handed to every extractor that wants it, so it is read and parsed once."""
+
+    def __init__(self, path: str, data: bytes, language: str) -> None:
+        self.path = path
+        self.data = data
+        self.language = language
+        self.decode_error: str | None = None
+
+    @cached_property
+    def text(self) -> str:
+        try:
+            return self.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # Index what we can (identifiers are ASCII) and report the file.
+            self.decode_error = f"not valid UTF-8 at byte {exc.start}; indexed with replacements"
+            return self.data.decode("utf-8", errors="replace")
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+    @cached_property
+    def cpp_tree(self) -> tree_sitter.Tree:
+        """The tree-sitter-cpp parse (CUDA files too: the grammar recovers around <<< >>>)."""
+        return cpp_parser().parse(self.data)

@@ -1,0 +1,79 @@
+"""Writing a new index: a private file, filled, indexed, then renamed over the old one."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from indexer.graph.facts import FileFacts
+from indexer.store.db import (
+    SCHEMA_VERSION,
+    connect_writable,
+    create_indexes,
+    create_schema,
+    insert_file_facts,
+    write_meta,
+)
+
+
+class IndexWriter:
+    """Builds ``final_path`` atomically: readers see the old index or the complete new one.
+
+    Use as a context manager; leaving the block by an exception removes the partial file.
+    """
+
+    def __init__(self, final_path: Path) -> None:
+        self.final_path = final_path
+        final_path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_path = final_path.with_name(f"{final_path.name}.building-{os.getpid()}")
+        self.tmp_path.unlink(missing_ok=True)
+        self.conn: sqlite3.Connection = connect_writable(self.tmp_path)
+        create_schema(self.conn)
+        write_meta(self.conn, {"schema_version": str(SCHEMA_VERSION)})
+        self.conn.execute("BEGIN")
+        self.files_written = 0
+
+    def add(self, facts: FileFacts) -> int:
+        self.files_written += 1
+        return insert_file_facts(self.conn, facts)
+
+    def set_meta(self, **values: Any) -> None:
+        write_meta(self.conn, values)
+
+    def finish_load(self) -> None:
+        """End the bulk load: commit and build the lookup indexes the linker needs."""
+        self.conn.execute("COMMIT")
+        create_indexes(self.conn)
+        self.conn.execute("BEGIN")
+
+    def commit(self) -> Path:
+        if self.conn.in_transaction:
+            self.conn.execute("COMMIT")
+        create_indexes(self.conn)
+        self.conn.execute("ANALYZE")
+        self.conn.close()
+        with open(self.tmp_path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(self.tmp_path, self.final_path)
+        return self.final_path
+
+    def abort(self) -> None:
+        try:
+            self.conn.close()
+        finally:
+            self.tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()

@@ -1,0 +1,1 @@
+"""Built-in harness manifests (TOML data); see indexer.harness for the format."""

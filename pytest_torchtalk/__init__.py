@@ -1,0 +1,1 @@
+"""TorchTalk's user-facing half: the pytest plugin (``plugin``) and the ``torchtalk`` CLI (``cli``)."""

@@ -1,0 +1,68 @@
+"""The ``torchtalk`` command line. Each command group is a module with ``register(subparsers)``.
+
+Errors the user can act on are one line, ``torchtalk: error: ...``, with exit code 2 for
+bad input (flags, paths, manifests) and 1 for failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import import_module
+
+from indexer.errors import TorchTalkError
+
+# Command modules, in the order `torchtalk --help` lists them.
+COMMAND_MODULES = (
+    "pytest_torchtalk.cli.init_cmd",
+    "pytest_torchtalk.cli.status_cmd",
+    "pytest_torchtalk.cli.index_cmd",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other bad input
+        self.exit(2, f"torchtalk: error: {message}\n")
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """--source/--pytorch-source and --harness, shared by every command that reads a tree."""
+    parser.add_argument(
+        "--source",
+        "--pytorch-source",
+        dest="source",
+        metavar="PATH",
+        help="source tree (default: the one given to 'torchtalk init')",
+    )
+    parser.add_argument("--harness", metavar="NAME", help="harness manifest to apply")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="torchtalk",
+        description="Index PyTorch-style code across Python, C++ and CUDA; select the tests "
+        "a change can break; serve the index to coding agents.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers.required = True
+    for module_name in COMMAND_MODULES:
+        import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except TorchTalkError as exc:
+        print(f"torchtalk: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("torchtalk: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""`torchtalk index build`: (re)build the index of a source tree."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from indexer.build import build_index
+from indexer.query.health import shortfalls
+from indexer.workspace import Workspace
+from pytest_torchtalk.cli import add_source_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("index", help="build or update the index")
+    actions = parser.add_subparsers(dest="index_command", metavar="ACTION")
+    actions.required = True
+    build = actions.add_parser(
+        "build", help="index the whole tree (atomically replaces the old index)"
+    )
+    add_source_arguments(build)
+    build.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="fail at once if another build of this index is running",
+    )
+    build.add_argument(
+        "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
+    )
+    build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    build.set_defaults(handler=run_build)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    workspace = Workspace.resolve(args.source, args.harness)
+    result = build_index(
+        workspace,
+        jobs=args.jobs,
+        wait=not args.no_wait,
+        show_progress=False if args.quiet else None,
+    )
+    nodes = sum(result.counts["nodes"].values())
+    edges = sum(result.counts["edges"].values())
+    print(
+        f"indexed {result.files} files of {workspace.source} ({workspace.harness}, "
+        f"{workspace.chosen_by}): {nodes} nodes, {edges} edges in "
+        f"{result.timings['total_s']:.1f}s -> {result.db_path}"
+    )
+    if result.errors:
+        print(
+            f"warning: {result.errors} files had problems; see 'torchtalk status'", file=sys.stderr
+        )
+    for line in shortfalls(workspace.manifest, result.counts):
+        print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
+    return 0

@@ -1,0 +1,88 @@
+"""`torchtalk status`: configuration, cache, and what the index holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from indexer.errors import IndexMissingError
+from indexer.locations import cache_dir, config_path
+from indexer.query.health import shortfalls
+from indexer.query.index import Index
+from indexer.query.status import index_status
+from indexer.workspace import Workspace
+from pytest_torchtalk.cli import add_source_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("status", help="show configuration and index contents")
+    add_source_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = Workspace.resolve(args.source, args.harness)
+    report: dict = {
+        "config": str(config_path()),
+        "cache_dir": str(cache_dir()),
+        "source": str(workspace.source),
+        "harness": workspace.harness,
+        "harness_chosen_by": workspace.chosen_by,
+        "manifests": list(workspace.manifest.origins),
+        "db_path": str(workspace.db_path),
+    }
+    try:
+        index = Index(workspace.db_path)
+    except IndexMissingError:
+        report["index"] = None
+    else:
+        report["index"] = index_status(index)
+        report["index"]["below_expected_minimums"] = shortfalls(
+            workspace.manifest, report["index"]["counts"]
+        )
+        index.close()
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0 if report["index"] else 1
+    _print_text(report)
+    return 0 if report["index"] else 1
+
+
+def _print_text(report: dict) -> None:
+    print(f"source:   {report['source']}")
+    print(f"harness:  {report['harness']} ({report['harness_chosen_by']})")
+    print(f"config:   {report['config']}")
+    print(f"cache:    {report['cache_dir']}")
+    status = report["index"]
+    if status is None:
+        print(f"index:    none at {report['db_path']}; run 'torchtalk index build'")
+        return
+    age = status["age_seconds"]
+    print(f"index:    {status['db_path']}")
+    print(f"built:    {status['built_at']} ({_age(age)} ago), commit {status['git_commit'] or '-'}")
+    print(f"files:    {status['files']} ({status['files_with_parse_errors']} with parse errors)")
+    for section in ("nodes", "edges"):
+        counts = status["counts"][section]
+        listing = ", ".join(f"{kind} {count}" for kind, count in counts.items()) or "none"
+        print(f"{section + ':':9} {listing}")
+    print(f"unresolved refs: {status['counts']['unresolved_refs']}")
+    if status["worst_parse_errors"]:
+        print("most parse errors:")
+        for row in status["worst_parse_errors"]:
+            print(f"  {row['errors']:5}  {row['path']}")
+    if status["file_problems"]:
+        print(f"file problems ({len(status['file_problems'])}):")
+        for row in status["file_problems"][:20]:
+            print(f"  {row['path']}: {row['error']}")
+    for line in status["below_expected_minimums"]:
+        print(f"warning: below expected minimum: {line}")
+
+
+def _age(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -1,0 +1,84 @@
+"""Helpers for tests: fixture repositories, git, corpus trees, and reading lines from files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPORA = Path.home() / ".cache" / "torchtalk-corpora"
+CORPUS_SOURCES = {
+    # name: (environment override, default location, a file that proves the tree is there)
+    "pytorch": (
+        "TORCHTALK_PYTORCH_SOURCE",
+        CORPORA / "pytorch-2.6",
+        "aten/src/ATen/native/native_functions.yaml",
+    ),
+    "vllm": ("TORCHTALK_VLLM_SOURCE", CORPORA / "vllm-0.33.0", "csrc/torch_bindings.cpp"),
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def commit_all(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(
+        repo,
+        "-c",
+        "user.name=TorchTalk Tests",
+        "-c",
+        "user.email=tests@torchtalk.invalid",
+        "commit",
+        "-q",
+        "-m",
+        message,
+    )
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def make_fixture_repo(name: str, dest: Path) -> Path:
+    """Copy ``tests/fixtures/<name>`` to ``dest`` and commit it as a new git repository."""
+    shutil.copytree(FIXTURES / name, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    git(dest, "init", "-q", "-b", "main")
+    commit_all(dest, f"{name} fixture")
+    return dest
+
+
+def line_of(path: Path, text: str, occurrence: int = 1) -> int:
+    """1-based line of the ``occurrence``-th line containing ``text``; tests read lines from
+    the file itself rather than hard-coding them."""
+    seen = 0
+    for number, line in enumerate(
+        path.read_text(encoding="utf-8", errors="replace").splitlines(), 1
+    ):
+        if text in line:
+            seen += 1
+            if seen == occurrence:
+                return number
+    raise AssertionError(f"{text!r} not found in {path}")
+
+
+def corpus_path(name: str) -> Path | None:
+    env, default, proof = CORPUS_SOURCES[name]
+    path = Path(os.environ.get(env) or default)
+    return path if (path / proof).is_file() else None
+
+
+def require_corpus(name: str) -> Path:
+    """The corpus tree, or a skip that says how to get it."""
+    path = corpus_path(name)
+    if path is None:
+        env, default, _ = CORPUS_SOURCES[name]
+        pytest.skip(
+            f"{name} corpus absent: run ../shared/corpora/get-{name} --git "
+            f"(or set {env}); looked in {os.environ.get(env) or default}"
+        )
+    return path
