@@ -82,3 +82,49 @@ def require_corpus(name: str) -> Path:
             f"(or set {env}); looked in {os.environ.get(env) or default}"
         )
     return path
+
+
+def indexer_code_key() -> str:
+    """A hash of the code and manifests that shape an index: a cached corpus index built by
+    other code is stale and must not be reused."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.blake2b(digest_size=8)
+    for folder in ("indexer", "manifests"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in (".py", ".sql", ".toml") and path.is_file():
+                digest.update(path.relative_to(root).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def corpus_index(name: str, harness: str | None = None) -> tuple[Path, Path]:
+    """Build (once per version of the indexer code) the index of a corpus tree.
+
+    Returns (source, cache_dir). The cache lives beside the corpora, keyed by the indexer's
+    code, so reruns of the suite reuse it; a file lock makes concurrent xdist workers wait
+    for one build instead of building twice.
+    """
+    import fcntl
+
+    from indexer.build import build_index
+    from indexer.workspace import Workspace
+
+    source = require_corpus(name)
+    cache = CORPORA / "index-cache" / f"{name}-{indexer_code_key()}"
+    cache.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get("TORCHTALK_CACHE_DIR")
+    os.environ["TORCHTALK_CACHE_DIR"] = str(cache)
+    try:
+        with open(cache / "fixture.lock", "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            workspace = Workspace.resolve(source, harness)
+            if not workspace.db_path.is_file():
+                build_index(workspace, show_progress=False)
+    finally:
+        if previous is None:
+            os.environ.pop("TORCHTALK_CACHE_DIR", None)
+        else:
+            os.environ["TORCHTALK_CACHE_DIR"] = previous
+    return source, cache
