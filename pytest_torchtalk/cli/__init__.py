@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "pytest_torchtalk.cli.init_cmd",
     "pytest_torchtalk.cli.status_cmd",
     "pytest_torchtalk.cli.index_cmd",
+    "pytest_torchtalk.cli.snapshot_cmd",
 )
 
 

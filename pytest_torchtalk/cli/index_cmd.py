@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from indexer.build import build_index
@@ -29,6 +30,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     build.set_defaults(handler=run_build)
+    update = actions.add_parser(
+        "update", help="re-index only what changed since the index (or a snapshot) was built"
+    )
+    add_source_arguments(update)
+    update.add_argument(
+        "--since", metavar="SNAPSHOT", help="start from this snapshot instead of the index"
+    )
+    update.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="fail at once if another build of this index is running",
+    )
+    update.add_argument(
+        "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
+    )
+    update.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    update.add_argument("--json", action="store_true", help="machine-readable result")
+    update.set_defaults(handler=run_update)
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -52,4 +71,35 @@ def run_build(args: argparse.Namespace) -> int:
         )
     for line in shortfalls(workspace.manifest, result.counts):
         print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
+    return 0
+
+
+def run_update(args: argparse.Namespace) -> int:
+    from indexer.update import update_index
+
+    workspace = Workspace.resolve(args.source, args.harness)
+    result = update_index(
+        workspace,
+        since=args.since,
+        jobs=args.jobs,
+        wait=not args.no_wait,
+        show_progress=False if (args.quiet or args.json) else None,
+    )
+    for line in result.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
+        return 0
+    took = result.timings.get("total_s", 0.0)
+    if result.full_build:
+        print(f"full build ({result.reason}) in {took:.1f}s -> {result.db_path}")
+    elif result.up_to_date:
+        print(f"index is up to date ({took:.1f}s) -> {result.db_path}")
+    else:
+        print(
+            f"updated from {result.base}: {len(result.modified)} modified, "
+            f"{len(result.added)} added, {len(result.removed)} removed, "
+            f"{len(result.dependents)} re-extracted for included changes; "
+            f"{result.relinked_refs} refs re-linked in {took:.1f}s -> {result.db_path}"
+        )
     return 0

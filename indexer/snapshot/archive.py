@@ -1,0 +1,223 @@
+"""Snapshots as files: export to a .tar.gz, import one back after checking everything.
+
+An archive holds exactly three regular files: ``SHA256SUMS`` and ``snapshot.json`` first
+(so a bad archive is refused before the big member is read), then ``index.sqlite``. Import
+streams the archive once, hashing as it writes into a hidden staging directory of the
+store, and renames that into place only when every check passed: member names and types,
+sizes, the checksums, the description and the schema version. Anything else leaves the
+store as it was and is reported in one line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import re
+import shutil
+import tarfile
+import time
+import zlib
+from pathlib import Path
+from typing import IO
+
+from indexer.snapshot.names import validate_name
+from indexer.snapshot.store import (
+    DB_FILE,
+    META_FILE,
+    SnapshotError,
+    SnapshotInfo,
+    check_name_free,
+    db_of,
+    install_dir,
+    read_info,
+    snapshot_dir,
+    staging_dir,
+    store_lock,
+)
+from indexer.store.db import SCHEMA_VERSION, connect_readonly, read_meta
+
+SUMS_FILE = "SHA256SUMS"
+MEMBERS = (SUMS_FILE, META_FILE, DB_FILE)
+# Upper bounds per member: a description or checksum list is tiny; an index of the
+# largest trees is a few GiB.
+MAX_BYTES = {SUMS_FILE: 64 * 1024, META_FILE: 1024 * 1024, DB_FILE: 64 * 1024**3}
+COMPRESS_LEVEL = 6
+_CHUNK = 1 << 20
+_SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S+)\Z")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _member(name: str, size: int, mtime: float) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = int(mtime)
+    info.mode = 0o644
+    info.uname = info.gname = ""
+    return info
+
+
+def default_archive_name(name: str) -> str:
+    return f"torchtalk-snapshot-{name.replace('/', '_')}.tar.gz"
+
+
+def export_snapshot(name: str, output: Path | None = None) -> Path:
+    """Write snapshot ``name`` to a .tar.gz (temp file, then renamed); returns its path."""
+    info = read_info(name)
+    directory = snapshot_dir(name)
+    db_path = db_of(name)
+    meta_bytes = (directory / META_FILE).read_bytes()
+    sums = (
+        f"{hashlib.sha256(meta_bytes).hexdigest()}  {META_FILE}\n"
+        f"{_sha256_file(db_path)}  {DB_FILE}\n"
+    ).encode()
+    output = Path(output) if output else Path.cwd() / default_archive_name(info.name)
+    if output.is_dir():
+        output = output / default_archive_name(info.name)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    now = time.time()
+    try:
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
+            tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
+            with open(db_path, "rb") as db:
+                tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
+        os.replace(tmp, output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return output
+
+
+def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str:
+    name = member.name
+    if name.startswith("/") or re.match(r"[A-Za-z]:[\\/]", name):
+        raise SnapshotError(f"archive member {name!r} has an absolute path")
+    if ".." in re.split(r"[\\/]", name):
+        raise SnapshotError(f"archive member {name!r} leads out of the archive ('..')")
+    if member.issym() or member.islnk():
+        raise SnapshotError(f"archive member {name!r} is a link")
+    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        raise SnapshotError(f"archive member {name!r} is a device or pipe")
+    clean = name[2:] if name.startswith("./") else name
+    if clean not in MEMBERS:
+        raise SnapshotError(
+            f"archive member {name!r} is unexpected (a snapshot archive holds only "
+            f"{', '.join(MEMBERS)})"
+        )
+    if not member.isreg():
+        raise SnapshotError(f"archive member {name!r} is not a regular file")
+    if member.size > MAX_BYTES[clean]:
+        raise SnapshotError(
+            f"archive member {name!r} is oversized ({member.size} bytes > {MAX_BYTES[clean]})"
+        )
+    if clean in seen:
+        raise SnapshotError(f"archive member {name!r} appears twice")
+    seen.add(clean)
+    return clean
+
+
+def _copy_hashed(source: IO[bytes], target: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    written = 0
+    with open(target, "wb") as out:
+        while chunk := source.read(_CHUNK):
+            written += len(chunk)
+            if written > size:
+                raise SnapshotError(f"archive member {target.name!r} is longer than declared")
+            digest.update(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    if written != size:
+        raise SnapshotError(f"archive member {target.name!r} is truncated")
+    return digest.hexdigest()
+
+
+def _parse_sums(path: Path) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = _SUM_LINE.match(line.strip())
+        if not match or match.group(2) not in (META_FILE, DB_FILE) or match.group(2) in sums:
+            raise SnapshotError(f"{SUMS_FILE} has a malformed line: {line[:80]!r}")
+        sums[match.group(2)] = match.group(1)
+    if set(sums) != {META_FILE, DB_FILE}:
+        raise SnapshotError(f"{SUMS_FILE} must list {META_FILE} and {DB_FILE}")
+    return sums
+
+
+def _unpack(archive: Path, staged: Path) -> None:
+    seen: set[str] = set()
+    hashes: dict[str, str] = {}
+    with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
+        for member in tar:
+            name = _check_member(member, seen)
+            stream = tar.extractfile(member)
+            if stream is None:
+                raise SnapshotError(f"archive member {member.name!r} has no content")
+            hashes[name] = _copy_hashed(stream, staged / name, member.size)
+    missing = [name for name in MEMBERS if name not in seen]
+    if missing:
+        raise SnapshotError(f"archive lacks {', '.join(missing)}")
+    for name, expected in _parse_sums(staged / SUMS_FILE).items():
+        if hashes[name] != expected:
+            raise SnapshotError(f"checksum mismatch for {name}: the archive is corrupt")
+    (staged / SUMS_FILE).unlink()
+
+
+def import_snapshot(archive: Path, name: str | None = None, *, force: bool = False) -> SnapshotInfo:
+    """Install the snapshot in ``archive`` (as ``name``, else its own name), atomically."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise SnapshotError(f"{archive}: no such archive")
+    staged = staging_dir()
+    try:
+        try:
+            _unpack(archive, staged)
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise SnapshotError(
+                f"{archive}: not a readable snapshot archive (corrupt or truncated: {reason})"
+            ) from None
+        except SnapshotError as exc:
+            raise SnapshotError(f"{archive}: {exc}") from None
+        info = SnapshotInfo.from_json(
+            (staged / META_FILE).read_text(encoding="utf-8", errors="replace"),
+            f"{archive}: {META_FILE}",
+        )
+        if info.schema_version != SCHEMA_VERSION:
+            raise SnapshotError(
+                f"{archive}: snapshot has schema version {info.schema_version}, this torchtalk "
+                f"reads {SCHEMA_VERSION}"
+            )
+        try:
+            conn = connect_readonly(staged / DB_FILE)
+        except Exception as exc:
+            raise SnapshotError(f"{archive}: {DB_FILE} is not a usable index ({exc})") from None
+        try:
+            db_version = read_meta(conn).get("schema_version")
+        finally:
+            conn.close()
+        if db_version != str(info.schema_version):
+            raise SnapshotError(f"{archive}: {DB_FILE} schema version disagrees with {META_FILE}")
+        info.name = validate_name(name or info.name)
+        (staged / META_FILE).write_text(info.to_json(), encoding="utf-8")
+        with store_lock():
+            check_name_free(info.name)
+            install_dir(staged, info.name, replace=force)
+        return info
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)

@@ -1,0 +1,341 @@
+"""The snapshot store: ``<cache>/snapshots/<name>/{index.sqlite,snapshot.json}``.
+
+A snapshot is a frozen copy of an index plus what it was built from. Every change to the
+store happens in a hidden temporary directory renamed into place, under a store lock, so
+a reader sees a whole snapshot or none; installing one as a workspace's index copies it
+beside the index and renames it over, under that index's build lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from indexer.build import build_lock
+from indexer.errors import IndexMissingError, TorchTalkError, UsageError
+from indexer.locations import cache_dir
+from indexer.snapshot.fingerprint import (
+    content_fingerprint,
+    full_commit,
+    short_commit,
+    source_fingerprint,
+)
+from indexer.snapshot.names import validate_name
+from indexer.store.db import SCHEMA_VERSION, connect_readonly, connect_writable, read_meta
+from indexer.workspace import Workspace
+
+DB_FILE = "index.sqlite"
+META_FILE = "snapshot.json"
+FORMAT = 1  # of snapshot.json
+
+
+class SnapshotError(TorchTalkError):
+    """A snapshot that is missing, damaged, or does not fit the workspace."""
+
+
+@dataclass
+class SnapshotInfo:
+    name: str
+    harness: str
+    schema_version: int
+    source_fingerprint: str
+    content_fingerprint: str | None
+    git_commit: str | None  # short
+    git_commit_full: str | None
+    created_at: str
+    source_path: str  # where it was built; informational (paths inside are repo-relative)
+    index_built_at: str = ""
+    manifest: str = ""  # hash of the harness manifest the index was built with
+    counts: dict[str, Any] = field(default_factory=dict)
+    db_bytes: int = 0
+    format: int = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> SnapshotInfo:
+        try:
+            data = json.loads(text)
+            known = {name for name in cls.__dataclass_fields__}
+            info = cls(**{key: value for key, value in data.items() if key in known})
+        except (ValueError, TypeError) as exc:
+            raise SnapshotError(f"{where}: not a valid snapshot description ({exc})") from None
+        if not isinstance(info.schema_version, int) or not isinstance(info.harness, str):
+            raise SnapshotError(f"{where}: not a valid snapshot description")
+        return info
+
+
+def store_root() -> Path:
+    return cache_dir() / "snapshots"
+
+
+def snapshot_dir(name: str) -> Path:
+    return store_root().joinpath(*validate_name(name).split("/"))
+
+
+@contextlib.contextmanager
+def store_lock() -> Iterator[None]:
+    """Serialises changes to the store (save, import, delete) across processes."""
+    root = store_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _is_snapshot(path: Path) -> bool:
+    return (path / META_FILE).is_file()
+
+
+def read_info(name: str) -> SnapshotInfo:
+    directory = snapshot_dir(name)
+    if not _is_snapshot(directory):
+        known = [info.name for info in list_snapshots()]
+        hint = f" (have: {', '.join(known[:10])})" if known else " (the store is empty)"
+        raise SnapshotError(f"no snapshot named {name!r}{hint}")
+    info = SnapshotInfo.from_json((directory / META_FILE).read_text(encoding="utf-8"), name)
+    info.name = name
+    return info
+
+
+def db_of(name: str) -> Path:
+    return snapshot_dir(name) / DB_FILE
+
+
+def list_snapshots() -> list[SnapshotInfo]:
+    """Every snapshot in the store, newest first. Damaged entries are skipped."""
+    root = store_root()
+    found: list[SnapshotInfo] = []
+    if not root.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel = Path(dirpath).relative_to(root).as_posix()
+        if META_FILE in filenames and rel != ".":
+            try:
+                info = read_info(rel)
+            except (TorchTalkError, OSError):
+                continue
+            found.append(info)
+            dirnames[:] = []
+    found.sort(key=lambda info: (info.created_at, info.name), reverse=True)
+    return found
+
+
+def check_name_free(name: str) -> None:
+    """A name must not nest inside, or contain, another snapshot (deleting one would delete
+    the other)."""
+    parts = name.split("/")
+    root = store_root()
+    for depth in range(1, len(parts)):
+        prefix = "/".join(parts[:depth])
+        if _is_snapshot(root.joinpath(*parts[:depth])):
+            raise UsageError(f"snapshot name {name!r} would nest inside snapshot {prefix!r}")
+    directory = root.joinpath(*parts)
+    if directory.is_dir() and not _is_snapshot(directory) and any(directory.iterdir()):
+        raise UsageError(f"snapshot name {name!r} is a group of snapshots, not a snapshot")
+
+
+def staging_dir() -> Path:
+    root = store_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+
+
+def install_dir(staged: Path, name: str, replace: bool) -> bool:
+    """Rename a complete staged directory to ``name``; returns whether one was replaced.
+    The caller holds :func:`store_lock`."""
+    check_name_free(name)
+    final = snapshot_dir(name)
+    replaced = False
+    if _is_snapshot(final):
+        if not replace:
+            raise UsageError(f"snapshot {name!r} exists; delete it first or pass --force")
+        trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=store_root()))
+        os.replace(final, trash / "old")
+        replaced = True
+        try:
+            os.replace(staged, final)
+        finally:
+            shutil.rmtree(trash, ignore_errors=True)
+    else:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.is_dir():
+            final.rmdir()  # an empty leftover directory
+        os.replace(staged, final)
+    return replaced
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def save_snapshot(workspace: Workspace, name: str, *, force: bool = False) -> SnapshotInfo:
+    """Freeze the workspace's index under ``name`` (replacing a snapshot of that name).
+
+    The index must match the tree (HEAD and file contents); ``force`` saves a stale one,
+    recording no content fingerprint so that it never passes for the tree's exact state.
+    """
+    from indexer.update import detect_changes
+
+    validate_name(name)
+    db_path = workspace.db_path
+    conn = connect_readonly(db_path)  # raises IndexMissingError, or for a wrong schema
+    try:
+        meta = read_meta(conn)
+        head = full_commit(workspace.source)
+        stale = []
+        if (meta.get("git_commit") or None) != head:
+            stale.append(
+                f"it was built at commit {short_commit(meta.get('git_commit')) or '-'}, "
+                f"HEAD is {short_commit(head) or '-'}"
+            )
+        changes = detect_changes(workspace.source, workspace.manifest, conn)
+        if changes:
+            stale.append(
+                f"{changes.count} files differ from the tree (e.g. "
+                f"{(changes.modified + changes.added + changes.removed)[0]})"
+            )
+        if stale and not force:
+            raise SnapshotError(
+                f"the index of {workspace.source} is stale: {'; '.join(stale)}; run "
+                "'torchtalk index update' first, or pass --force to snapshot it as it is"
+            )
+        counts = {
+            "files": int(meta.get("files", 0) or 0),
+            "nodes": json.loads(meta.get("counts", "{}")).get("nodes", {}),
+            "edges": json.loads(meta.get("counts", "{}")).get("edges", {}),
+        }
+        with store_lock():
+            check_name_free(name)
+            staged = staging_dir()
+            try:
+                shutil.copyfile(db_path, staged / DB_FILE)
+                _fsync(staged / DB_FILE)
+                info = SnapshotInfo(
+                    name=name,
+                    harness=workspace.harness,
+                    schema_version=SCHEMA_VERSION,
+                    source_fingerprint=source_fingerprint(workspace.source),
+                    content_fingerprint=None if stale else content_fingerprint(workspace.source),
+                    git_commit=short_commit(meta.get("git_commit") or None),
+                    git_commit_full=meta.get("git_commit") or None,
+                    created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    source_path=str(workspace.source),
+                    index_built_at=meta.get("built_at", ""),
+                    manifest=hashlib.blake2b(
+                        meta.get("manifest", "").encode(), digest_size=16
+                    ).hexdigest(),
+                    counts=counts,
+                    db_bytes=(staged / DB_FILE).stat().st_size,
+                )
+                (staged / META_FILE).write_text(info.to_json(), encoding="utf-8")
+                install_dir(staged, name, replace=True)
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
+        return info
+    finally:
+        conn.close()
+
+
+def delete_snapshot(name: str) -> None:
+    with store_lock():
+        read_info(name)
+        final = snapshot_dir(name)
+        trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=store_root()))
+        os.replace(final, trash / "old")
+        shutil.rmtree(trash, ignore_errors=True)
+        parent = final.parent
+        while parent != store_root() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+
+def check_fits(workspace: Workspace, info: SnapshotInfo) -> None:
+    """A snapshot of another harness or schema cannot become this workspace's index."""
+    if info.schema_version != SCHEMA_VERSION:
+        raise SnapshotError(
+            f"snapshot {info.name!r} has schema version {info.schema_version}, this torchtalk "
+            f"reads {SCHEMA_VERSION}; rebuild with 'torchtalk index build'"
+        )
+    if info.harness != workspace.harness:
+        raise SnapshotError(
+            f"snapshot {info.name!r} is of harness {info.harness!r}, the workspace uses "
+            f"{workspace.harness!r} (pass --harness {info.harness} to load it there)"
+        )
+
+
+def _check_db(path: Path, name: str) -> dict[str, str]:
+    try:
+        conn = connect_readonly(path)
+    except IndexMissingError:
+        raise SnapshotError(f"snapshot {name!r} has no {DB_FILE}") from None
+    try:
+        return read_meta(conn)
+    finally:
+        conn.close()
+
+
+def match_reason(workspace: Workspace, info: SnapshotInfo) -> str | None:
+    """Why ``info`` fits the workspace's tree (content, else path), or None."""
+    if info.content_fingerprint and info.content_fingerprint == content_fingerprint(
+        workspace.source
+    ):
+        return "same content"
+    if info.source_fingerprint == source_fingerprint(workspace.source):
+        return "same checkout path"
+    return None
+
+
+def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = True) -> Path:
+    """Make a copy of the snapshot the workspace's index, atomically, with this tree's path."""
+    check_fits(workspace, info)
+    source_db = db_of(info.name)
+    _check_db(source_db, info.name)
+    db_path = workspace.db_path
+    with build_lock(db_path.parent, wait=wait):
+        tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
+        try:
+            shutil.copyfile(source_db, tmp)
+            conn = connect_writable(tmp)
+            try:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                    [
+                        ("source_path", str(workspace.source)),
+                        ("harness_chosen_by", workspace.chosen_by),
+                        ("loaded_snapshot", info.name),
+                    ],
+                )
+            finally:
+                conn.close()
+            _fsync(tmp)
+            os.replace(tmp, db_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return db_path
+
+
+def snapshot_for_update(workspace: Workspace, name: str) -> Path:
+    """The database of snapshot ``name``, checked to fit the workspace, as an update base."""
+    info = read_info(name)
+    check_fits(workspace, info)
+    path = db_of(name)
+    _check_db(path, name)
+    return path
