@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -59,6 +60,7 @@ RELINK_POLICY: dict[str, str] = {}
 DEFAULT_POLICY = "full"
 
 INCLUDE_EDGE = "includes"
+FILE_KIND = "file"
 SAMPLE_PATHS = 5
 _BATCH = 900
 
@@ -186,47 +188,71 @@ def include_dependents(conn: sqlite3.Connection, paths: Iterable[str]) -> tuple[
     return dependents, orphans
 
 
-def _strings(value: Any) -> Iterator[str]:
+_NAME_LIKE = re.compile(r"[\w.:~]+\Z")
+
+
+def _names_in(value: Any) -> Iterator[str]:
+    """Name-like strings in a node's attributes (python_names, receivers, bases...)."""
     if isinstance(value, str):
-        yield value
+        if _NAME_LIKE.match(value):
+            yield value
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield str(key)
-            yield from _strings(item)
+            yield from _names_in(str(key))
+            yield from _names_in(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from _names_in(item)
 
 
-def _name_keys(conn: sqlite3.Connection, file_ids: list[int]) -> set[str]:
-    """Every target_key a ref could use to name something these files define or mention."""
-    keys: set[str] = set()
+@dataclass
+class _Keys:
+    """What re-linking must revisit: refs whose target_key is in ``names``, and refs that
+    name one of ``files`` by a path suffix (an #include of a changed file)."""
+
+    names: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
+
+
+def _collect_keys(conn: sqlite3.Connection, file_ids: list[int], keys: _Keys) -> None:
+    """Every name by which a ref could reach what these files define."""
 
     def add(text: str | None) -> None:
         if text:
-            keys.add(text)
+            keys.names.add(text)
             key = target_key(text)
             if key:
-                keys.add(key)
+                keys.names.add(key)
 
     for batch in _batches(file_ids):
         marks = ",".join("?" * len(batch))
-        for name, qualname, attrs in conn.execute(
-            f"SELECT name, qualname, attrs FROM nodes WHERE file_id IN ({marks})", batch
+        for kind, name, qualname, attrs in conn.execute(
+            f"SELECT kind, name, qualname, attrs FROM nodes WHERE file_id IN ({marks})", batch
         ):
+            if kind == FILE_KIND:
+                keys.files.add(qualname)
+                continue
             add(name)
             add(qualname)
             if attrs:
-                for text in _strings(json.loads(attrs)):
+                for text in _names_in(json.loads(attrs)):
                     add(text)
-        for target, attrs in conn.execute(
-            f"SELECT target, attrs FROM refs WHERE file_id IN ({marks})", batch
+
+
+def _refs_naming_files(conn: sqlite3.Connection, paths: set[str]) -> set[int]:
+    """Unresolved-name refs whose target is a path suffix of one of ``paths``."""
+    found: set[int] = set()
+    by_key: dict[str, set[str]] = {}
+    for path in paths:
+        by_key.setdefault(target_key(path) or "", set()).add(path.rsplit("/", 1)[-1])
+    for key, basenames in by_key.items():
+        for ref_id, target in conn.execute(
+            "SELECT id, target FROM refs WHERE target_id IS NULL AND target_key = ?", (key,)
         ):
-            add(target)
-            if attrs:
-                for text in _strings(json.loads(attrs)):
-                    add(text)
-    return keys
+            tail = target.replace("\\", "/").rsplit("/", 1)[-1] if target else ""
+            if tail in basenames:
+                found.add(ref_id)
+    return found
 
 
 def _ids(conn: sqlite3.Connection, sql: str, values: list) -> set[int]:
@@ -408,8 +434,8 @@ def _apply(
     lap("includes_s")
 
     evict = sorted({*changes.modified, *changes.removed, *dependents})
-    old_ids = list(_file_ids(conn, evict).values())
-    keys = _name_keys(conn, old_ids)
+    keys = _Keys()
+    _collect_keys(conn, list(_file_ids(conn, evict).values()), keys)
     into: set[int] = set()
     for path in evict:
         into.update(refs_into_file(conn, path))
@@ -425,7 +451,7 @@ def _apply(
         new_ids.append(insert_file_facts(conn, facts))
         progress.advance()
     progress.close(f"re-extracted {len(extract)} files")
-    keys |= _name_keys(conn, new_ids)
+    _collect_keys(conn, new_ids, keys)
     lap("extract_s")
 
     relink = _ids(conn, "SELECT id FROM refs WHERE file_id IN ({})", new_ids)
@@ -433,8 +459,9 @@ def _apply(
     redo |= _ids(
         conn,
         "SELECT id FROM refs WHERE target_id IS NULL AND target_key IN ({})",
-        sorted(keys),
+        sorted(keys.names),
     )
+    redo |= _refs_naming_files(conn, keys.files)
     schemes = [row[0] for row in conn.execute("SELECT DISTINCT scheme FROM refs")]
     whole = sorted(s for s in schemes if s != "local" and relink_policy(s) == "full")
     for scheme in whole:
