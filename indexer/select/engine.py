@@ -1,0 +1,271 @@
+"""One selection engine behind ``pytest --torchtalk-affected``, ``torchtalk select`` and
+the MCP ``affected`` tool: diff -> placement -> impact -> granularity -> Selection."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from indexer.errors import IndexMissingError
+from indexer.extract.discover import is_test_file
+from indexer.graph.vocabulary import NodeKind
+from indexer.query.index import Index
+from indexer.select.diff import Diff, read_diff
+from indexer.select.granularity import narrow
+from indexer.select.impact import ImpactWalker, Reach
+from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
+from indexer.select.placement import Placer, categorize
+from indexer.select.staleness import check_freshness, try_update
+from indexer.workspace import Workspace
+
+# Python definitions whose users the index may not see by name fall back to their module.
+_PYTHON_DEFS = frozenset(
+    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
+)
+
+
+def _base_info(diff: Diff) -> dict:
+    base = diff.base
+    return {
+        "rev": base.rev,
+        "commit": base.commit,
+        "merge_base": base.merge_base,
+        "head": base.head,
+        "chosen_by": base.chosen_by,
+    }
+
+
+def _index_info(workspace: Workspace, index: Index | None) -> dict:
+    info = {"db_path": str(workspace.db_path), "exists": index is not None}
+    if index is not None:
+        info.update(
+            git_commit=index.meta.get("git_commit") or None,
+            built_at=index.meta.get("built_at"),
+        )
+    return info
+
+
+def _open(workspace: Workspace) -> Index | None:
+    try:
+        return Index(workspace.db_path)
+    except IndexMissingError:
+        return None
+
+
+def select_tests(
+    workspace: Workspace, base: str | None = None, *, update: bool = True
+) -> Selection:
+    """The tests that the changes of ``workspace.source`` since ``base`` can break.
+
+    Raises a UsageError for a tree that is not a git repository or an unknown base.
+    """
+    started = time.perf_counter()
+    diff = read_diff(workspace.source, base)
+    timings = {"diff_s": time.perf_counter() - started}
+    index = _open(workspace)
+    selection = Selection(
+        str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, index)
+    )
+    selection.timings = timings
+    if index is None:
+        for change in diff.files:
+            category, _ = categorize(change.path, workspace.manifest)
+            selection.changed_files.append(
+                ChangedFile(change.path, change.old_path, change.status, category)
+            )
+        selection.everything.append(
+            f"no index of {workspace.source} ({workspace.harness}) at {workspace.db_path}: "
+            f"run 'torchtalk index build --source {workspace.source}'"
+        )
+        return selection
+    try:
+        index = _ensure_fresh(workspace, index, diff, selection)
+        if not selection.everything:
+            _select(workspace, index, diff, selection)
+    finally:
+        index.close()
+    timings["total_s"] = time.perf_counter() - started
+    return selection
+
+
+def _ensure_fresh(workspace: Workspace, index: Index, diff: Diff, selection: Selection) -> Index:
+    phase = time.perf_counter()
+    freshness = check_freshness(workspace, index, diff)
+    selection.index["stale"] = not freshness.fresh
+    if not freshness.fresh:
+        stale = freshness.describe()
+        index.close()
+        updated, how = try_update(workspace)
+        selection.index["update"] = how
+        index = Index(workspace.db_path)
+        after = check_freshness(workspace, index, diff) if updated else freshness
+        selection.index["updated"] = updated
+        selection.index.update(_index_info(workspace, index))
+        if after.fresh:
+            selection.notes.append(f"the index was stale ({stale}); {how}")
+        else:
+            selection.everything.append(
+                f"the index is stale ({after.describe()}) and {how}: running everything"
+            )
+    selection.timings["freshness_s"] = time.perf_counter() - phase
+    return index
+
+
+def _select(workspace: Workspace, index: Index, diff: Diff, selection: Selection) -> None:
+    manifest = workspace.manifest
+    phase = time.perf_counter()
+    placer = Placer(diff, index, manifest)
+    direct: dict[str, str] = {}
+    for change in diff.files:
+        placed = placer.place(change)
+        selection.changed_files.append(placed.changed)
+        selection.entities += placed.entities
+        selection.notes += placed.notes
+        if placed.everything:
+            selection.everything.append(placed.everything)
+        for path in placed.test_files:
+            direct[path] = f"{change.path} changed ({change.status})"
+    selection.test_files_total = sum(
+        1
+        for (path,) in index.conn.execute("SELECT path FROM files")
+        if is_test_file(path, manifest)
+    )
+    selection.timings["placement_s"] = time.perf_counter() - phase
+    if selection.everything:
+        return
+    phase = time.perf_counter()
+    walker = ImpactWalker(index)
+    reach = walker.walk(_starts(selection.entities))
+    _fallbacks(index, walker, reach, placer, selection)
+    selection.timings["impact_s"] = time.perf_counter() - phase
+    if selection.everything:
+        return
+    phase = time.perf_counter()
+    _collect(workspace, index, reach, selection, direct)
+    selection.timings["granularity_s"] = time.perf_counter() - phase
+
+
+def _starts(entities: list[Entity]) -> dict[int, int]:
+    starts: dict[int, int] = {}
+    for position, entity in enumerate(entities):
+        for node_id in entity.node_ids:
+            starts.setdefault(node_id, position)
+    return starts
+
+
+def _test_nodes(index: Index, reach: Reach, manifest) -> dict[int, set[int]]:
+    """Entity index -> file ids of test files its walk reached."""
+    test_file_ids = {
+        file_id
+        for file_id, path in index.conn.execute("SELECT id, path FROM files")
+        if is_test_file(path, manifest)
+    }
+    reached: dict[int, set[int]] = {}
+    for node_id, file_id in reach.file_id.items():
+        if file_id in test_file_ids:
+            reached.setdefault(reach.origin[node_id], set()).add(file_id)
+    return reached
+
+
+def _fallbacks(
+    index: Index, walker: ImpactWalker, reach: Reach, placer: Placer, selection: Selection
+) -> None:
+    """Entities no test reaches: a Python definition falls back to its module and its
+    importers; anything else means the index cannot see its users, so run everything."""
+    manifest = placer.manifest
+    for _ in range(2):  # the module fallback is walked once more
+        reached = _test_nodes(index, reach, manifest)
+        added = []
+        for position, entity in enumerate(selection.entities):
+            if position in reached or not entity.node_ids or entity.reason.startswith("unreached"):
+                continue
+            nodes = index.nodes(entity.node_ids)
+            if nodes and all(node.kind in _PYTHON_DEFS for node in nodes):
+                modules = [m for path in {n.path for n in nodes} for m in placer._modules(path)]
+                if modules:
+                    entity.reason += "; no test names it"
+                    added.append(
+                        Entity(
+                            f"module of {entity.label}",
+                            "group" if len(modules) > 1 else modules[0].kind,
+                            entity.evidence,
+                            f"unreached by name: {entity.label}'s module and its importers",
+                            [m.id for m in modules],
+                            entity.cuda,
+                        )
+                    )
+                    continue
+            if any(node.kind == NodeKind.TEST_FILE.value for node in nodes):
+                continue  # a changed test file selects itself
+            selection.everything.append(
+                f"nothing in the index reaches {entity.label} (changed at {entity.evidence}): "
+                "its users are invisible to the index (generated code, function pointers, "
+                "dynamic lookup), so any test may reach it"
+            )
+        if not added:
+            return
+        first = len(selection.entities)
+        selection.entities += added
+        more = walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids})
+        for node_id, step in more.steps.items():
+            if node_id not in reach.steps:
+                reach.steps[node_id] = step
+                reach.origin[node_id] = more.origin[node_id]
+                reach.kind[node_id] = more.kind[node_id]
+                reach.file_id[node_id] = more.file_id[node_id]
+
+
+def _label(nodes: dict[int, object], node_id: int) -> str:
+    node = nodes.get(node_id)
+    return getattr(node, "qualname", str(node_id))
+
+
+def _collect(
+    workspace: Workspace, index: Index, reach: Reach, selection: Selection, direct: dict[str, str]
+) -> None:
+    manifest = workspace.manifest
+    paths = dict(index.conn.execute("SELECT id, path FROM files"))
+    by_file: dict[str, list[int]] = {}
+    for node_id, file_id in reach.file_id.items():
+        path = paths.get(file_id)
+        if path is not None and is_test_file(path, manifest):
+            by_file.setdefault(path, []).append(node_id)
+    cuda_only = bool(selection.entities) and all(e.cuda for e in selection.entities)
+    for path, reason in direct.items():
+        selected = selection.files.setdefault(path, SelectedFile(path))
+        selected.reasons.append(Reason(path, f"{path}:1", note=reason))
+    for path, node_ids in sorted(by_file.items()):
+        selected = selection.files.setdefault(path, SelectedFile(path))
+        first = min(node_ids, key=lambda n: len(reach.chain(n)))
+        selected.reasons.append(_reason(index, reach, first, selection.entities, paths))
+        narrow(index, reach, selected, node_ids, cuda_only)
+    selection.files = dict(sorted(selection.files.items()))
+
+
+def _reason(
+    index: Index, reach: Reach, node_id: int, entities: list[Entity], paths: dict[int, str]
+) -> Reason:
+    steps = reach.chain(node_id)
+    entity = entities[reach.origin[node_id]]
+    ids = {node_id} | {s.src for s in steps} | {s.dst for s in steps}
+    nodes = {node.id: node for node in index.nodes(ids)}
+    hops = [
+        Hop(
+            step.kind,
+            _label(nodes, step.src),
+            _label(nodes, step.dst),
+            f"{paths.get(step.file_id, '?')}:{step.line}",
+        )
+        for step in steps
+    ]
+    if not hops:
+        node = nodes.get(node_id)
+        note = f"{node.qualname} changed" if node is not None else ""
+        return Reason(entity.label, entity.evidence, note=note)
+    return Reason(entity.label, entity.evidence, hops)
+
+
+def select_for_source(
+    source: str | Path | None, harness: str | None = None, base: str | None = None
+) -> Selection:
+    return select_tests(Workspace.resolve(source, harness), base)

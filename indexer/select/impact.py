@@ -1,0 +1,173 @@
+"""From changed entities back to the tests that reach them: reverse reachability.
+
+Edges point from the user to the used, so impact flows backwards along most kinds (a
+caller is affected by its callee, an op by its kernel, a test by what it covers). Two
+kinds carry impact forwards: a structured kernel ``implements`` its op, and a
+derivative entry ``derives`` its op (a changed formula helper reaches the derivative
+backwards, then its op forwards). A method's change reaches its class (``contains``
+backwards, for classes only). An OpInfo entry reaches the ``@ops`` tests that iterate
+its list. No depth cap; each node is visited once, so cycles end.
+
+The walk is breadth-first over whole frontiers, one SQL query per 900 nodes, so a
+closure of a hundred thousand nodes costs a few hundred queries, not a hundred thousand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.query.index import Index
+
+REVERSE_KINDS = (
+    EdgeKind.CALLS.value,
+    EdgeKind.LAUNCHES.value,
+    EdgeKind.DISPATCHES.value,
+    EdgeKind.BINDS.value,
+    EdgeKind.DERIVES.value,
+    EdgeKind.IMPORTS.value,
+    EdgeKind.REFERENCES.value,
+    EdgeKind.COVERS.value,
+    EdgeKind.INCLUDES.value,
+    EdgeKind.EXTERNAL_REF.value,
+    EdgeKind.CONTAINS.value,
+)
+FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
+CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
+OPINFO_LIST_EDGE = "opinfo_list"  # a synthetic hop: an @ops test iterates the OpInfo's list
+_BATCH = 900
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """How a node was first reached: the edge, and the node it was reached from."""
+
+    prev: int
+    kind: str
+    src: int
+    dst: int
+    file_id: int | None
+    line: int
+
+
+@dataclass
+class Reach:
+    steps: dict[int, Step | None] = field(default_factory=dict)  # None: a start node
+    origin: dict[int, int] = field(default_factory=dict)  # node -> index of its entity
+    kind: dict[int, str] = field(default_factory=dict)
+    file_id: dict[int, int] = field(default_factory=dict)
+
+    def chain(self, node_id: int) -> list[Step]:
+        """The steps from a start node out to ``node_id``."""
+        steps: list[Step] = []
+        step = self.steps.get(node_id)
+        while step is not None:
+            steps.append(step)
+            step = self.steps.get(step.prev)
+        return steps[::-1]
+
+
+def _placeholders(values: list) -> str:
+    return ",".join("?" * len(values))
+
+
+class ImpactWalker:
+    """Reverse reachability over one index; reusable across walks."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self._opinfo_tests: dict[str, list[tuple[int, int, int]]] | None = None
+
+    def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
+        rows = []
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+            rows += self.index.conn.execute(
+                f"SELECT id, kind, file_id FROM nodes WHERE id IN ({_placeholders(batch)})", batch
+            ).fetchall()
+        return rows
+
+    def opinfo_tests(self) -> dict[str, list[tuple[int, int, int]]]:
+        """OpInfo list name -> (test function id, file id, line) of the @ops tests over it."""
+        if self._opinfo_tests is None:
+            table: dict[str, list[tuple[int, int, int]]] = {}
+            for node_id, file_id, line, attrs in self.index.conn.execute(
+                "SELECT id, file_id, line, attrs FROM nodes"
+                " WHERE kind = 'test_function' AND attrs LIKE '%opinfo_list%'"
+            ):
+                name = json.loads(attrs).get("opinfo_list")
+                for list_name in [name] if isinstance(name, str) else name or []:
+                    table.setdefault(list_name, []).append((node_id, file_id, line))
+            self._opinfo_tests = table
+        return self._opinfo_tests
+
+    def walk(self, starts: dict[int, int]) -> Reach:
+        """Everything that reaches the ``starts`` (node id -> entity index)."""
+        reach = Reach()
+        for node_id, kind, file_id in self._node_rows(list(starts)):
+            reach.steps[node_id] = None
+            reach.origin[node_id] = starts[node_id]
+            reach.kind[node_id] = kind
+            reach.file_id[node_id] = file_id
+        frontier = list(reach.steps)
+        reverse = list(REVERSE_KINDS)
+        forward = list(FORWARD_KINDS)
+        conn = self.index.conn
+        while frontier:
+            found: list[tuple[int, Step, str, int]] = []
+            for start in range(0, len(frontier), _BATCH):
+                batch = frontier[start : start + _BATCH]
+                for src, dst, kind, file_id, line, src_kind, src_file in conn.execute(
+                    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id"
+                    " FROM edges e JOIN nodes s ON s.id = e.src_id"
+                    f" WHERE e.dst_id IN ({_placeholders(batch)})"
+                    f" AND e.kind IN ({_placeholders(reverse)})",
+                    [*batch, *reverse],
+                ):
+                    if kind == EdgeKind.CONTAINS.value and src_kind not in CLASS_KINDS:
+                        continue
+                    found.append(
+                        (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
+                    )
+                for src, dst, kind, file_id, line, dst_kind, dst_file in conn.execute(
+                    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, d.kind, d.file_id"
+                    " FROM edges e JOIN nodes d ON d.id = e.dst_id"
+                    f" WHERE e.src_id IN ({_placeholders(batch)})"
+                    f" AND e.kind IN ({_placeholders(forward)})",
+                    [*batch, *forward],
+                ):
+                    if kind == EdgeKind.DERIVES.value and not (
+                        reach.kind.get(src) == NodeKind.DERIVATIVE.value
+                        and dst_kind == NodeKind.OP.value
+                    ):
+                        continue
+                    found.append(
+                        (dst, Step(src, kind, src, dst, file_id, line), dst_kind, dst_file)
+                    )
+            for node_id in frontier:
+                if reach.kind.get(node_id) == NodeKind.OPINFO.value:
+                    found += self._opinfo_steps(node_id)
+            frontier = []
+            for node_id, step, kind, file_id in found:
+                if node_id in reach.steps:
+                    continue
+                reach.steps[node_id] = step
+                reach.origin[node_id] = reach.origin[step.prev]
+                reach.kind[node_id] = kind
+                reach.file_id[node_id] = file_id
+                frontier.append(node_id)
+        return reach
+
+    def _opinfo_steps(self, opinfo_id: int) -> list[tuple[int, Step, str, int]]:
+        qualname = self.index.node(opinfo_id).qualname
+        list_name = qualname.split(":", 1)[0]
+        return [
+            (
+                test_id,
+                Step(opinfo_id, OPINFO_LIST_EDGE, test_id, opinfo_id, file_id, line),
+                NodeKind.TEST_FUNCTION.value,
+                file_id,
+            )
+            for test_id, file_id, line in self.opinfo_tests().get(list_name, [])
+        ]

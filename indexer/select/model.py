@@ -1,0 +1,110 @@
+"""The vocabulary of a selection: changed entities, evidence hops, selected test files.
+
+Plain data, so a selection can travel (JSON report, pytest-xdist workers) and be rebuilt
+with :func:`indexer.select.report.selection_from_dict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Entity:
+    """Something a change touched, where the walk to tests starts.
+
+    One entity may stand for many nodes ("everything in the 12 files including X.h").
+    """
+
+    label: str  # 'at::native::matmul', or a description of a group
+    kind: str  # node kind, or 'group'
+    evidence: str  # path:line of the changed line that placed it
+    reason: str  # 'changed line 2010 is in its body'
+    node_ids: list[int] = field(default_factory=list)
+    cuda: bool = False  # placed from CUDA-only code (.cu/.cuh, cuda/ directories)
+
+
+@dataclass
+class Hop:
+    """One edge of an evidence chain, from the user (``src``) to the used (``dst``)."""
+
+    kind: str  # edge kind: calls, dispatches, references, covers, ...
+    src: str
+    dst: str
+    evidence: str  # path:line of the text that makes the edge
+
+
+@dataclass
+class Reason:
+    entity: str  # the changed entity's label
+    evidence: str  # where it changed
+    chain: list[Hop] = field(default_factory=list)  # from the changed entity out to the test
+    note: str = ""  # for reasons that are not a walk: 'the test file itself changed'
+
+
+@dataclass
+class TestScope:
+    """The tests kept in a narrowed file: a generic test and, for @ops tests, its OpInfos.
+
+    ``function`` and ``cls`` are as written in source (before device instantiation);
+    ``opinfos`` are the formatted OpInfo names PyTorch appends (``nn_functional_linear``),
+    or None for every variant.
+    """
+
+    cls: str | None
+    function: str | None
+    opinfos: list[str] | None = None
+    why: str = ""
+
+
+@dataclass
+class SelectedFile:
+    path: str
+    reasons: list[Reason] = field(default_factory=list)
+    # None: every test of the file; else only these tests (precise evidence only).
+    tests: list[TestScope] | None = None
+    # Device-generic classes limited to these device types ('cuda'), when only CUDA code
+    # changed; None for every device.
+    devices: list[str] | None = None
+    device_classes: list[str] = field(default_factory=list)  # generic names they apply to
+
+
+@dataclass
+class ChangedFile:
+    path: str
+    old_path: str | None
+    status: str
+    category: str  # cpp, cuda, python, yaml, test, run-everything, never-affects, other
+    code_hunks: int = 0
+    skipped_hunks: int = 0  # comment- or whitespace-only
+    note: str = ""
+
+
+@dataclass
+class Selection:
+    source: str
+    harness: str
+    base: dict  # rev, commit, merge_base, head, chosen_by
+    index: dict  # db_path, git_commit, built_at, stale, updated, action
+    changed_files: list[ChangedFile] = field(default_factory=list)
+    entities: list[Entity] = field(default_factory=list)
+    everything: list[str] = field(default_factory=list)  # run-everything reasons; [] = selective
+    files: dict[str, SelectedFile] = field(default_factory=dict)
+    test_files_total: int = 0
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def run_everything(self) -> bool:
+        return bool(self.everything)
+
+    @property
+    def empty_reason(self) -> str | None:
+        """Why nothing is selected, when nothing is; None otherwise."""
+        if self.everything or self.files:
+            return None
+        if not self.changed_files:
+            return "no change since the base"
+        if not self.entities:
+            return "the changes touch no code that tests run (comments, docs, whitespace)"
+        return "no test reaches the changed code"

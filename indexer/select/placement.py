@@ -1,0 +1,559 @@
+"""Each changed line of each changed file -> the graph entities it touches.
+
+The table (docs/selection.md) in code: a line in a C++ function or CUDA kernel is that
+function; a C++ line outside every function is the functions of the file that mention
+the names it defines (every function of the file when that cannot be decided); a
+header's non-function change is also everything in the files that include it; a YAML
+registry line is its entry's op or derivative; a Python line is its function or class, or
+the module; a test file is itself; manifest globs select everything or nothing; any other
+file selects everything. Comment- and whitespace-only hunks select nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from indexer.extract.discover import is_test_file, wanted_language
+from indexer.extract.source import cpp_parser
+from indexer.graph.facts import NodeFact
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.harness import Manifest
+from indexer.paths import is_header, language_of, matches_any
+from indexer.query.index import Index, Node
+from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
+from indexer.select.diff import Diff, FileChange, Hunk
+from indexer.select.model import ChangedFile, Entity
+from indexer.select.oldside import OldFile, OldSide
+from indexer.select.tokens import Untokenizable, hunk_changes_code, tokens_for
+
+FUNCTION_KINDS = frozenset({NodeKind.CPP_FUNCTION.value, NodeKind.CUDA_KERNEL.value})
+PYTHON_DEF_KINDS = frozenset(
+    {
+        NodeKind.PYTHON_FUNCTION.value,
+        NodeKind.PYTHON_CLASS.value,
+        NodeKind.OPINFO.value,
+        NodeKind.TEST_FUNCTION.value,
+        NodeKind.TEST_CLASS.value,
+        NodeKind.TEST_UTILITY.value,
+    }
+)
+MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
+YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
+CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
+
+# Run-everything outranks code outranks nothing, when a rename spans two categories.
+_RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yaml": 2, "test": 1}
+
+
+def is_cuda_path(path: str) -> bool:
+    return language_of(path) == "cuda" or bool(CUDA_DIRS.intersection(path.split("/")[:-1]))
+
+
+@dataclass
+class FilePlacement:
+    changed: ChangedFile
+    entities: list[Entity] = field(default_factory=list)
+    test_files: list[str] = field(default_factory=list)  # test files selected as such
+    everything: str | None = None  # why this file selects every test
+    notes: list[str] = field(default_factory=list)
+
+
+def categorize(path: str, manifest: Manifest) -> tuple[str, str]:
+    """(category, detail) of one path under the manifest's rules."""
+    pattern = matches_any(path, manifest.list("selection", "run_everything"))
+    if pattern:
+        return "run-everything", f"matches the run-everything pattern {pattern!r}"
+    pattern = matches_any(path, manifest.list("selection", "never_affects"))
+    if pattern:
+        return "never-affects", f"matches the never-affects pattern {pattern!r}"
+    if is_test_file(path, manifest):
+        return "test", "a test file"
+    language = wanted_language(path, manifest)
+    if language is not None:
+        return language, f"indexed {language} source"
+    if matches_any(path, manifest.list("sources", "exclude")):
+        return "other", "excluded from the index by the manifest"
+    lang = language_of(path)
+    if lang in ("cpp", "cuda", "python"):
+        return "other", f"{lang} outside the harness's source directories"
+    return "other", "not a file the index reads"
+
+
+def _whole(change: FileChange, old: bytes | None, new: bytes | None) -> list[Hunk]:
+    def count(data: bytes | None) -> int:
+        if not data:
+            return 0
+        return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+    n_old, n_new = count(old), count(new)
+    return [Hunk(1 if n_old else 0, n_old, 1 if n_new else 0, n_new)]
+
+
+def _yaml_code_line(line: bytes) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith(b"#")
+
+
+def _innermost(nodes: list, line: int):
+    best = None
+    for node in nodes:
+        if node.line <= line <= node.end_line and (
+            best is None or node.end_line - node.line < best.end_line - best.line
+        ):
+            best = node
+    return best
+
+
+class Placer:
+    """Places the changed files of one diff onto one index."""
+
+    def __init__(self, diff: Diff, index: Index, manifest: Manifest) -> None:
+        self.diff = diff
+        self.index = index
+        self.manifest = manifest
+        self.oldside = OldSide(manifest, index)
+        self.files = {
+            row[1]: row
+            for row in index.conn.execute(
+                "SELECT id, path, language, parse_errors, error FROM files"
+            )
+        }
+
+    # --- dispatch by category ---------------------------------------------------------
+
+    def place(self, change: FileChange) -> FilePlacement:
+        categories = [categorize(path, self.manifest) for path in change.paths]
+        category, detail = max(categories, key=lambda item: _RANK.get(item[0], 0))
+        result = FilePlacement(ChangedFile(change.path, change.old_path, change.status, category))
+        if category == "run-everything":
+            result.everything = f"{change.path} {detail}"
+        elif category == "never-affects":
+            result.changed.note = detail
+        elif category == "other":
+            result.everything = f"{change.path} changed and is {detail}: it may affect any test"
+        elif category == "test":
+            self._place_test(change, result)
+        else:
+            self._place_code(change, category, result)
+        return result
+
+    def _place_test(self, change: FileChange, result: FilePlacement) -> None:
+        if change.exists_after:
+            result.test_files.append(change.path)
+            modules = [
+                node
+                for node in self.index.nodes_in_file(change.path, MODULE_KINDS)
+                if node.kind in MODULE_KINDS
+            ]
+            if modules:
+                result.entities.append(
+                    self._entity(modules, change.path, 1, "the test file changed; its importers")
+                )
+        else:
+            result.changed.note = "test file deleted: nothing left to run in it"
+
+    # --- code -------------------------------------------------------------------------
+
+    def _place_code(self, change: FileChange, language: str, result: FilePlacement) -> None:
+        old = self.diff.old_side(change)
+        new = self.diff.new_side(change)
+        hunks = change.hunks
+        if change.binary or change.status in ("renamed", "copied", "mode-changed") or not hunks:
+            hunks = _whole(change, old, new)
+        if change.exists_after and change.path not in self.files:
+            result.everything = f"{change.path} is not in the index"
+            return
+        row = self.files.get(change.path)
+        if row is not None and row[4]:
+            result.everything = f"{change.path} could not be indexed ({row[4]})"
+            return
+        code = self._code_hunks(language, old, new, hunks, result)
+        result.changed.code_hunks = len(code)
+        result.changed.skipped_hunks = len(hunks) - len(code)
+        if not code:
+            if hunks:
+                result.changed.note = "comment or whitespace changes only"
+            return
+        old_lines = sorted({line for hunk in code for line in hunk.old_lines})
+        new_lines = sorted({line for hunk in code for line in hunk.new_lines})
+        if not change.exists_after:
+            new_lines = []
+        if language in ("cpp", "cuda"):
+            self._place_cpp(change, old, new, old_lines, new_lines, result)
+        elif language == "python":
+            self._place_python(change, old, old_lines, new_lines, result)
+        else:
+            self._place_yaml(change, old, old_lines, new_lines, result)
+        if is_cuda_path(change.path):
+            for entity in result.entities:
+                entity.cuda = True
+
+    def _code_hunks(
+        self,
+        language: str,
+        old: bytes | None,
+        new: bytes | None,
+        hunks: list[Hunk],
+        result: FilePlacement,
+    ) -> list[Hunk]:
+        if language == "yaml":
+            old_text = (old or b"").split(b"\n")
+            new_text = (new or b"").split(b"\n")
+
+            def yaml_code(hunk: Hunk) -> bool:
+                return any(_yaml_code_line(old_text[i - 1]) for i in hunk.old_lines) or any(
+                    _yaml_code_line(new_text[i - 1]) for i in hunk.new_lines
+                )
+
+            return [hunk for hunk in hunks if yaml_code(hunk)]
+        try:
+            old_tokens = tokens_for(language, old) if old is not None else []
+            new_tokens = tokens_for(language, new) if new is not None else []
+        except Untokenizable as exc:
+            result.notes.append(f"cannot tokenize {result.changed.path} ({exc}): every hunk counts")
+            return hunks
+        return [hunk for hunk in hunks if hunk_changes_code(old_tokens, new_tokens, hunk)]
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _entity(self, nodes: list[Node], path: str, line: int, reason: str) -> Entity:
+        if len(nodes) == 1:
+            label, kind = nodes[0].qualname, nodes[0].kind
+        else:
+            label, kind = f"{len(nodes)} definitions in {path}", "group"
+        return Entity(label, kind, f"{path}:{line}", reason, [node.id for node in nodes])
+
+    def _add(self, result: FilePlacement, nodes: list[Node], path: str, line: int, reason: str):
+        known = {node_id for entity in result.entities for node_id in entity.node_ids}
+        fresh = [node for node in nodes if node.id not in known]
+        if fresh:
+            result.entities.append(self._entity(fresh, path, line, reason))
+
+    def _old_file(self, change: FileChange, language: str, old: bytes) -> OldFile:
+        return self.oldside.extract(change.old_path or change.path, language, old)
+
+    def _map_old(
+        self, change: FileChange, fact: NodeFact, line: int, result: FilePlacement, what: str
+    ) -> None:
+        """An old definition touched by a deleted or replaced line -> index nodes."""
+        path = change.path if change.exists_after else (change.old_path or change.path)
+        found = self.oldside.find(fact, path)
+        old_where = f"{change.old_path}:{line} (base)"
+        if found:
+            self._add(result, found, path, found[0].line, f"{what} at {old_where}")
+            return
+        users = [node for node in self.oldside.users_of(fact.name) if node.kind != "file"]
+        if users:
+            reason = f"{fact.qualname} is gone (was at {old_where}); code that still names it"
+            result.entities.append(
+                Entity(
+                    f"users of removed {fact.qualname}",
+                    "group",
+                    old_where,
+                    reason,
+                    [node.id for node in users],
+                )
+            )
+        else:
+            result.notes.append(
+                f"{fact.qualname} was removed ({old_where}) and nothing in the tree names it"
+            )
+
+    def _everything_in(self, path: str, reason: str, line: int, result: FilePlacement) -> None:
+        nodes = [node for node in self.index.nodes_in_file(path) if node.kind != "file"]
+        if not nodes:
+            result.everything = f"{path}: {reason}, and the index holds no definition in it"
+            return
+        entity = Entity(
+            f"every definition in {path}", "group", f"{path}:{line}", reason, [n.id for n in nodes]
+        )
+        result.entities.append(entity)
+
+    # --- C++ and CUDA -----------------------------------------------------------------
+
+    def _place_cpp(
+        self,
+        change: FileChange,
+        old: bytes | None,
+        new: bytes | None,
+        old_lines: list[int],
+        new_lines: list[int],
+        result: FilePlacement,
+    ) -> None:
+        path = change.path
+        scope = Scope()
+        file_wide: list[str] = []
+        outside_new: set[int] = set()
+        new_nodes: list[Node] = []
+        if new_lines and new is not None:
+            new_nodes = self.index.nodes_in_file(path)
+            functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
+            tree = cpp_parser().parse(new)
+            broken = error_lines(tree)
+            for line in new_lines:
+                if line in broken:
+                    file_wide.append(f"line {line} is in code tree-sitter cannot parse")
+                function = _innermost(functions, line)
+                if function is not None:
+                    self._add(result, [function], path, line, f"changed line {line} is in its body")
+                else:
+                    outside_new.add(line)
+            if outside_new:
+                scope.merge(outside_scope(tree, outside_new))
+                self._at_lines(path, new_nodes, outside_new, result)
+        if old_lines and old is not None:
+            language = language_of(change.old_path or path)
+            old_file = self._old_file(change, language, old)
+            old_tree = cpp_parser().parse(old)
+            broken = error_lines(old_tree)
+            if old_file.error:
+                file_wide.append(f"the base version could not be extracted ({old_file.error})")
+            functions = [fact for fact in old_file.nodes[1:] if fact.kind in FUNCTION_KINDS]
+            outside_old: set[int] = set()
+            for line in old_lines:
+                if line in broken:
+                    file_wide.append(f"base line {line} is in code tree-sitter cannot parse")
+                fact = _innermost(functions, line)
+                if fact is not None:
+                    self._map_old(change, fact, line, result, "deleted or replaced line")
+                else:
+                    outside_old.add(line)
+            if outside_old:
+                scope.merge(outside_scope(old_tree, outside_old))
+                for fact in old_file.nodes[1:]:
+                    if fact.kind not in FUNCTION_KINDS and any(
+                        fact.line <= line <= fact.end_line for line in outside_old
+                    ):
+                        self._map_old(change, fact, fact.line, result, "changed definition")
+        if (
+            not (outside_new or scope.names or scope.undecidable or scope.unplaced)
+            and not file_wide
+        ):
+            return
+        lines_outside = sorted(outside_new) or old_lines
+        first = lines_outside[0] if lines_outside else 1
+        file_wide += scope.undecidable
+        if scope.unplaced and not result.entities:
+            file_wide.append(f"namespace-scope statement at line {scope.unplaced[0]}")
+        if is_header(path):
+            self._header(change, scope, file_wide, first, new_nodes, result)
+            return
+        if file_wide:
+            self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), first, result)
+            return
+        self._mentions(path, new, scope.names, first, new_nodes, result)
+
+    def _at_lines(
+        self, path: str, nodes: list[Node], lines: set[int], result: FilePlacement
+    ) -> None:
+        """Definitions made on changed namespace-scope lines (a stub, an op schema, a
+        binding) and the users of edges evidenced there (a registration's op or stub)."""
+        for node in nodes:
+            if node.kind in FUNCTION_KINDS or node.kind == "file":
+                continue
+            hit = [line for line in lines if node.line <= line <= node.end_line]
+            if hit:
+                self._add(result, [node], path, hit[0], f"changed line {hit[0]} defines it")
+        file_id = self.files[path][0]
+        ordered = sorted(lines)
+        for start in range(0, len(ordered), 900):
+            batch = ordered[start : start + 900]
+            rows = self.index.conn.execute(
+                "SELECT DISTINCT e.src_id, e.line, e.kind FROM edges e"
+                f" WHERE e.file_id = ? AND e.line IN ({','.join('?' * len(batch))})",
+                [file_id, *batch],
+            ).fetchall()
+            srcs = self.index.nodes(row[0] for row in rows)
+            line_of = {row[0]: (row[1], row[2]) for row in rows}
+            for node in srcs:
+                if node.kind == "file":
+                    continue
+                line, kind = line_of[node.id]
+                self._add(
+                    result, [node], path, line, f"its {kind} edge is made at changed line {line}"
+                )
+
+    def _mentions(
+        self,
+        path: str,
+        new: bytes | None,
+        names: set[str],
+        line: int,
+        nodes: list[Node],
+        result: FilePlacement,
+    ) -> list[Node]:
+        """Functions of ``path`` that mention one of ``names``."""
+        if not names or new is None:
+            return []
+        text = new.split(b"\n")
+        users = []
+        for node in nodes or self.index.nodes_in_file(path):
+            if node.kind not in FUNCTION_KINDS:
+                continue
+            body = b"\n".join(text[node.line - 1 : node.end_line])
+            if names & identifiers(body):
+                users.append(node)
+        shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
+        if users:
+            self._add(result, users, path, line, f"mentions {shown}, changed at line {line}")
+        else:
+            result.notes.append(
+                f"{path}:{line}: the changed names ({shown}) are used by no function of the file"
+            )
+        return users
+
+    def _header(
+        self,
+        change: FileChange,
+        scope: Scope,
+        file_wide: list[str],
+        line: int,
+        nodes: list[Node],
+        result: FilePlacement,
+    ) -> None:
+        path = change.path
+        if file_wide:
+            self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), line, result)
+        else:
+            self._mentions(path, self.diff.new_side(change), scope.names, line, nodes, result)
+        includers = self._includers(path)
+        if not includers:
+            result.everything = (
+                f"{path} is a header changed outside any function and no indexed file "
+                "includes it: its users are outside the index"
+            )
+            return
+        ids = self._ids_in_files(includers)
+        result.entities.append(
+            Entity(
+                f"everything in {len(includers)} files including {path}",
+                "group",
+                f"{path}:{line}",
+                "header changed outside any function: every file that includes it, "
+                f"transitively (e.g. {', '.join(sorted(includers)[:3])})",
+                ids,
+            )
+        )
+
+    def _includers(self, path: str) -> set[str]:
+        """Files including ``path``, transitively (reverse ``includes`` edges)."""
+        file_nodes = [n.id for n in self.index.nodes_in_file(path, ["file"])]
+        reached = self.index.walk(file_nodes, "in", [EdgeKind.INCLUDES.value])
+        nodes = self.index.nodes(node_id for node_id in reached if node_id not in file_nodes)
+        return {node.path for node in nodes}
+
+    def _ids_in_files(self, paths: set[str]) -> list[int]:
+        ids: list[int] = []
+        ordered = sorted(paths)
+        for start in range(0, len(ordered), 900):
+            batch = ordered[start : start + 900]
+            ids.extend(
+                row[0]
+                for row in self.index.conn.execute(
+                    "SELECT n.id FROM nodes n JOIN files f ON f.id = n.file_id"
+                    f" WHERE n.kind != 'file' AND f.path IN ({','.join('?' * len(batch))})",
+                    batch,
+                )
+            )
+        return ids
+
+    # --- Python -----------------------------------------------------------------------
+
+    def _modules(self, path: str) -> list[Node]:
+        nodes = self.index.nodes_in_file(path)
+        return [n for n in nodes if n.kind in MODULE_KINDS] or [
+            n for n in nodes if n.kind == "file"
+        ]
+
+    def _place_python(
+        self,
+        change: FileChange,
+        old: bytes | None,
+        old_lines: list[int],
+        new_lines: list[int],
+        result: FilePlacement,
+    ) -> None:
+        path = change.path
+        row = self.files.get(path)
+        module_level: list[int] = []
+        if new_lines:
+            nodes = self.index.nodes_in_file(path)
+            defs = [node for node in nodes if node.kind in PYTHON_DEF_KINDS]
+            if row is not None and row[3]:
+                module_level.append(new_lines[0])
+                result.notes.append(f"{path} has syntax errors: its whole module counts")
+            for line in new_lines:
+                node = _innermost(defs, line)
+                if node is not None and not (row is not None and row[3]):
+                    self._add(result, [node], path, line, f"changed line {line} is in it")
+                else:
+                    module_level.append(line)
+        if old_lines and old is not None:
+            old_file = self._old_file(change, "python", old)
+            defs_old = [fact for fact in old_file.nodes[1:] if fact.kind in PYTHON_DEF_KINDS]
+            for line in old_lines:
+                fact = _innermost(defs_old, line) if not old_file.error else None
+                if fact is not None:
+                    self._map_old(change, fact, line, result, "deleted or replaced line")
+                elif change.exists_after:
+                    module_level.append(new_lines[0] if new_lines else 1)
+                else:
+                    module = next((f for f in old_file.nodes if f.kind in MODULE_KINDS), None)
+                    if module is not None:
+                        self._map_old(change, module, 1, result, "module removed")
+                    break
+        if module_level and change.exists_after:
+            line = module_level[0]
+            self._add(
+                result,
+                self._modules(path),
+                path,
+                line,
+                f"module-level code changed (line {line}): the module and its importers",
+            )
+
+    # --- YAML registries --------------------------------------------------------------
+
+    def _place_yaml(
+        self,
+        change: FileChange,
+        old: bytes | None,
+        old_lines: list[int],
+        new_lines: list[int],
+        result: FilePlacement,
+    ) -> None:
+        path = change.path
+        outside: list[str] = []
+        if new_lines:
+            entries = [n for n in self.index.nodes_in_file(path) if n.kind in YAML_KINDS]
+            new_text = (self.diff.new_side(change) or b"").split(b"\n")
+            for line in new_lines:
+                if not _yaml_code_line(new_text[line - 1]):
+                    continue
+                hit = [n for n in entries if n.line <= line <= n.end_line]
+                if hit:
+                    self._add(result, hit, path, line, f"its entry changed at line {line}")
+                else:
+                    outside.append(f"line {line}")
+        if old_lines and old is not None:
+            old_file = self._old_file(change, "yaml", old)
+            entries_old = [f for f in old_file.nodes[1:] if f.kind in YAML_KINDS]
+            old_text = old.split(b"\n")
+            for line in old_lines:
+                if not _yaml_code_line(old_text[line - 1]):
+                    continue
+                hit = [f for f in entries_old if f.line <= line <= f.end_line]
+                for fact in hit:
+                    self._map_old(change, fact, line, result, "entry changed")
+                if not hit:
+                    outside.append(f"base line {line}")
+        if outside:
+            result.everything = (
+                f"{path} changed outside any entry ({', '.join(outside[:3])}): "
+                "the registry as a whole may change"
+            )
+
+
+def place_all(diff: Diff, index: Index, manifest: Manifest) -> list[FilePlacement]:
+    placer = Placer(diff, index, manifest)
+    return [placer.place(change) for change in diff.files]

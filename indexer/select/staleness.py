@@ -1,0 +1,114 @@
+"""Whether the index still describes the tree the diff is read from.
+
+The index records each file's content hash and the commit it was built at. The files
+that can disagree are those changed since the base (the diff) and those changed since
+the index's commit; each is hashed and compared. A stale index is brought up to date
+incrementally when that is possible; otherwise the selection runs everything, saying why.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from indexer.extract.discover import wanted_language
+from indexer.extract.pipeline import content_hash
+from indexer.query.index import Index
+from indexer.select.diff import Diff
+from indexer.workspace import Workspace
+
+SHOWN = 5
+
+
+@dataclass
+class Freshness:
+    stale: list[str] = field(default_factory=list)  # paths the index disagrees on
+    problem: str | None = None  # a reason the comparison itself cannot be trusted
+
+    @property
+    def fresh(self) -> bool:
+        return not self.stale and self.problem is None
+
+    def describe(self) -> str:
+        if self.problem:
+            return self.problem
+        shown = ", ".join(self.stale[:SHOWN]) + (" ..." if len(self.stale) > SHOWN else "")
+        return f"{len(self.stale)} changed files differ from the index ({shown})"
+
+
+def _changed_since(source: Path, commit: str) -> list[str] | None:
+    result = subprocess.run(
+        [
+            "git",
+            "-c",
+            "core.quotepath=off",
+            "-C",
+            str(source),
+            "diff",
+            "--relative",
+            "--name-only",
+            "-z",
+            "--no-renames",
+            commit,
+            "--",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        return None
+    return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
+
+
+def check_freshness(workspace: Workspace, index: Index, diff: Diff) -> Freshness:
+    freshness = Freshness()
+    if index.meta.get("manifest") not in (None, workspace.manifest.fingerprint()):
+        freshness.problem = "the index was built with a different harness manifest"
+        return freshness
+    paths = set(diff.paths)
+    commit = index.meta.get("git_commit") or ""
+    if commit and commit != diff.base.head:
+        since = _changed_since(workspace.source, commit)
+        if since is None:
+            freshness.problem = f"the index's commit {commit[:12]} is not in this repository"
+            return freshness
+        paths.update(since)
+    rows = {
+        path: (sha, error)
+        for path, sha, error in index.conn.execute("SELECT path, sha, error FROM files")
+        if path in paths
+    }
+    for path in sorted(paths):
+        full = workspace.source / path
+        indexed = wanted_language(path, workspace.manifest) is not None
+        exists = full.is_file() and not full.is_symlink()
+        if path in rows and not (exists and indexed):
+            freshness.stale.append(path)  # gone from the tree, still in the index
+        elif exists and indexed:
+            if path not in rows:
+                freshness.stale.append(path)
+                continue
+            sha, error = rows[path]
+            if not sha and error:
+                continue  # recorded as too large or unreadable: no hash to compare
+            try:
+                data = full.read_bytes()
+            except OSError:
+                continue
+            if content_hash(data) != sha:
+                freshness.stale.append(path)
+    return freshness
+
+
+def try_update(workspace: Workspace) -> tuple[bool, str]:
+    """Update the index incrementally when an updater exists and needs no full build."""
+    try:
+        from indexer.update import full_build_reason, update_index
+    except ImportError:
+        return False, "no incremental update is available"
+    reason = full_build_reason(workspace, workspace.db_path)
+    if reason is not None:
+        return False, f"an update would need a full rebuild ({reason})"
+    result = update_index(workspace, show_progress=False)
+    return True, f"updated incrementally ({getattr(result, 'reextracted', '?')} files re-extracted)"

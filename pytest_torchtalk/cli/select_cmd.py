@@ -1,0 +1,52 @@
+"""`torchtalk select`: the tests a change can break, without running them (for CI matrices)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from indexer.select.engine import select_tests
+from indexer.select.report import chain_text, selection_to_dict, summary_lines
+from indexer.workspace import Workspace
+from pytest_torchtalk.cli import add_source_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "select", help="list the test files (and tests) a git diff can break, with reasons"
+    )
+    add_source_arguments(parser)
+    parser.add_argument(
+        "--base",
+        metavar="REV",
+        help="diff against the merge-base with REV (default: origin/HEAD, then main, then master)",
+    )
+    parser.add_argument("--json", action="store_true", help="the JSON report (docs/selection.md)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = Workspace.resolve(args.source, args.harness)
+    selection = select_tests(workspace, args.base)
+    if args.json:
+        print(json.dumps(selection_to_dict(selection), indent=2))
+        return 0
+    for line in summary_lines(selection, limit=10):
+        print(line)
+    if selection.files and not selection.run_everything:
+        print()
+        print("test files:")
+        for selected in selection.files.values():
+            print(f"  {selected.path}")
+            for scope in selected.tests or []:
+                cls = f"{scope.cls}::" if scope.cls else ""
+                variants = f" [{', '.join(scope.opinfos)}]" if scope.opinfos else ""
+                print(f"    only {cls}{scope.function}{variants}")
+            if selected.devices:
+                print(
+                    f"    only {'/'.join(selected.devices)} variants of "
+                    f"{', '.join(selected.device_classes)}"
+                )
+            for reason in selected.reasons[:3]:
+                print(f"    because {chain_text(reason)}")
+    return 0
