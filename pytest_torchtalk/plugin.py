@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 GROUP = "torchtalk"
+SELECTION_KEY = pytest.StashKey[object]()  # the AffectedSelection plugin, when selection is on
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,3 +56,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("torchtalk_report", "path of the JSON selection report", default="")
     parser.addini("torchtalk_source", "indexed source tree", default="")
     parser.addini("torchtalk_harness", "harness manifest name", default="")
+
+
+SELECTION_PLUGIN = "torchtalk-affected"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--no-torchtalk"):
+        return
+    if not (config.getoption("--torchtalk-affected") or config.getini("torchtalk_affected")):
+        return
+    from pytest_torchtalk.selection import AffectedSelection
+
+    plugin = AffectedSelection(config)
+    config.stash[SELECTION_KEY] = plugin
+    config.pluginmanager.register(plugin, SELECTION_PLUGIN)

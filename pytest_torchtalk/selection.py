@@ -1,0 +1,247 @@
+"""``pytest --torchtalk-affected``: deselect the tests the git diff cannot affect.
+
+The selection is computed once (on the xdist controller, or in the only process) and
+handed to xdist workers through ``workerinput``; each worker reports its item counts back
+through ``workeroutput`` so the controller's summary, JSON report, JUnit properties and
+GitHub job summary are right. Tests named on the command line are never deselected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from indexer.errors import TorchTalkError
+from indexer.select.engine import select_tests
+from indexer.select.matching import ItemMatcher
+from indexer.select.model import Selection
+from indexer.select.report import (
+    markdown_table,
+    selection_from_dict,
+    selection_to_dict,
+    summary_lines,
+)
+from indexer.workspace import Workspace
+
+WORKER_INPUT = "torchtalk_selection"
+WORKER_OUTPUT = "torchtalk_counts"
+
+
+def _option(config: pytest.Config, name: str, ini: str) -> str | None:
+    value = config.getoption(name)
+    if value:
+        return str(value)
+    return str(config.getini(ini) or "") or None
+
+
+@dataclass
+class Counts:
+    collected: int = 0
+    selected: int = 0
+    deselected: int = 0
+    explicit: int = 0  # kept only because they were named on the command line
+    from_workers: bool = False
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "collected": self.collected,
+            "selected": self.selected,
+            "deselected": self.deselected,
+            "explicitly_named": self.explicit,
+        }
+
+
+@dataclass
+class _Explicit:
+    """A file or node id named on the command line."""
+
+    path: Path
+    parts: list[str] = field(default_factory=list)
+
+    def names(self, item: pytest.Item) -> bool:
+        if Path(item.path) != self.path:
+            return False
+        item_parts = item.nodeid.split("::")[1:]
+        if len(self.parts) > len(item_parts):
+            return False
+        for wanted, have in zip(self.parts, item_parts, strict=False):
+            if wanted != have and wanted != have.split("[", 1)[0]:
+                return False
+        return True
+
+
+class AffectedSelection:
+    """The plugin object registered by ``pytest_torchtalk.plugin`` when selection is on."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.counts = Counts()
+        worker_input = getattr(config, "workerinput", None)
+        self.is_worker = worker_input is not None
+        if worker_input is not None and WORKER_INPUT in worker_input:
+            self.selection = selection_from_dict(worker_input[WORKER_INPUT])
+        else:
+            self.selection = self._compute()
+        self.source = Path(self.selection.source)
+        self.matcher = ItemMatcher(self.selection)
+
+    def _compute(self) -> Selection:
+        config = self.config
+        source = _option(config, "--torchtalk-source", "torchtalk_source") or str(config.rootpath)
+        if not os.path.isabs(source):
+            source = str(config.rootpath / source)
+        harness = _option(config, "--torchtalk-harness", "torchtalk_harness")
+        base = _option(config, "--torchtalk-base", "torchtalk_base")
+        try:
+            return select_tests(Workspace.resolve(source, harness), base)
+        except TorchTalkError as exc:
+            raise pytest.UsageError(f"torchtalk: {exc}") from None
+
+    # --- xdist ------------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[WORKER_INPUT] = selection_to_dict(self.selection)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        counts = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+        if counts and not self.counts.from_workers:
+            # Every worker collects the same items; one worker's counts are the run's.
+            self.counts = Counts(**counts, from_workers=True)
+
+    # --- header, deselection ----------------------------------------------------------
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        selection = self.selection
+        base = selection.base
+        head = (
+            f"torchtalk: tests affected by changes since {base['rev']} ({base['merge_base'][:12]})"
+        )
+        if selection.run_everything:
+            return [f"{head}: running everything: {selection.everything[0]}"]
+        if selection.empty_reason:
+            return [f"{head}: nothing affected: {selection.empty_reason}"]
+        return [
+            f"{head}: {len(selection.files)} of {selection.test_files_total} test files, "
+            f"from {len(selection.entities)} changed entities"
+        ]
+
+    def _explicit(self) -> list[_Explicit]:
+        config = self.config
+        if config.args_source != pytest.Config.ArgsSource.ARGS:
+            return []
+        named = []
+        for arg in config.args:
+            path_part, *parts = arg.split("::")
+            path = (config.invocation_params.dir / path_part).resolve()
+            if path.is_file():
+                named.append(_Explicit(path, parts))
+        return named
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        explicit = self._explicit()
+        kept: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        counts = Counts(collected=len(items))
+        for item in items:
+            try:
+                path = Path(item.path).resolve().relative_to(self.source).as_posix()
+            except ValueError:
+                kept.append(item)  # outside the indexed tree: not ours to judge
+                continue
+            verdict = self.matcher.verdict(path, item.nodeid.split("::")[1:])
+            if verdict.keep:
+                kept.append(item)
+            elif any(named.names(item) for named in explicit):
+                counts.explicit += 1
+                kept.append(item)
+            else:
+                dropped.append(item)
+        counts.selected, counts.deselected = len(kept), len(dropped)
+        self.counts = counts
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+        if self.is_worker:
+            config.workeroutput[WORKER_OUTPUT] = {
+                k: v for k, v in vars(counts).items() if k != "from_workers"
+            }
+
+    # --- results ----------------------------------------------------------------------
+
+    def _deselected_everything(self) -> bool:
+        return self.counts.collected > 0 and self.counts.selected == 0
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and self._deselected_everything():
+            session.exitstatus = pytest.ExitCode.OK
+        counts = self.counts.as_dict()
+        self._junit_properties(counts)
+        report = _option(self.config, "--torchtalk-report", "torchtalk_report")
+        if report:
+            path = self.config.invocation_params.dir / report
+            _write_atomic(path, json.dumps(selection_to_dict(self.selection, counts), indent=2))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as handle:
+                handle.write(markdown_table(self.selection, counts))
+
+    def _junit_properties(self, counts: dict[str, int]) -> None:
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None:
+            return
+        selection = self.selection
+        properties = {
+            "torchtalk_run_everything": str(selection.run_everything).lower(),
+            "torchtalk_test_files_total": selection.test_files_total,
+            "torchtalk_test_files_selected": (
+                selection.test_files_total if selection.run_everything else len(selection.files)
+            ),
+            "torchtalk_tests_selected": counts["selected"],
+            "torchtalk_tests_deselected": counts["deselected"],
+            "torchtalk_changed_entities": len(selection.entities),
+        }
+        for name, value in properties.items():
+            xml.add_global_property(name, value)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
+        if self.is_worker:
+            return
+        terminalreporter.section("torchtalk selection")
+        for line in summary_lines(self.selection, limit=10):
+            terminalreporter.write_line(line)
+        counts = self.counts
+        line = f"tests: {counts.selected} selected, {counts.deselected} deselected"
+        if counts.explicit:
+            line += f" ({counts.explicit} kept because named on the command line)"
+        terminalreporter.write_line(line)
+        if self._deselected_everything():
+            terminalreporter.write_line(
+                "every collected test was deselected on evidence: exit status 0, not 5"
+            )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
