@@ -19,6 +19,7 @@ class NodeKind(str, Enum):
     DISPATCH_STUB = "dispatch_stub"  # DECLARE_DISPATCH(fn_type, name)
     OP = "op"  # an operator schema: aten::add.Tensor, ns::name from TORCH_LIBRARY
     BINDING = "binding"  # a name made callable from Python (pybind11, PyMethodDef, Python entry)
+    REGISTRATION = "registration"  # m.impl of an op defined in another file: ns::name
     DERIVATIVE = "derivative"  # a derivatives.yaml entry (backward formulas of an op)
     PYTHON_MODULE = "python_module"
     PYTHON_CLASS = "python_class"
@@ -28,6 +29,7 @@ class NodeKind(str, Enum):
     TEST_CLASS = "test_class"
     TEST_FUNCTION = "test_function"
     TEST_UTILITY = "test_utility"  # helper under a testing package, or a conftest fixture
+    EXTERNAL_SYMBOL = "external_symbol"  # a name imported from a depended-on harness's package
 
     def __str__(self) -> str:
         return self.value

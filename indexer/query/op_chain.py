@@ -1,0 +1,214 @@
+"""The chain behind one op, read from the graph: dispatch table, implementations per key,
+DispatchStubs and their registered kernels, CUDA kernels launched, backward formulas.
+
+Pure reads through :class:`Index`; ``trace`` formats the result. Walks are bounded (depth
+and node budgets) so a hub function cannot make an answer slow; a budget that cuts a walk
+short is reported, never silent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from indexer.query.index import Index, Node
+
+STUB_DEPTH = 2  # calls from an implementation to the DispatchStub it invokes
+LAUNCH_DEPTH = 3  # calls from a host function to the kernel launch
+WALK_BUDGET = 400  # nodes one bounded walk may visit
+
+_DISPATCH_SQL = (
+    "SELECT e.dst_id, f.path, e.line, e.attrs, r.attrs, r.target FROM edges e"
+    " JOIN files f ON f.id = e.file_id LEFT JOIN refs r ON r.id = e.ref_id"
+    " WHERE e.src_id = ? AND e.kind = 'dispatches' ORDER BY e.line, e.id"
+)
+_UNRESOLVED_SQL = (
+    "SELECT r.target, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
+    " WHERE r.file_id = (SELECT file_id FROM nodes WHERE id = ?) AND r.src_id = ?"
+    " AND r.kind = ? AND r.scheme = 'cpp' AND r.target_id IS NULL"
+    " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id) ORDER BY r.line"
+)
+_STUB_KERNELS_SQL = (
+    "SELECT e.dst_id, f.path, e.line, r.attrs FROM nodes n"
+    " JOIN edges e ON e.src_id = n.id AND e.kind = 'dispatches'"
+    " JOIN refs r ON r.id = e.ref_id JOIN files f ON f.id = e.file_id"
+    " WHERE n.kind = 'file' AND r.attrs LIKE '%\"stub\"%'"
+)
+
+
+@dataclass
+class Hop:
+    """One edge of a chain: the node reached and the text (file:line) that links it."""
+
+    node: Node
+    path: str
+    line: int
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def evidence(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass
+class Unresolved:
+    target: str
+    path: str
+    line: int
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def evidence(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _json(raw: str | None) -> dict[str, Any]:
+    return json.loads(raw) if raw else {}
+
+
+def dispatch_hops(index: Index, node_id: int) -> list[Hop]:
+    """``dispatches`` edges out of an op or registration, with the ref's attrs merged in
+    (the dispatch key is on the ref; resolvers may or may not copy it onto the edge)."""
+    hops = []
+    for dst, path, line, edge_attrs, ref_attrs, target in index.conn.execute(
+        _DISPATCH_SQL, (node_id,)
+    ):
+        attrs = {**_json(ref_attrs), **_json(edge_attrs)}
+        if target:
+            attrs.setdefault("written", target)
+        hops.append(Hop(index.node(dst), path, line, attrs))
+    return hops
+
+
+def unresolved(index: Index, node_id: int, kind: str = "dispatches") -> list[Unresolved]:
+    """``cpp`` refs of ``kind`` from ``node_id`` the linker found no definition for."""
+    return [
+        Unresolved(target, path, line, _json(attrs))
+        for target, path, line, attrs in index.conn.execute(
+            _UNRESOLVED_SQL, (node_id, node_id, kind)
+        )
+    ]
+
+
+def keys_of(attrs: dict[str, Any]) -> list[str]:
+    """The dispatch key of one ref (``key``), else the keys it was written with."""
+    if attrs.get("key"):
+        return [str(attrs["key"])]
+    return [str(key) for key in attrs.get("keys") or []]
+
+
+def merge_keys(hops: list[Any]) -> list[tuple[Any, list[str]]]:
+    """One entry per (target, evidence) with the keys of every ref that wrote it."""
+    merged: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
+    for hop in hops:
+        target = hop.node.id if isinstance(hop, Hop) else hop.target
+        slot = merged.setdefault((target, hop.evidence), (hop, []))
+        for key in keys_of(hop.attrs):
+            if key not in slot[1]:
+                slot[1].append(key)
+    return list(merged.values())
+
+
+# --- DispatchStub registrations (REGISTER_DISPATCH), cached per index file ---------------
+
+_stub_cache: dict[tuple[str, str], dict[str, list[tuple[int, str, int, dict]]]] = {}
+_stub_lock = threading.Lock()
+
+
+def stub_registrations(index: Index) -> dict[str, list[tuple[int, str, int, dict]]]:
+    """stub name -> (kernel node, path, line, ref attrs) of every REGISTER_*_DISPATCH."""
+    cache_key = (str(index.db_path), index.meta.get("built_at", ""))
+    with _stub_lock:
+        cached = _stub_cache.get(cache_key)
+        if cached is not None:
+            return cached
+    table: dict[str, list[tuple[int, str, int, dict]]] = {}
+    for dst, path, line, raw in index.conn.execute(_STUB_KERNELS_SQL):
+        attrs = _json(raw)
+        stub = attrs.get("stub")
+        if stub:
+            table.setdefault(str(stub), []).append((dst, path, line, attrs))
+    with _stub_lock:
+        _stub_cache.clear()  # one index at a time is the common case; keep memory bounded
+        _stub_cache[cache_key] = table
+    return table
+
+
+def stub_kernels(index: Index, stub: Node) -> list[Hop]:
+    hops = [
+        Hop(index.node(dst), path, line, attrs)
+        for dst, path, line, attrs in stub_registrations(index).get(stub.name, [])
+    ]
+    hops.extend(
+        Hop(index.node(e.dst), e.path, e.line, e.attrs)
+        for e in index.out_edges(stub.id, ["dispatches"])
+    )
+    unique = {(hop.node.id, hop.line, hop.path): hop for hop in hops}
+    return sorted(unique.values(), key=lambda hop: (hop.path, hop.line))
+
+
+# --- bounded walks over calls -----------------------------------------------------------
+
+
+@dataclass
+class Reach:
+    hops: list[Hop] = field(default_factory=list)  # edges found, in order of discovery
+    truncated: bool = False
+
+
+def walk_out(
+    index: Index, starts: Iterable[int], kinds: list[str], depth: int, want: set[str]
+) -> Reach:
+    """Edges (of ``kinds``) from ``starts`` up to ``depth`` levels that reach a node of a
+    kind in ``want``; each such edge once, the walk capped at WALK_BUDGET nodes."""
+    reach = Reach()
+    seen = set(starts)
+    frontier = list(seen)
+    found: set[tuple[int, int]] = set()
+    for _ in range(depth):
+        following = []
+        for node_id in frontier:
+            for edge in index.out_edges(node_id, kinds):
+                target = index.node(edge.dst)
+                if target.kind in want and (edge.src, edge.dst) not in found:
+                    found.add((edge.src, edge.dst))
+                    reach.hops.append(
+                        Hop(target, edge.path, edge.line, {**edge.attrs, "from": edge.src})
+                    )
+                if edge.dst not in seen and target.kind == "cpp_function":
+                    seen.add(edge.dst)
+                    following.append(edge.dst)
+                    if len(seen) >= WALK_BUDGET:
+                        reach.truncated = True
+                        return reach
+        frontier = following
+        if not frontier:
+            break
+    return reach
+
+
+def stubs_called(index: Index, function_ids: Iterable[int]) -> Reach:
+    return walk_out(index, function_ids, ["calls"], STUB_DEPTH, {"dispatch_stub"})
+
+
+def kernels_launched(index: Index, function_ids: Iterable[int]) -> Reach:
+    return walk_out(index, function_ids, ["calls", "launches"], LAUNCH_DEPTH, {"cuda_kernel"})
+
+
+def backward_entries(index: Index, op: Node) -> list[Node]:
+    return [
+        index.node(edge.src)
+        for edge in index.in_edges(op.id, ["derives"])
+        if index.node(edge.src).kind == "derivative"
+    ]
+
+
+def python_references(index: Index, node: Node, limit: int = 10) -> list[Hop]:
+    """Python code that names the op or binding (``references`` edges into it)."""
+    hops = []
+    for edge in index.in_edges(node.id, ["references"])[:limit]:
+        hops.append(Hop(index.node(edge.src), edge.path, edge.line, edge.attrs))
+    return hops

@@ -1,0 +1,150 @@
+"""From a name as a user writes it to the ops, bindings or C++ functions it means.
+
+Accepted spellings: ``torch.matmul``, ``matmul``, ``aten::matmul``, ``aten::add.Tensor``,
+``aten::add`` (every overload), ``at::native::matmul`` (the C++ function, and the ops that
+dispatch to it), ``Tensor.add_``, ``torch.ops.ns.op[.overload]``, ``torch._C._nn.linear``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from indexer.query.index import Index, Node
+
+OP = "op"
+OP_LIKE = ("op", "registration")
+CPP_KINDS = ("cpp_function", "cuda_kernel", "dispatch_stub")
+
+
+@dataclass
+class Lookup:
+    ops: list[Node] = field(default_factory=list)
+    bindings: list[Node] = field(default_factory=list)
+    functions: list[Node] = field(default_factory=list)  # C++ starts that no op was found for
+    how: str = ""  # how the name was matched, for the answer's title
+
+
+def by_python_name(index: Index, name: str, suffix: bool = False) -> list[Node]:
+    """Op and binding nodes one of whose ``python_names`` is ``name`` (or ends with ``.name``)."""
+    pattern = f'%.{name}"%' if suffix else f'%"{name}"%'
+    rows = index.conn.execute(
+        "SELECT id FROM nodes WHERE kind IN ('op', 'binding') AND attrs LIKE ?", (pattern,)
+    ).fetchall()
+    nodes = index.nodes(row[0] for row in rows)
+    if suffix:
+        return [
+            n
+            for n in nodes
+            if any(p.endswith(f".{name}") for p in n.attrs.get("python_names") or [])
+        ]
+    return [n for n in nodes if name in (n.attrs.get("python_names") or [])]
+
+
+def op_overloads(index: Index, qualname: str) -> list[Node]:
+    """``aten::add`` -> every ``aten::add[.<overload>]`` op."""
+    name = qualname.rpartition("::")[2]
+    return [
+        node
+        for node in index.find(name, kinds=[OP])
+        if node.qualname == qualname or node.qualname.startswith(f"{qualname}.")
+    ]
+
+
+def _dispatching_ops(index: Index, node_id: int) -> list[Node]:
+    ops = []
+    for edge in index.in_edges(node_id, ["dispatches"]):
+        source = index.node(edge.src)
+        if source.kind == OP:
+            ops.append(source)
+        elif source.kind == "registration":
+            ops.extend(
+                index.node(inner.src)
+                for inner in index.in_edges(source.id, ["dispatches"])
+                if index.node(inner.src).kind == OP
+            )
+    return ops
+
+
+def ops_reaching(index: Index, function: Node, depth: int = 2, max_nodes: int = 300) -> list[Node]:
+    """Ops that dispatch to ``function`` (directly or through a registration); failing
+    that, ops dispatching to one of its callers up to ``depth`` levels up."""
+    ops = _dispatching_ops(index, function.id)
+    frontier = [function.id]
+    seen = {function.id}
+    for _ in range(depth):
+        if ops or not frontier or len(seen) > max_nodes:
+            break
+        callers = []
+        for node_id in frontier:
+            for edge in index.in_edges(node_id, ["calls"]):
+                if edge.src not in seen:
+                    seen.add(edge.src)
+                    callers.append(edge.src)
+        for caller in callers:
+            ops.extend(_dispatching_ops(index, caller))
+        frontier = callers
+    return sorted(_unique(ops), key=lambda node: node.qualname)
+
+
+def lookup(index: Index, name: str) -> Lookup:
+    name = name.strip()
+    found = [node for node in index.find(name) if node.kind != "file"]
+    ops = [node for node in found if node.kind == OP]
+    if ops:
+        exact = [node for node in ops if node.qualname == name]
+        return Lookup(ops=exact or ops, how="op name")
+    if "::" in name and "." not in name.rpartition("::")[2]:
+        overloads = op_overloads(index, name)
+        if overloads:
+            return Lookup(ops=overloads, how="op overloads")
+    spelled = by_python_name(index, name)
+    if not spelled and "." in name and "::" not in name:
+        spelled = by_python_name(index, name, suffix=True)
+    if spelled:
+        return Lookup(
+            ops=[node for node in spelled if node.kind == OP],
+            bindings=[node for node in spelled if node.kind == "binding"],
+            how="Python name",
+        )
+    registrations = [node for node in found if node.kind == "registration"]
+    bindings = [node for node in found if node.kind == "binding"]
+    functions = [node for node in found if node.kind in CPP_KINDS]
+    if registrations:
+        reached = []
+        for registration in registrations:
+            reached.extend(
+                index.node(edge.src) for edge in index.in_edges(registration.id, ["dispatches"])
+            )
+        return Lookup(ops=_unique([n for n in reached if n.kind == OP]), how="registration")
+    if bindings:
+        return Lookup(bindings=bindings, how="binding")
+    if functions:
+        exact = [node for node in functions if node.qualname == name] or functions
+        ops: list[Node] = []
+        for function in exact[:20]:
+            ops.extend(ops_reaching(index, function))
+        return Lookup(ops=_unique(ops), functions=exact, how="C++ function")
+    derivatives = [node for node in found if node.kind == "derivative"]
+    if derivatives:
+        ops = []
+        for derivative in derivatives:
+            ops.extend(index.node(edge.dst) for edge in index.out_edges(derivative.id, ["derives"]))
+        return Lookup(ops=_unique([n for n in ops if n.kind == OP]), how="derivative")
+    return Lookup()
+
+
+def _unique(nodes: list[Node]) -> list[Node]:
+    return list({node.id: node for node in nodes}.values())
+
+
+def primary_order(ops: list[Node]) -> list[Node]:
+    """Functional overloads first, then in-place, then out= variants; by name within."""
+
+    def rank(node: Node) -> tuple[int, str]:
+        qualname = node.qualname
+        overload = node.attrs.get("overload") or ""
+        is_out = overload == "out" or overload.endswith("_out") or "out" in overload.split("_")
+        inplace = node.name.endswith("_") and not node.name.endswith("__")
+        return (2 if is_out else 1 if inplace else 0, qualname)
+
+    return sorted(ops, key=rank)
