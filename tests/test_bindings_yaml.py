@@ -69,9 +69,11 @@ def test_python_names_follow_variants_and_python_module(minitorch: tuple[Path, I
     # method-only: no torch.add_ function spelling
     assert "torch.Tensor.add_" in names["aten::add_.Tensor"]
     assert "torch.add_" not in names["aten::add_.Tensor"]
-    assert {"torch.nn.functional.linear", "torch._C._nn.linear", "minitorch.nn.functional.linear"} <= names[
-        "aten::linear"
-    ]
+    assert {
+        "torch.nn.functional.linear",
+        "torch._C._nn.linear",
+        "minitorch.nn.functional.linear",
+    } <= names["aten::linear"]
     assert "torch.linear" not in names["aten::linear"]
     assert {"torch.linalg.vector_norm", "minitorch.linalg.vector_norm"} <= names[
         "aten::linalg_vector_norm"
@@ -142,7 +144,9 @@ def test_schema_parsing() -> None:
     assert (schema.name, schema.overload, schema.returns) == ("sum", "dim_IntList", "Tensor")
     assert [a.name for a in schema.arguments] == ["self", "dim", "keepdim", "dtype"]
     assert schema.arguments[3].kwarg_only and not schema.arguments[2].kwarg_only
-    out = parse_schema("add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)")
+    out = parse_schema(
+        "add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"
+    )
     assert out is not None and out.is_out
     string_default = parse_schema('f(str kv="auto", Tensor!? key=None) -> ()')
     assert string_default is not None

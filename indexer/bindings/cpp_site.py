@@ -53,29 +53,61 @@ def end_line(node: tree_sitter.Node) -> int:
     return node.end_point[0] + 1
 
 
-def _condition_text(node: tree_sitter.Node) -> str:
-    condition = node.child_by_field_name("condition")
-    return " ".join(text(condition).split()) if condition is not None else ""
+_DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b(.*)$", re.M)
+_COMMENT = re.compile(rb"//.*|/\*.*?\*/")
 
 
-def is_inactive(node: tree_sitter.Node) -> bool:
-    """Whether the preprocessor certainly drops ``node`` (``#if 0`` / the ``#else`` of ``#if 1``)."""
-    child = node
-    parent = node.parent
-    while parent is not None:
-        if parent.type in ("preproc_if", "preproc_elif"):
-            condition = _condition_text(parent)
-            alternative = parent.child_by_field_name("alternative")
-            in_alternative = alternative is not None and (
-                alternative.start_byte <= child.start_byte < alternative.end_byte
-            )
-            if condition in _DEAD_CONDITIONS and not in_alternative:
-                return True
-            if condition in _LIVE_CONDITIONS and in_alternative:
-                return True
-        child = parent
-        parent = parent.parent
-    return False
+def _constant(condition: bytes) -> bool | None:
+    value = _COMMENT.sub(b"", condition).strip()
+    if value in (b"0", b"false", b"(0)"):
+        return False
+    if value in (b"1", b"true", b"(1)"):
+        return True
+    return None
+
+
+class DeadCode:
+    """Lines the preprocessor certainly drops: ``#if 0`` blocks, the ``#else`` of ``#if 1``.
+
+    Read from the text, not the tree: a directive inside an expression (a PyMethodDef
+    table) is an ERROR node to tree-sitter, and must still hide what it guards.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self.lines: set[int] = set()
+        if b"#" not in data:
+            return
+        stack: list[list[bool]] = []  # per #if: [this branch is dead, a branch was taken]
+        dead_from: int | None = None
+        for match in _DIRECTIVE.finditer(data):
+            directive, rest = match.group(1), match.group(2)
+            line = data.count(b"\n", 0, match.start()) + 1
+            was_dead = any(frame[0] for frame in stack)
+            if directive in (b"if", b"ifdef", b"ifndef"):
+                value = _constant(rest) if directive == b"if" else None
+                stack.append([value is False, value is True])
+            elif not stack:
+                continue
+            elif directive == b"elif":
+                frame = stack[-1]
+                value = _constant(rest)
+                frame[0] = frame[1] or value is False
+                frame[1] = frame[1] or value is True
+            elif directive == b"else":
+                frame = stack[-1]
+                frame[0] = frame[1]  # dead only if an earlier branch was certainly taken
+                frame[1] = True
+            else:
+                stack.pop()
+            now_dead = any(frame[0] for frame in stack)
+            if now_dead and not was_dead:
+                dead_from = line + 1
+            elif was_dead and not now_dead and dead_from is not None:
+                self.lines.update(range(dead_from, line))
+                dead_from = None
+
+    def covers(self, node: tree_sitter.Node) -> bool:
+        return bool(self.lines) and (node.start_point[0] + 1) in self.lines
 
 
 def in_comment_or_string(node: tree_sitter.Node) -> bool:

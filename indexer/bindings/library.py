@@ -27,12 +27,12 @@ from typing import Any
 import tree_sitter
 
 from indexer.bindings.cpp_site import (
+    DeadCode,
     UsingIndex,
     arguments_of,
     callables,
     end_line,
     in_comment_or_string,
-    is_inactive,
     line,
     plain_name,
     string_value,
@@ -89,12 +89,17 @@ def local_wrappers(data: bytes, macros: list[str]) -> list[str]:
 
 
 def find_macro_blocks(
-    data: bytes, root: tree_sitter.Node, macros: list[str], aliases: dict[str, str]
+    data: bytes,
+    root: tree_sitter.Node,
+    macros: list[str],
+    aliases: dict[str, str],
+    dead: DeadCode | None = None,
 ) -> list[Block]:
     """Every live ``MACRO(ns, [Key,] m) { ... }`` of the given macro names."""
     if not macros:
         return []
     pattern = re.compile(rb"\b(" + b"|".join(re.escape(m.encode()) for m in macros) + rb")\s*\(")
+    dead = dead or DeadCode(data)
     blocks = []
     for match in pattern.finditer(data):
         node = root.descendant_for_byte_range(match.start(1), match.end(1))
@@ -111,7 +116,7 @@ def find_macro_blocks(
             continue
         body = definition.child_by_field_name("body")
         parameters = declarator.child_by_field_name("parameters")
-        if body is None or parameters is None or is_inactive(definition):
+        if body is None or parameters is None or dead.covers(definition):
             continue
         params = [plain_name(p) for p in parameters.named_children if p.type != "comment"]
         if len(params) not in (2, 3):
@@ -129,7 +134,7 @@ def method_site(call: tree_sitter.Node) -> tree_sitter.Node:
     return field if field is not None else call
 
 
-def module_calls(block: Block) -> list[tuple[str, tree_sitter.Node]]:
+def module_calls(block: Block, dead: DeadCode) -> list[tuple[str, tree_sitter.Node]]:
     """``(method, call)`` for each live ``m.def`` / ``m.impl`` on the block's variable."""
     calls = []
     for node in walk(block.body):
@@ -142,7 +147,7 @@ def module_calls(block: Block) -> list[tuple[str, tree_sitter.Node]]:
         method = text(function.child_by_field_name("field"))
         if text(receiver) != block.var or method not in ("def", "impl"):
             continue
-        if not is_inactive(node):
+        if not dead.covers(node):
             calls.append((method, node))
     return calls
 
@@ -166,17 +171,18 @@ class LibraryReader:
         self.aliases = aliases
         self.packages = packages_with_torch(packages)
         self.usings = UsingIndex(root)
+        self.dead = DeadCode(data)
         self.ops: dict[str, int] = {}  # qualname -> op node defined in this file
         self.registrations: dict[str, int] = {}  # qualname -> registration node
 
     def read(self) -> None:
         macros = self.macros + local_wrappers(self.data, self.macros)
-        blocks = find_macro_blocks(self.data, self.root, macros, self.aliases)
+        blocks = find_macro_blocks(self.data, self.root, macros, self.aliases, self.dead)
         pending_impls = []
         for block in blocks:
             if block.namespace == "_":  # fallback-only blocks name no op
                 continue
-            for method, call in module_calls(block):
+            for method, call in module_calls(block, self.dead):
                 if method == "def":
                     self._define(block, call)
                 else:
@@ -304,7 +310,7 @@ class LibraryReader:
         calls: dict[tuple[int, int], tree_sitter.Node] = {}
         for match in re.finditer(rb"\bRegisterOperators\b", self.data):
             node = self.root.descendant_for_byte_range(match.start(), match.end())
-            if node is None or in_comment_or_string(node) or is_inactive(node):
+            if node is None or in_comment_or_string(node) or self.dead.covers(node):
                 continue
             current = node
             while current.parent is not None and current.parent.type in (

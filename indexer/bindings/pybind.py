@@ -26,11 +26,11 @@ from typing import Any
 import tree_sitter
 
 from indexer.bindings.cpp_site import (
+    DeadCode,
     UsingIndex,
     arguments_of,
     callables,
     in_comment_or_string,
-    is_inactive,
     line,
     plain_name,
     string_value,
@@ -87,13 +87,14 @@ class PybindReader:
         self.package = file_package(facts.path, packages)
         self.default_module = f"{self.package}._C" if self.package else "_C"
         self.usings = UsingIndex(root)
+        self.dead = DeadCode(data)
         self.bindings: dict[str, int] = {}
         # Variables of each function body: (function start byte, name) -> module / class
         self.modules: dict[tuple[int, str], str] = {}
         self.classes: dict[tuple[int, str], tuple[str, str]] = {}
 
     def read(self) -> None:
-        for block in find_macro_blocks(self.data, self.root, self.macros, self.aliases):
+        for block in find_macro_blocks(self.data, self.root, self.macros, self.aliases, self.dead):
             name = block.namespace
             module = f"{self.package}.{name}" if self.package else name
             self.modules[(block.node.start_byte, block.var)] = module
@@ -119,7 +120,11 @@ class PybindReader:
                 self._module_parameter(node)
             elif kind == "init_declarator":
                 self._declaration(node)
-            elif kind == "call_expression" and self._is_chain_top(node) and not is_inactive(node):
+            elif (
+                kind == "call_expression"
+                and self._is_chain_top(node)
+                and not self.dead.covers(node)
+            ):
                 self._chain(node)
 
     def _module_parameter(self, node: tree_sitter.Node) -> None:
@@ -341,7 +346,7 @@ class PybindReader:
             if declaration is None or declaration.start_byte in seen:
                 continue
             seen.add(declaration.start_byte)
-            if is_inactive(declaration):
+            if self.dead.covers(declaration):
                 continue
             self._method_table(declaration)
 
@@ -355,7 +360,7 @@ class PybindReader:
             if value.type != "initializer_list":
                 continue
             for entry in value.named_children:
-                if entry.type != "initializer_list" or is_inactive(entry):
+                if entry.type != "initializer_list" or self.dead.covers(entry):
                     continue
                 fields = [child for child in entry.named_children if child.type != "comment"]
                 if len(fields) < 2:
