@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.index import Index, Node
-from indexer.select.impact import OPINFO_LIST_EDGE, Reach
+from indexer.select.impact import Reach
 from indexer.select.model import SelectedFile, TestScope
 
 
@@ -33,9 +33,16 @@ def _split_test(qualname: str) -> tuple[str | None, str]:
 
 def opinfo_scopes(index: Index, reach: Reach, in_file: list[int]) -> list[TestScope] | None:
     """The narrowed tests of one file, or None when the file must run whole."""
-    tests = [
-        node_id for node_id in in_file if reach.kind.get(node_id) == NodeKind.TEST_FUNCTION.value
+    # Evidence enters a file where the walk crosses into it; what the walk reaches from
+    # there inside the same file (a test's class, the module code instantiating it)
+    # adds nothing of its own.
+    here = reach.file_id.get(in_file[0]) if in_file else None
+    in_file = [
+        node_id
+        for node_id in in_file
+        if reach.steps.get(node_id) is None or reach.file_id.get(reach.steps[node_id].prev) != here
     ]
+    tests = [n for n in in_file if reach.kind.get(n) == NodeKind.TEST_FUNCTION.value]
     if len(tests) != len(in_file) or not tests:
         return None
     scopes = []
@@ -43,17 +50,6 @@ def opinfo_scopes(index: Index, reach: Reach, in_file: list[int]) -> list[TestSc
         if not node.attrs.get("opinfo_list"):
             return None
         opinfos: list[Node] = []
-        step = reach.steps.get(node.id)
-        if step is not None and step.kind == OPINFO_LIST_EDGE:
-            lists = node.attrs["opinfo_list"]
-            lists = [lists] if isinstance(lists, str) else list(lists)
-            opinfos += [
-                reached
-                for reached in index.nodes(
-                    n for n, kind in reach.kind.items() if kind == NodeKind.OPINFO.value
-                )
-                if reached.qualname.split(":", 1)[0] in lists
-            ]
         for edge in index.out_edges(node.id):
             if edge.dst not in reach.steps:
                 continue

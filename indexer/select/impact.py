@@ -5,8 +5,9 @@ caller is affected by its callee, an op by its kernel, a test by what it covers)
 kinds carry impact forwards: a structured kernel ``implements`` its op, and a
 derivative entry ``derives`` its op (a changed formula helper reaches the derivative
 backwards, then its op forwards). A method's change reaches its class (``contains``
-backwards, for classes only). An OpInfo entry reaches the ``@ops`` tests that iterate
-its list. No depth cap; each node is visited once, so cycles end.
+backwards, for classes only). ``imports`` carries impact only from a module: importing a
+function by name runs none of its body; its users reference it. An OpInfo entry reaches the ``@ops`` tests iterating its
+list through their ``covers`` edges. No depth cap; each node is visited once, so cycles end.
 
 The walk is breadth-first over whole frontiers, one SQL query per 900 nodes, so a
 closure of a hundred thousand nodes costs a few hundred queries, not a hundred thousand.
@@ -35,7 +36,9 @@ REVERSE_KINDS = (
 )
 FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
 CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
-OPINFO_LIST_EDGE = "opinfo_list"  # a synthetic hop: an @ops test iterates the OpInfo's list
+MODULE_KINDS = frozenset(
+    {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
+)
 _BATCH = 900
 
 
@@ -77,7 +80,6 @@ class ImpactWalker:
 
     def __init__(self, index: Index) -> None:
         self.index = index
-        self._opinfo_tests: dict[str, list[tuple[int, int, int]]] | None = None
 
     def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
         rows = []
@@ -87,20 +89,6 @@ class ImpactWalker:
                 f"SELECT id, kind, file_id FROM nodes WHERE id IN ({_placeholders(batch)})", batch
             ).fetchall()
         return rows
-
-    def opinfo_tests(self) -> dict[str, list[tuple[int, int, int]]]:
-        """OpInfo list name -> (test function id, file id, line) of the @ops tests over it."""
-        if self._opinfo_tests is None:
-            table: dict[str, list[tuple[int, int, int]]] = {}
-            for node_id, file_id, line, attrs in self.index.conn.execute(
-                "SELECT id, file_id, line, attrs FROM nodes"
-                " WHERE kind = 'test_function' AND attrs LIKE '%opinfo_list%'"
-            ):
-                name = json.loads(attrs).get("opinfo_list")
-                for list_name in [name] if isinstance(name, str) else name or []:
-                    table.setdefault(list_name, []).append((node_id, file_id, line))
-            self._opinfo_tests = table
-        return self._opinfo_tests
 
     def walk(self, starts: dict[int, int]) -> Reach:
         """Everything that reaches the ``starts`` (node id -> entity index)."""
@@ -127,6 +115,8 @@ class ImpactWalker:
                 ):
                     if kind == EdgeKind.CONTAINS.value and src_kind not in CLASS_KINDS:
                         continue
+                    if kind == EdgeKind.IMPORTS.value and reach.kind.get(dst) not in MODULE_KINDS:
+                        continue  # importing a name runs none of its body
                     found.append(
                         (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
                     )
@@ -145,9 +135,9 @@ class ImpactWalker:
                     found.append(
                         (dst, Step(src, kind, src, dst, file_id, line), dst_kind, dst_file)
                     )
-            for node_id in frontier:
-                if reach.kind.get(node_id) == NodeKind.OPINFO.value:
-                    found += self._opinfo_steps(node_id)
+            ops = [n for n in frontier if reach.kind.get(n) == NodeKind.OP.value]
+            if ops:
+                found += self._dispatcher_callers(ops)
             frontier = []
             for node_id, step, kind, file_id in found:
                 if node_id in reach.steps:
@@ -159,15 +149,42 @@ class ImpactWalker:
                 frontier.append(node_id)
         return reach
 
-    def _opinfo_steps(self, opinfo_id: int) -> list[tuple[int, Step, str, int]]:
-        qualname = self.index.node(opinfo_id).qualname
-        list_name = qualname.split(":", 1)[0]
-        return [
-            (
-                test_id,
-                Step(opinfo_id, OPINFO_LIST_EDGE, test_id, opinfo_id, file_id, line),
-                NodeKind.TEST_FUNCTION.value,
-                file_id,
-            )
-            for test_id, file_id, line in self.opinfo_tests().get(list_name, [])
-        ]
+    def _dispatcher_callers(self, op_ids: list[int]) -> list[tuple[int, Step, str, int]]:
+        """C++ code calling aten ops through the generated API (``at::addmm(...)``,
+        ``self.t()``): those functions live in generated headers the index never sees,
+        so such calls stay unresolved refs; they are matched to the op by name."""
+        found = []
+        conn = self.index.conn
+        for op in self.index.nodes(op_ids):
+            if not op.qualname.startswith("aten::"):
+                continue
+            keys = [op.name, f"{op.name}_out", f"{op.name}_outf"]
+            for src, file_id, line, target, attrs, src_kind, src_file in conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, r.target, r.attrs, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                f" WHERE r.target_key IN ({_placeholders(keys)}) AND r.scheme = 'cpp'"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                keys,
+            ):
+                if _calls_op_api(target, attrs, keys):
+                    step = Step(op.id, EdgeKind.CALLS.value, src, op.id, file_id, line)
+                    found.append((src, step, src_kind, src_file))
+        return found
+
+
+_API_PREFIXES = ("at::", "torch::", "::at::", "c10::")
+_TENSOR_TYPES = frozenset({"Tensor", "TensorBase", "Tensor&", "TensorBase&"})
+
+
+def _calls_op_api(target: str, attrs: str | None, keys: list[str]) -> bool:
+    """Whether an unresolved call ``target`` may be the generated API of an op."""
+    head, _, last = target.rpartition("::")
+    if last.split("<", 1)[0] not in keys:
+        return False
+    if head:
+        return (head + "::").startswith(_API_PREFIXES)
+    receiver = json.loads(attrs).get("receiver") if attrs else None
+    if receiver is None:
+        return True  # an unqualified call or a method on an unknown type: may be the op
+    receiver = receiver.replace("const ", "").replace("at::", "").strip()
+    return receiver in _TENSOR_TYPES

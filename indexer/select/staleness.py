@@ -1,15 +1,19 @@
 """Whether the index still describes the tree the diff is read from.
 
-The index records each file's content hash and the commit it was built at. The files
-that can disagree are those changed since the base (the diff) and those changed since
-the index's commit; each is hashed and compared. A stale index is brought up to date
+The index records each file's content hash, the commit it was built at and when. The
+files that can disagree are those changed since the base (the diff), those changed since
+the index's commit, and those written after the index was built (an index built from a
+dirty tree, then reverted); each is hashed and compared, so the check costs a stat per
+indexed file and a hash per candidate, not a hash per file. A stale index is brought up to date
 incrementally when that is possible; otherwise the selection runs everything, saying why.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from indexer.extract.discover import wanted_language
@@ -19,6 +23,7 @@ from indexer.select.diff import Diff
 from indexer.workspace import Workspace
 
 SHOWN = 5
+MTIME_SLACK_S = 2.0  # built_at has whole seconds; file systems round mtimes too
 
 
 @dataclass
@@ -61,6 +66,24 @@ def _changed_since(source: Path, commit: str) -> list[str] | None:
     return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
 
 
+def _written_since(source: Path, built_at: str | None, rows: list[tuple]) -> list[str]:
+    """Indexed files modified after (or within a moment before) the index was built."""
+    if not built_at:
+        return [row[0] for row in rows]
+    try:
+        cutoff = datetime.fromisoformat(built_at).timestamp() - MTIME_SLACK_S
+    except ValueError:
+        return [row[0] for row in rows]
+    recent = []
+    for path, _, _ in rows:
+        try:
+            if os.stat(source / path).st_mtime >= cutoff:
+                recent.append(path)
+        except OSError:
+            recent.append(path)  # gone: the comparison below says so
+    return recent
+
+
 def check_freshness(workspace: Workspace, index: Index, diff: Diff) -> Freshness:
     freshness = Freshness()
     if index.meta.get("manifest") not in (None, workspace.manifest.fingerprint()):
@@ -74,11 +97,9 @@ def check_freshness(workspace: Workspace, index: Index, diff: Diff) -> Freshness
             freshness.problem = f"the index's commit {commit[:12]} is not in this repository"
             return freshness
         paths.update(since)
-    rows = {
-        path: (sha, error)
-        for path, sha, error in index.conn.execute("SELECT path, sha, error FROM files")
-        if path in paths
-    }
+    all_rows = index.conn.execute("SELECT path, sha, error FROM files").fetchall()
+    paths.update(_written_since(workspace.source, index.meta.get("built_at"), all_rows))
+    rows = {path: (sha, error) for path, sha, error in all_rows if path in paths}
     for path in sorted(paths):
         full = workspace.source / path
         indexed = wanted_language(path, workspace.manifest) is not None
