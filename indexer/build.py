@@ -10,14 +10,15 @@ import fcntl
 import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from indexer.errors import IndexBusyError
-from indexer.extract.discover import discover
+from indexer.extract.discover import SourceEntry, discover
 from indexer.extract.pipeline import extract_all
 from indexer.gitinfo import head_commit
 from indexer.link import link
@@ -73,8 +74,21 @@ def build_index(
     jobs: int | None = None,
     wait: bool = True,
     show_progress: bool | None = None,
+    db_path: Path | None = None,
+    select: Callable[[SourceEntry], bool] | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> BuildResult:
-    db_path = workspace.db_path
+    """Build the index of ``workspace`` and rename it into place.
+
+    For a phased build (the MCP server serves a quick index while the full one builds):
+    ``db_path`` writes elsewhere than the workspace's index, ``select`` keeps only some of
+    the discovered files, ``on_progress(step, done, total)`` hears each step ("discover",
+    "extract", "link", "done") and may raise to cancel the build (the partial file is
+    removed), and ``extra_meta`` is stored in the index's meta table.
+    """
+    db_path = db_path or workspace.db_path
+    report = on_progress or (lambda step, done, total: None)
     timings: dict[str, float] = {}
     with build_lock(db_path.parent, wait=wait):
         # Under the lock, any half-written database is from a build that died.
@@ -82,7 +96,10 @@ def build_index(
             stale.unlink(missing_ok=True)
         started = time.perf_counter()
         entries = discover(workspace.source, workspace.manifest)
+        if select is not None:
+            entries = [entry for entry in entries if select(entry)]
         timings["discover_s"] = time.perf_counter() - started
+        report("discover", len(entries), len(entries))
         progress = Progress("indexing", len(entries), enabled=show_progress)
         shas: list[tuple[str, str]] = []
         errors = 0
@@ -93,7 +110,9 @@ def build_index(
                 shas.append((facts.path, facts.sha))
                 errors += facts.error is not None
                 progress.advance()
+                report("extract", len(shas), len(entries))
             timings["extract_s"] = time.perf_counter() - phase
+            report("link", 0, 1)
             phase = time.perf_counter()
             writer.finish_load()
             stats = link(writer.conn)
@@ -121,8 +140,10 @@ def build_index(
                     "link_stats": stats.as_dict(),
                     "files": len(entries),
                     "file_errors": errors,
+                    **(extra_meta or {}),
                 },
             )
             writer.commit()
+        report("done", len(entries), len(entries))
         progress.close(f"indexed {len(entries)} files in {timings['total_s']:.1f}s")
     return BuildResult(db_path, len(entries), errors, timings, counts)
