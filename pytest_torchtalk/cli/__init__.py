@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "pytest_torchtalk.cli.status_cmd",
     "pytest_torchtalk.cli.index_cmd",
     "pytest_torchtalk.cli.snapshot_cmd",
+    "pytest_torchtalk.cli.mcp_cmd",
     "pytest_torchtalk.cli.select_cmd",
 )
 

@@ -1,0 +1,310 @@
+"""The index the server answers from, and the background build that produces it.
+
+With a complete index on disk the server opens it lazily on the first request. Without
+one it builds in two phases, in a background thread, so agents get answers early:
+
+1. **quick**: Python and YAML files, plus the C++ files that register ops or bindings
+   (a text search for the harness's registration macros). Written to a separate file
+   (``index-quick.sqlite``) so no other consumer (the pytest plugin, ``torchtalk
+   select``) ever mistakes it for a complete index. YAML, Python and tests are then
+   ready; bindings are partial (the C++ functions they bind are not indexed yet).
+2. **full**: the whole tree, written to the workspace's index and renamed into place;
+   the server swaps to it and removes the quick file.
+
+Every request takes the current :class:`Index` under a lock; a swap replaces the object,
+and requests still holding the old one finish on its (still open) snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from indexer.errors import TorchTalkError
+from indexer.query.index import Index
+from indexer.workspace import Workspace
+
+COMPONENTS = ("yaml", "bindings", "python", "tests", "cpp")
+COMPONENT_TEXT = {
+    "yaml": "op registry (native_functions.yaml, derivatives.yaml)",
+    "bindings": "ops and Python bindings registered from C++",
+    "python": "Python modules, classes, functions and their references",
+    "tests": "tests and what they cover",
+    "cpp": "C++/CUDA functions and the call graph",
+}
+QUICK_READY = ("yaml", "python", "tests")
+QUICK_FILE = "index-quick.sqlite"
+# The quick phase also indexes C++ files whose text names one of these (besides the
+# harness's registration macros): CPython method tables and legacy operator registries.
+EXTRA_REGISTRATION_WORDS = ("PyMethodDef", "RegisterOperators")
+QUICK_WAIT_S = float(os.environ.get("TORCHTALK_MCP_QUICK_WAIT", "60"))
+
+PENDING, BUILDING, PARTIAL, READY, FAILED = "pending", "building", "partial", "ready", "failed"
+
+
+class NotReady(TorchTalkError):
+    """The index a tool needs is not built yet (or its build failed)."""
+
+
+class BuildCancelled(Exception):
+    """Raised from the progress callback when the server shuts down mid-build."""
+
+
+def quick_selector(workspace: Workspace) -> Callable[[Any], bool]:
+    """Keep Python and YAML files, and C++ files that register ops or bindings."""
+    manifest = workspace.manifest
+    words = [
+        *manifest.list("bindings", "torch_library_macros"),
+        *manifest.list("bindings", "pybind_macros"),
+        *manifest.list("bindings", "registration_wrappers"),
+        *EXTRA_REGISTRATION_WORDS,
+    ]
+    needles = [word.encode() for word in dict.fromkeys(words) if word]
+    root = workspace.source
+
+    def select(entry: Any) -> bool:
+        if entry.language not in ("cpp", "cuda"):
+            return True
+        try:
+            data = (root / entry.path).read_bytes()
+        except OSError:
+            return True  # let the build record why it cannot be read
+        return any(needle in data for needle in needles)
+
+    return select
+
+
+class ServerState:
+    """The served index, per-component readiness, and the build history; thread-safe."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        jobs: int | None = None,
+        before_full_build: Callable[[], None] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.jobs = jobs
+        self._before_full_build = before_full_build  # a test holds the full build here
+        self._lock = threading.Lock()
+        self._index: Index | None = None
+        self._index_path: Path | None = None
+        self._index_inode: int | None = None
+        self._served: str = "none"  # none | quick | full
+        self._components = dict.fromkeys(COMPONENTS, PENDING)
+        self._progress: dict[str, Any] = {}
+        self._phases: list[dict[str, Any]] = []
+        self._error: str | None = None
+        self._available = threading.Event()  # set once some index can be served
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._head_commit: str | None = None
+        self.started = time.monotonic()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def full_path(self) -> Path:
+        return self.workspace.db_path
+
+    @property
+    def quick_path(self) -> Path:
+        return self.workspace.db_path.with_name(QUICK_FILE)
+
+    def start(self) -> None:
+        """Serve a complete index if there is one; otherwise start the phased build."""
+        # Off the first answer's path: gitpython costs a tenth of a second to import.
+        threading.Thread(target=self._read_head, name="torchtalk-head", daemon=True).start()
+        if self.full_path.is_file():
+            self._serve(self.full_path, "full")
+            return
+        self._thread = threading.Thread(target=self._build, name="torchtalk-build", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel a running build (its partial file is removed) and wait a little for it."""
+        self._cancel.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_until_idle(self, timeout: float | None = None) -> bool:
+        """For tests and benchmarks: wait for the background build to finish."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _read_head(self) -> None:
+        from indexer.gitinfo import head_commit
+
+        head = head_commit(self.workspace.source)
+        with self._lock:
+            self._head_commit = head
+
+    def _serve(self, path: Path, served: str) -> None:
+        with self._lock:
+            self._index = None  # opened on first use, by whichever request comes first
+            self._index_path = path
+            self._index_inode = None
+            self._served = served
+            if served == "full":
+                self._components = dict.fromkeys(COMPONENTS, READY)
+            else:
+                for name in QUICK_READY:
+                    self._components[name] = READY
+                self._components["bindings"] = PARTIAL
+        self._available.set()
+
+    def _event(self, build: str, step: str, done: int = 0, total: int = 0) -> None:
+        with self._lock:
+            now = round(time.monotonic() - self.started, 3)
+            last = self._phases[-1] if self._phases else None
+            if last is None or (last["build"], last["step"]) != (build, step):
+                self._phases.append({"build": build, "step": step, "at_s": now})
+            self._progress = {"build": build, "step": step, "done": done, "total": total}
+        if self._cancel.is_set():
+            raise BuildCancelled(f"{build} build cancelled")
+
+    def _build(self) -> None:
+        from indexer.build import build_index
+
+        try:
+            if self.quick_path.is_file() and self._usable(self.quick_path):
+                self._event("quick", "reused")
+            else:
+                self._set(("yaml", "python", "tests", "bindings"), BUILDING)
+                build_index(
+                    self.workspace,
+                    jobs=self.jobs,
+                    show_progress=False,
+                    db_path=self.quick_path,
+                    select=quick_selector(self.workspace),
+                    on_progress=lambda step, done, total: self._event("quick", step, done, total),
+                    extra_meta={"build_phase": "quick"},
+                )
+            self._serve(self.quick_path, "quick")
+            self._set(("cpp",), BUILDING)
+            if self._before_full_build is not None:
+                self._event("full", "held")
+                self._before_full_build()
+            build_index(
+                self.workspace,
+                jobs=self.jobs,
+                show_progress=False,
+                on_progress=lambda step, done, total: self._event("full", step, done, total),
+            )
+            self._serve(self.full_path, "full")
+            self.quick_path.unlink(missing_ok=True)
+        except BuildCancelled:
+            return
+        except Exception as exc:  # the server keeps serving what it has, and says why
+            message = (
+                f"{type(exc).__name__}: {exc}" if not isinstance(exc, TorchTalkError) else str(exc)
+            )
+            traceback.print_exc(file=sys.stderr)
+            with self._lock:
+                self._error = message
+                for name, value in self._components.items():
+                    if value in (PENDING, BUILDING):
+                        self._components[name] = FAILED
+                self._phases.append(
+                    {
+                        "build": self._progress.get("build", "?"),
+                        "step": "failed",
+                        "at_s": round(time.monotonic() - self.started, 3),
+                    }
+                )
+            self._available.set()
+
+    def _usable(self, path: Path) -> bool:
+        try:
+            Index(path).close()
+        except TorchTalkError:
+            return False
+        return True
+
+    def _set(self, names: Iterable[str], value: str) -> None:
+        with self._lock:
+            for name in names:
+                self._components[name] = value
+
+    # --- what requests use --------------------------------------------------------------
+
+    def index(self, wait: float | None = None) -> Index:
+        """The current index, waiting up to ``wait`` seconds for the quick phase."""
+        if not self._available.wait(QUICK_WAIT_S if wait is None else wait):
+            raise NotReady(
+                f"the index of {self.workspace.source} is still being built "
+                f"({self._progress_text()}); call get_status and retry shortly"
+            )
+        with self._lock:
+            path = self._index_path
+            if path is None:
+                raise NotReady(f"no index could be built: {self._error}")
+            try:
+                inode = os.stat(path).st_ino
+            except OSError:
+                inode = None
+            # `torchtalk index build` may have replaced the file since we opened it.
+            if self._index is None or (inode is not None and inode != self._index_inode):
+                self._index = Index(path)
+                self._index_inode = inode
+            return self._index
+
+    def readiness(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._components)
+
+    def missing(self, needs: Iterable[str]) -> list[str]:
+        """The components among ``needs`` that are not ready yet."""
+        with self._lock:
+            return [name for name in needs if self._components.get(name) != READY]
+
+    def incomplete_note(self, needs: Iterable[str]) -> str | None:
+        """One line saying which needed components are unfinished, or None."""
+        missing = self.missing(needs)
+        if not missing:
+            return None
+        with self._lock:
+            states = ", ".join(f"{name} {self._components[name]}" for name in missing)
+            error = self._error
+        if error:
+            return f"incomplete: {states} (build failed: {error})"
+        return (
+            f"incomplete: {states} ({self._progress_text()}); this answer may miss "
+            "what those components add; call get_status and ask again when ready"
+        )
+
+    def _progress_text(self) -> str:
+        progress = self._progress
+        if not progress:
+            return "starting"
+        text = f"{progress['build']} build: {progress['step']}"
+        if progress["step"] == "extract" and progress.get("total"):
+            text += f" {progress['done']}/{progress['total']} files"
+        return text
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything get_status reports about the server and its build."""
+        with self._lock:
+            return {
+                "source": str(self.workspace.source),
+                "harness": self.workspace.harness,
+                "serving": self._served,
+                "db_path": str(self._index_path) if self._index_path else None,
+                "components": dict(self._components),
+                "progress": dict(self._progress),
+                "progress_text": self._progress_text() if self._progress else "",
+                "phases": [dict(phase) for phase in self._phases],
+                "error": self._error,
+                "uptime_s": round(time.monotonic() - self.started, 3),
+                "building": self._thread is not None and self._thread.is_alive(),
+                "head_commit": self._head_commit,
+            }

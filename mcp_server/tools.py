@@ -1,0 +1,360 @@
+"""The seven MCP tools: thin functions over ``indexer/query``, each read-only.
+
+Each tool takes the current index from :class:`ServerState`, calls one query function,
+adds a note when a component it needs is still building, and returns the answer twice:
+compact text for the model's context and the same answer as structured content. Bad
+arguments and unusable states are tool errors (``is_error``) with a one-line message,
+never a crash of the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from indexer.errors import TorchTalkError
+from indexer.query.answer import Answer, Item
+from indexer.query.index import Index
+from mcp_server.state import COMPONENT_TEXT, COMPONENTS, NotReady, ServerState
+
+# --- the shape of every answer ---------------------------------------------------------
+
+
+class ItemOut(BaseModel):
+    label: str
+    evidence: str | None = None
+    detail: str = ""
+    depth: int = 0
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class AnswerOut(BaseModel):
+    """indexer.query.answer.Answer as JSON: what every tool returns as structured content."""
+
+    tool: str
+    query: str
+    found: bool = True
+    title: str = ""
+    items: list[ItemOut] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    suggestions: list[str] = Field(default_factory=list)
+    total: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+ToolResult = Annotated[CallToolResult, AnswerOut]
+
+
+def reply(answer: Answer) -> CallToolResult:
+    structured = json.loads(json.dumps(answer.to_dict(), default=str))
+    return CallToolResult(
+        content=[TextContent(type="text", text=answer.to_text())], structured_content=structured
+    )
+
+
+# --- argument types (their constraints become the tools' JSON schemas) -----------------
+
+Name = Annotated[str, Field(min_length=1, max_length=500)]
+Focus = Annotated[str | None, Field(max_length=300)]
+
+READ_ONLY = dict(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    needs: tuple[str, ...]  # components the answer depends on
+
+
+SPECS = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "get_status",
+            "Index status",
+            "Is the TorchTalk index ready? Shows the source tree and harness, the readiness "
+            "of each part (op registry, bindings, Python, tests, C++ call graph) with build "
+            "progress, and what the index holds. Call it first, and whenever another tool "
+            "says its answer is incomplete.",
+            (),
+        ),
+        ToolSpec(
+            "trace",
+            "Trace an op across languages",
+            "Follow one PyTorch op or Python API from Python to its kernels: Python name -> "
+            "op schema (native_functions.yaml) -> dispatch per backend -> C++/CUDA "
+            "implementation, each hop with file:line. Use it for 'how does torch.X work' or "
+            "'where is X implemented'. func accepts torch.add, aten::add.Tensor, add or a C++ "
+            "name; focus narrows the answer (for example to one backend).",
+            ("yaml", "bindings", "cpp"),
+        ),
+        ToolSpec(
+            "search",
+            "Search registrations",
+            "Find ops, bindings and kernels by name or part of a name. mode 'bindings' lists "
+            "op and binding registrations with the C++ they reach; mode 'kernels' lists "
+            "CUDA kernels and where they are launched. backend filters by dispatch key "
+            "(CPU, CUDA, ...). Use it when you do not know the exact name to trace.",
+            ("yaml", "bindings", "cpp"),
+        ),
+        ToolSpec(
+            "graph",
+            "Call graph",
+            "Walk the C++/CUDA call graph from a function, kernel, op or binding. mode "
+            "'callers': who calls it (inbound); 'calls': what it calls (outbound); 'impact': "
+            "every transitive caller up to depth levels (default 3), i.e. what a change to "
+            "it can reach. walk_python=true continues from ops/bindings into the Python code "
+            "and tests that use them. Unresolved calls with the same name are listed as "
+            "possible callers at the first level (every level with fuzzy_all_levels). focus "
+            "lists only one kind (tests, python, cpp, cuda, ops, bindings, or a node kind) "
+            "or files under a path prefix. Each line has the call site as file:line.",
+            ("cpp", "bindings"),
+        ),
+        ToolSpec(
+            "modules",
+            "Python modules and classes",
+            "Python side of the framework. mode 'trace': a class, function or module (where "
+            "it is defined, methods, bases, what it calls into); mode 'list': browse a "
+            "package or category (for example 'nn'). focus narrows the answer.",
+            ("python",),
+        ),
+        ToolSpec(
+            "tests",
+            "Find tests",
+            "Find tests. mode 'find': test functions, classes and files matching query by "
+            "name or by what they cover (focus: functions, classes or files); 'utils': test "
+            "utilities and fixtures; 'file_info': one test file's classes, tests and device "
+            "instantiation. limit caps the listing.",
+            ("tests", "python"),
+        ),
+        ToolSpec(
+            "affected",
+            "Tests a change can break",
+            "Which tests can a change to these functions break? funcs: changed functions "
+            "(C++, CUDA or Python qualified names; a list or a comma-separated string). "
+            "Answers the impacted tests, each with the chain of evidence that links it to "
+            "the change. Needs the complete index: until the C++ call graph is built it "
+            "answers an error rather than an incomplete selection.",
+            COMPONENTS,
+        ),
+    )
+}
+TOOL_NAMES = tuple(SPECS)
+
+
+def _query(module: str, function: str, tool: str) -> Callable[..., Answer]:
+    """The query function behind a tool, imported on first use (keeps start-up fast)."""
+    qualified = f"indexer.query.{module}"
+    try:
+        found = getattr(import_module(qualified), function, None)
+    except ModuleNotFoundError as exc:
+        if exc.name != qualified:
+            raise
+        found = None
+    if found is None:
+        raise ToolError(
+            f"{tool} is not available in this build ({qualified}.{function} is not installed)"
+        )
+    return found
+
+
+class Tools:
+    """The tool functions, bound to the state they answer from."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def _index(self) -> Index:
+        try:
+            return self.state.index()
+        except NotReady as exc:
+            raise ToolError(str(exc)) from None
+        except TorchTalkError as exc:
+            raise ToolError(str(exc)) from None
+
+    def _answer(self, tool: str, call: Callable[[Index], Answer]) -> CallToolResult:
+        spec = SPECS[tool]
+        index = self._index()
+        try:
+            answer = call(index)
+        except ToolError:
+            raise
+        except (ValueError, TorchTalkError) as exc:
+            raise ToolError(f"{tool}: {exc}") from None
+        except Exception as exc:  # a bug in a query must reach the agent as one line
+            traceback.print_exc(file=sys.stderr)
+            raise ToolError(f"{tool} failed: {type(exc).__name__}: {exc}") from None
+        note = self.state.incomplete_note(spec.needs)
+        if note:
+            answer.notes.insert(0, note)
+            answer.data = {**answer.data, "incomplete": self.state.missing(spec.needs)}
+        return reply(answer)
+
+    # --- the seven tools ----------------------------------------------------------------
+
+    def get_status(self) -> ToolResult:
+        snap = self.state.snapshot()
+        index = None
+        with contextlib.suppress(TorchTalkError):  # NotReady too: status answers regardless
+            index = self.state.index(wait=0)
+        ready = all(value == "ready" for value in snap["components"].values())
+        if ready:
+            headline = "ready"
+        elif snap["error"]:
+            headline = f"build failed: {snap['error']}"
+        else:
+            headline = f"building ({snap['progress_text'] or 'starting'})"
+        answer = Answer(
+            "get_status",
+            "",
+            title=f"TorchTalk index of {snap['source']} ({snap['harness']}): {headline}",
+        )
+        for name in COMPONENTS:
+            state = snap["components"][name]
+            answer.items.append(Item(name, detail=state, data={"what": COMPONENT_TEXT[name]}))
+        for phase in snap["phases"]:
+            answer.items.append(
+                Item(f"{phase['build']} build: {phase['step']}", detail=f"at {phase['at_s']}s")
+            )
+        index_info: dict[str, Any] = {}
+        if index is not None:
+            meta = index.meta
+            counts = index.meta_json("counts", {})
+            index_info = {
+                "db_path": str(index.db_path),
+                "build_phase": meta.get("build_phase", "full"),
+                "built_at": meta.get("built_at"),
+                "git_commit": meta.get("git_commit") or None,
+                "files": int(meta.get("files", 0) or 0),
+                "file_errors": int(meta.get("file_errors", 0) or 0),
+                "counts": counts,
+                "timings": index.meta_json("timings", {}),
+            }
+            nodes = counts.get("nodes", {})
+            edges = counts.get("edges", {})
+            answer.items.append(
+                Item(
+                    f"{index_info['files']} files, {sum(nodes.values())} nodes, "
+                    f"{sum(edges.values())} edges",
+                    detail=f"{index_info['build_phase']} index built {index_info['built_at']}",
+                    data={"nodes": nodes, "edges": edges},
+                )
+            )
+            head = snap.get("head_commit")
+            if head and index_info["git_commit"] and head != index_info["git_commit"]:
+                answer.notes.append(
+                    f"the tree is at commit {head[:12]} but the index was built at "
+                    f"{index_info['git_commit'][:12]}; run 'torchtalk index build' to refresh"
+                )
+        if not ready and not snap["error"]:
+            answer.notes.append(
+                "tools answer now from what is ready and say when a part they need is missing"
+            )
+        answer.data = {**snap, "ready": ready, "index": index_info}
+        return reply(answer)
+
+    def trace(
+        self,
+        func: Annotated[Name, Field(description="torch.add, aten::add.Tensor, add, or a C++ name")],
+        focus: Annotated[Focus, Field(description="what to concentrate on")] = None,
+    ) -> ToolResult:
+        run = _query("trace", "trace", "trace")
+        return self._answer("trace", lambda index: run(index, func, focus=focus))
+
+    def search(
+        self,
+        query: Annotated[Name, Field(description="a name or part of one")],
+        mode: Literal["bindings", "kernels"] = "bindings",
+        backend: Annotated[
+            str | None, Field(max_length=100, description="dispatch key: CPU, CUDA, ...")
+        ] = None,
+    ) -> ToolResult:
+        run = _query("search", "search", "search")
+        return self._answer("search", lambda index: run(index, query, mode=mode, backend=backend))
+
+    def graph(
+        self,
+        func: Annotated[Name, Field(description="function, kernel, op or binding name")],
+        mode: Literal["callers", "calls", "impact"] = "callers",
+        depth: Annotated[
+            int | None, Field(ge=1, le=10, description="levels (callers/calls 1, impact 3)")
+        ] = None,
+        fuzzy_all_levels: bool = False,
+        walk_python: bool = False,
+        focus: Annotated[Focus, Field(description="kind or path prefix to list")] = None,
+    ) -> ToolResult:
+        from indexer.query.graph import graph
+
+        return self._answer(
+            "graph",
+            lambda index: graph(
+                index,
+                func,
+                mode=mode,
+                depth=depth,
+                fuzzy_all_levels=fuzzy_all_levels,
+                walk_python=walk_python,
+                focus=focus,
+            ),
+        )
+
+    def modules(
+        self,
+        name: Annotated[Name, Field(description="a module, class or function, or a category")],
+        mode: Literal["trace", "list"] = "trace",
+        focus: Annotated[Focus, Field(description="what to concentrate on")] = None,
+    ) -> ToolResult:
+        run = _query("modules", "modules", "modules")
+        return self._answer("modules", lambda index: run(index, name, mode=mode, focus=focus))
+
+    def tests(
+        self,
+        query: Annotated[str | None, Field(max_length=500)] = None,
+        mode: Literal["find", "utils", "file_info"] = "find",
+        limit: Annotated[int, Field(ge=1, le=500)] = 50,
+        focus: Annotated[Focus, Field(description="functions, classes or files")] = None,
+    ) -> ToolResult:
+        run = _query("tests", "tests", "tests")
+        return self._answer(
+            "tests", lambda index: run(index, query, mode=mode, limit=limit, focus=focus)
+        )
+
+    def affected(
+        self,
+        funcs: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=500)]] | str,
+            Field(description="changed functions: a list, or one comma-separated string"),
+        ],
+        depth: Annotated[int | None, Field(ge=1, le=20)] = None,
+    ) -> ToolResult:
+        names = [part.strip() for part in funcs.split(",")] if isinstance(funcs, str) else funcs
+        names = [name.strip() for name in names if name and name.strip()]
+        if not names:
+            raise ToolError("affected: funcs must name at least one changed function")
+        missing = self.state.missing(("cpp",))
+        if missing:
+            note = self.state.incomplete_note(SPECS["affected"].needs)
+            raise ToolError(f"affected needs the complete index; {note}")
+        run = _query("affected", "affected", "affected")
+        return self._answer("affected", lambda index: run(index, names, depth=depth))
+
+    def functions(self) -> list[tuple[ToolSpec, Callable[..., Any]]]:
+        return [(SPECS[name], getattr(self, name)) for name in TOOL_NAMES]
+
+
+def annotations(spec: ToolSpec) -> ToolAnnotations:
+    return ToolAnnotations(title=spec.title, **READ_ONLY)

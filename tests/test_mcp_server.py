@@ -1,0 +1,216 @@
+"""`torchtalk mcp-serve` as agents run it: a subprocess over stdio, the SDK's real client."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client import Client
+
+from indexer.workspace import Workspace
+from mcp_server.state import QUICK_FILE
+from pytest_torchtalk.cli import main
+from tests.helpers import line_of
+from tests.mcp_session import stdio_session, text_of, torchtalk_command
+
+SEVEN = ["get_status", "trace", "search", "graph", "modules", "tests", "affected"]
+BUILD_STEPS = ["discover", "extract", "link", "done"]
+
+
+async def _poll_until_ready(client: Client, timeout: float = 120) -> list[dict]:
+    """get_status from the first moment until every component is ready."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await client.call_tool("get_status", {})
+        assert not result.is_error, text_of(result)
+        seen.append(result.structured_content["data"])
+        if seen[-1]["ready"] or time.monotonic() > deadline:
+            return seen
+        await anyio.sleep(0.05)
+
+
+def test_stdio_server_builds_in_phases_then_answers(minitorch_repo: Path) -> None:
+    workspace = Workspace.resolve(minitorch_repo)
+    assert not workspace.db_path.exists()
+    binary_ops = minitorch_repo / "aten/src/ATen/native/BinaryOps.cpp"
+
+    async def scenario() -> None:
+        async with stdio_session(minitorch_repo) as client:
+            statuses = await _poll_until_ready(client)
+            final = statuses[-1]
+            assert final["ready"], final
+            assert final["components"] == dict.fromkeys(
+                ["yaml", "bindings", "python", "tests", "cpp"], "ready"
+            )
+            # The build went through both phases, each step once, in order, and says when.
+            steps = [(phase["build"], phase["step"]) for phase in final["phases"]]
+            assert steps == [("quick", s) for s in BUILD_STEPS] + [("full", s) for s in BUILD_STEPS]
+            times = [phase["at_s"] for phase in final["phases"]]
+            assert times == sorted(times)
+            # Every status seen before the end was honest about what was missing.
+            for status in statuses[:-1]:
+                assert not status["ready"]
+                assert status["components"]["cpp"] != "ready"
+            assert final["serving"] == "full"
+            assert final["index"]["build_phase"] == "full"
+
+            listed = await client.list_tools()
+            assert [tool.name for tool in listed.tools] == SEVEN
+            for tool in listed.tools:
+                assert tool.annotations.read_only_hint is True, tool.name
+                assert tool.annotations.destructive_hint is False, tool.name
+                assert tool.description and len(tool.description) > 80, tool.name
+                assert {"title", "items", "notes"} <= set(tool.output_schema["properties"])
+
+            result = await client.call_tool("graph", {"func": "check_add_alpha"})
+            assert not result.is_error, text_of(result)
+            call_site = f"aten/src/ATen/native/BinaryOps.cpp:{line_of(binary_ops, 'check_add_alpha(*this, alpha)')}"
+            first = result.structured_content["items"][0]
+            assert first["label"] == "at::native::structured_add_out::impl"
+            assert first["evidence"] == call_site
+            assert f"at::native::structured_add_out::impl [cpp_function, calls] @ {call_site}" in (
+                text_of(result)
+            )
+
+    anyio.run(scenario)
+    assert workspace.db_path.is_file()
+    assert not workspace.db_path.with_name(QUICK_FILE).exists()
+
+
+def test_tool_schemas(minitorch_repo: Path) -> None:
+    async def scenario() -> dict:
+        async with stdio_session(minitorch_repo) as client:
+            return {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+
+    schemas = anyio.run(scenario)
+    assert list(schemas) == SEVEN
+    assert schemas["get_status"]["properties"] == {}
+    graph = schemas["graph"]
+    assert graph["required"] == ["func"]
+    assert set(graph["properties"]) == {
+        "func",
+        "mode",
+        "depth",
+        "fuzzy_all_levels",
+        "walk_python",
+        "focus",
+    }
+    assert graph["properties"]["mode"]["enum"] == ["callers", "calls", "impact"]
+    assert schemas["trace"]["required"] == ["func"]
+    assert set(schemas["trace"]["properties"]) == {"func", "focus"}
+    assert set(schemas["search"]["properties"]) == {"query", "mode", "backend"}
+    assert set(schemas["modules"]["properties"]) == {"name", "mode", "focus"}
+    assert set(schemas["tests"]["properties"]) == {"query", "mode", "limit", "focus"}
+    assert "required" not in schemas["tests"]
+    assert set(schemas["affected"]["properties"]) == {"funcs", "depth"}
+    assert schemas["affected"]["required"] == ["funcs"]
+
+
+BAD_CALLS = [
+    ("graph", {"func": "check_add_alpha", "depth": 0}, "depth"),
+    ("graph", {"func": "check_add_alpha", "depth": 11}, "depth"),
+    ("graph", {"func": "check_add_alpha", "mode": "sideways"}, "mode"),
+    ("graph", {}, "func"),
+    ("graph", {"func": ""}, "func"),
+    ("graph", {"func": "check_add_alpha", "focus": "no/such/dir"}, "focus"),
+    ("graph", {"func": "check_add_alpha", "walk_python": "perhaps"}, "walk_python"),
+    ("tests", {"limit": 0}, "limit"),
+    ("search", {"query": "add", "mode": "everything"}, "mode"),
+    ("affected", {"funcs": []}, "funcs"),
+    ("affected", {"funcs": " , "}, "funcs"),
+    ("nonexistent_tool", {}, "nonexistent_tool"),
+]
+
+
+def test_bad_arguments_are_tool_errors_not_crashes(minitorch_repo: Path) -> None:
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+
+    async def scenario() -> list[tuple[str, bool, str]]:
+        outcomes = []
+        async with stdio_session(minitorch_repo) as client:
+            for name, arguments, _ in BAD_CALLS:
+                result = await client.call_tool(name, arguments)
+                outcomes.append((name, result.is_error, text_of(result)))
+            # The server is still there and still answers.
+            status = await client.call_tool("get_status", {})
+            assert not status.is_error and status.structured_content["data"]["ready"]
+        return outcomes
+
+    for (name, is_error, text), (_, arguments, word) in zip(
+        anyio.run(scenario), BAD_CALLS, strict=True
+    ):
+        assert is_error, (name, arguments, text)
+        assert word in text, (name, arguments, text)
+        assert "\n" not in text.strip(), text  # one line, for the model to read
+        assert "errors.pydantic.dev" not in text
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_streamable_http_transport(minitorch_repo: Path) -> None:
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            *torchtalk_command(),
+            "mcp-serve",
+            "--source",
+            str(minitorch_repo),
+            "--transport",
+            "streamable-http",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read().decode()
+                assert time.monotonic() < deadline, "server did not listen"
+                time.sleep(0.1)
+
+        async def scenario() -> tuple[list[str], str]:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                names = [tool.name for tool in (await client.list_tools()).tools]
+                result = await client.call_tool("graph", {"func": "check_add_alpha"})
+                return names, text_of(result)
+
+        names, text = anyio.run(scenario)
+        assert names == SEVEN
+        assert "at::native::structured_add_out::impl" in text
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--source", "/no/such/tree"], "does not exist"),
+        (["--port", "0"], "--port"),
+        (["--jobs", "0"], "--jobs"),
+    ],
+)
+def test_mcp_serve_bad_flags_are_one_line_errors(
+    minitorch_repo: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["mcp-serve", "--source", str(minitorch_repo), *argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("torchtalk: error: ") and message in err
+    assert err.count("\n") == 1

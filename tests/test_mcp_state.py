@@ -1,0 +1,149 @@
+"""The served index while it builds: quick parts first, honest answers, safe concurrent swaps.
+
+The full build is held at a gate so the in-between state can be observed on a fixture
+that would otherwise build in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from mcp.server.mcpserver.exceptions import ToolError
+
+from indexer.workspace import Workspace
+from mcp_server.state import QUICK_FILE, ServerState
+from mcp_server.tools import Tools, _query
+from tests.helpers import line_of
+
+
+def _data(result) -> dict:
+    assert not result.is_error
+    return result.structured_content
+
+
+def test_quick_index_is_served_while_the_call_graph_builds(minitorch_repo: Path) -> None:
+    gate = threading.Event()
+    workspace = Workspace.resolve(minitorch_repo)
+    state = ServerState(workspace, before_full_build=gate.wait)
+    tools = Tools(state)
+    state.start()
+    try:
+        state.index(wait=60)  # the quick phase is served
+        readiness = state.readiness()
+        assert readiness == {
+            "yaml": "ready",
+            "bindings": "partial",
+            "python": "ready",
+            "tests": "ready",
+            "cpp": "building",
+        }
+        assert workspace.db_path.with_name(QUICK_FILE).is_file()
+        assert not workspace.db_path.exists()  # nothing else ever sees a partial index
+
+        status = _data(tools.get_status())
+        assert status["data"]["serving"] == "quick"
+        assert not status["data"]["ready"]
+        assert "building" in status["title"]
+
+        # Python is ready: Python callers are answered, with a note that C++ is not.
+        activation = minitorch_repo / "minitorch/nn/modules/activation.py"
+        answer = _data(tools.graph("minitorch.nn.functional.relu"))
+        assert answer["notes"][0].startswith("incomplete: cpp building")
+        assert answer["data"]["incomplete"] == ["cpp", "bindings"]
+        assert {
+            "label": "minitorch.nn.modules.activation.ReLU.forward",
+            "evidence": f"minitorch/nn/modules/activation.py:{line_of(activation, 'F.relu(')}",
+        }.items() <= answer["items"][0].items()
+
+        # A C++ function outside the registration files is not there yet, and it says why.
+        missing = _data(tools.graph("check_add_alpha"))
+        assert not missing["found"]
+        assert any("incomplete: cpp building" in note for note in missing["notes"])
+
+        # Test selection on an incomplete graph would under-select: refused, not guessed.
+        with pytest.raises(ToolError, match="affected needs the complete index"):
+            tools.affected(["at::native::add_kernel"])
+
+        # Requests keep coming while the full build runs and the index is swapped.
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set():
+                try:
+                    tools.graph("minitorch.nn.functional.relu", mode="impact")
+                    tools.get_status()
+                except BaseException as exc:
+                    errors.append(exc)
+                    return
+
+        workers = [threading.Thread(target=hammer) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        gate.set()
+        assert state.wait_until_idle(120)
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+        assert errors == []
+    finally:
+        gate.set()
+        state.stop()
+
+    assert state.readiness() == dict.fromkeys(state.readiness(), "ready")
+    assert workspace.db_path.is_file()
+    assert not workspace.db_path.with_name(QUICK_FILE).exists()
+    binary_ops = minitorch_repo / "aten/src/ATen/native/BinaryOps.cpp"
+    found = _data(tools.graph("check_add_alpha"))
+    assert found["notes"] == []
+    assert found["items"][0]["evidence"] == (
+        f"aten/src/ATen/native/BinaryOps.cpp:{line_of(binary_ops, 'check_add_alpha(*this, alpha)')}"
+    )
+    phases = [(p["build"], p["step"]) for p in _data(tools.get_status())["data"]["phases"]]
+    assert phases.index(("full", "held")) < phases.index(("full", "discover"))
+
+
+def test_a_cached_index_is_served_without_building(minitorch_repo: Path) -> None:
+    from pytest_torchtalk.cli import main
+
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    state.start()
+    assert state.readiness() == dict.fromkeys(state.readiness(), "ready")
+    assert state.snapshot()["phases"] == []  # nothing was built
+    assert not state.snapshot()["building"]
+    assert _data(Tools(state).get_status())["data"]["ready"]
+
+
+def test_a_rebuilt_index_is_picked_up(minitorch_repo: Path) -> None:
+    """`torchtalk index build` renames a new file into place: the next request uses it."""
+    from pytest_torchtalk.cli import main
+
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    state.start()
+    before = state.index()
+    assert state.index() is before
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    assert state.index() is not before
+
+
+def test_stopping_cancels_the_build_and_leaves_no_partial_file(minitorch_repo: Path) -> None:
+    gate = threading.Event()
+    workspace = Workspace.resolve(minitorch_repo)
+    state = ServerState(workspace, before_full_build=gate.wait)
+    state.start()
+    state.index(wait=60)
+    state._cancel.set()  # what stop() does first; the build is parked at the gate
+    gate.set()
+    state.stop()
+    assert not state.snapshot()["building"]
+    assert not workspace.db_path.exists()
+    assert list(workspace.db_path.parent.glob("*.building-*")) == []
+
+
+def test_a_missing_query_module_is_a_clear_tool_error() -> None:
+    with pytest.raises(ToolError, match=r"nothing is not available in this build"):
+        _query("no_such_query_module", "run", "nothing")
