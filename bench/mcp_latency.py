@@ -1,0 +1,166 @@
+"""MCP server figures on the PyTorch index, measured in one run, as agents see them.
+
+    python bench/mcp_latency.py [--source PATH] [--cache-dir DIR] [--starts N] [--calls N]
+
+Needs a built index (``torchtalk index build --source PATH`` under the same
+TORCHTALK_CACHE_DIR). Every figure is taken from the client side: the SDK's own client
+starts ``torchtalk mcp-serve`` over stdio, as Claude Code or Cursor would. Reports:
+
+* the time from process start to the first answer (``get_status``) with the cached index,
+  median of ``--starts`` cold starts (target < 1 s), next to the floor no server built on
+  this SDK can beat here: a bare ``python -c "import mcp.server.mcpserver"``;
+* per-tool latency over ``--calls`` calls of representative PyTorch queries: the first
+  call (which pays one-time imports and caches) and p50/p95 of the rest (target p95
+  < 50 ms). A tool whose query module is not in this build is listed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
+START_TARGET_S = 1.0
+P95_TARGET_MS = 50.0
+
+QUERIES: list[tuple[str, dict]] = [
+    ("get_status", {}),
+    ("trace", {"func": "torch.matmul"}),
+    ("trace", {"func": "torch.add"}),
+    ("search", {"query": "addmm"}),
+    ("search", {"query": "softmax", "mode": "kernels"}),
+    ("graph", {"func": "at::native::matmul"}),
+    ("graph", {"func": "at::native::cpublas::gemm", "mode": "callers", "depth": 2}),
+    ("graph", {"func": "at::native::addmm_out_cuda_impl", "mode": "calls"}),
+    ("graph", {"func": "at::native::cpublas::gemm", "mode": "impact", "depth": 3}),
+    ("modules", {"name": "torch.nn.Linear"}),
+    ("tests", {"query": "matmul", "limit": 20}),
+    ("affected", {"funcs": ["at::native::matmul"]}),
+]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def sdk_import_floor(runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import mcp.server.mcpserver"], check=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+async def first_answer(params) -> tuple[float, float]:
+    from mcp.client import Client
+
+    started = time.perf_counter()
+    async with Client(params, read_timeout_seconds=120) as client:
+        connected = time.perf_counter()
+        result = await client.call_tool("get_status", {})
+        answered = time.perf_counter()
+        if result.is_error:
+            raise SystemExit(f"get_status failed: {result.content[0].text}")
+        if not result.structured_content["data"]["ready"]:
+            raise SystemExit("the index is not complete: build it first (see --help)")
+    return connected - started, answered - started
+
+
+async def tool_latency(params, calls: int) -> list[tuple[str, dict, str, float, list[float]]]:
+    from mcp.client import Client
+
+    rows = []
+    async with Client(params, read_timeout_seconds=120) as client:
+        for name, arguments in QUERIES:
+            samples = []
+            status = "ok"
+            for _ in range(calls):
+                started = time.perf_counter()
+                result = await client.call_tool(name, arguments)
+                samples.append((time.perf_counter() - started) * 1000)
+                if result.is_error:
+                    text = result.content[0].text
+                    status = "n/a: " + text[:70] if "not available" in text else "error: " + text
+                    break
+            rows.append((name, arguments, status, samples[0], samples[1:]))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--cache-dir", help="TORCHTALK_CACHE_DIR holding the built index")
+    parser.add_argument("--starts", type=int, default=7, help="cold starts to time")
+    parser.add_argument("--calls", type=int, default=30, help="calls per query")
+    args = parser.parse_args()
+    if args.cache_dir:
+        os.environ["TORCHTALK_CACHE_DIR"] = args.cache_dir
+
+    import anyio
+    from mcp.client.stdio import StdioServerParameters
+
+    from indexer.workspace import Workspace
+
+    workspace = Workspace.resolve(args.source)
+    if not workspace.db_path.is_file():
+        print(
+            f"no index at {workspace.db_path}; build it first: TORCHTALK_CACHE_DIR="
+            f"{os.environ.get('TORCHTALK_CACHE_DIR', '<default>')} torchtalk index build "
+            f"--source {args.source}",
+            file=sys.stderr,
+        )
+        return 1
+    script = Path(sys.executable).with_name("torchtalk")
+    env = {
+        k: os.environ[k] for k in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR") if k in os.environ
+    }
+    params = StdioServerParameters(
+        command=str(script), args=["mcp-serve", "--source", str(args.source)], env=env
+    )
+    size_mb = workspace.db_path.stat().st_size / 1e6
+    print(f"index: {workspace.db_path} ({size_mb:.0f} MB); {os.cpu_count()} cores")
+
+    floor = sdk_import_floor(args.starts)
+    starts = [anyio.run(first_answer, params) for _ in range(args.starts)]
+    connect = statistics.median(s[0] for s in starts)
+    first = statistics.median(s[1] for s in starts)
+    print(f"\nstart-up, median of {args.starts} cold starts (min-max):")
+    print(f"  SDK import alone (floor)      {floor:6.3f} s")
+    print(f"  process start -> initialized  {connect:6.3f} s")
+    print(
+        f"  process start -> first answer {first:6.3f} s"
+        f"  ({min(s[1] for s in starts):.3f}-{max(s[1] for s in starts):.3f})"
+    )
+    print(
+        f"  ratio to the 1 s target: {first / START_TARGET_S:.2f}; "
+        f"to the SDK import floor: {first / floor:.2f}"
+    )
+
+    rows = anyio.run(tool_latency, params, args.calls)
+    print(f"\nper-tool latency, client side, {args.calls} calls each (ms):")
+    print(f"  {'query':58} {'first':>7} {'p50':>7} {'p95':>7}  p95/target")
+    worst = 0.0
+    for name, arguments, status, first_ms, rest in rows:
+        label = f"{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"[:58]
+        if status != "ok":
+            print(f"  {label:58} {status}")
+            continue
+        p50, p95 = percentile(rest, 0.5), percentile(rest, 0.95)
+        worst = max(worst, p95)
+        print(f"  {label:58} {first_ms:7.1f} {p50:7.1f} {p95:7.1f}  {p95 / P95_TARGET_MS:5.2f}")
+    print(f"\nworst p95 {worst:.1f} ms: ratio to the 50 ms target {worst / P95_TARGET_MS:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
