@@ -10,22 +10,18 @@ database (renamed over the index under the build lock, so readers never see a ha
 2. Every file whose include closure contains a changed file (reverse ``includes`` edges)
    is re-extracted too.
 3. The old rows of those files are evicted; the new facts are inserted.
-4. Re-link: the refs of re-extracted files, the refs whose edges pointed into evicted
-   nodes, and every unresolved-name ref (from any file) whose ``target_key`` is a name
-   that the changed files defined, define now, or mention (in attributes or refs). A
-   scheme whose resolver uses more than names (see :data:`RELINK_POLICY`) is re-linked
-   whole.
+4. Re-link the refs of re-extracted files, and of other files those whose resolution
+   the change can affect (:mod:`indexer.relink`: edges that touched evicted nodes, refs
+   naming a changed name, whole schemes whose resolvers read more than names).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,30 +35,19 @@ from indexer.harness import Manifest
 from indexer.link import link
 from indexer.paths import is_header, language_of
 from indexer.progress import Progress
+from indexer.relink import POLICIES, Changed, batches, refs_to_relink, refs_touching
 from indexer.store.db import (
     SCHEMA_VERSION,
     connect_writable,
     evict_file,
     insert_file_facts,
     read_meta,
-    refs_into_file,
-    target_key,
     write_meta,
 )
 from indexer.workspace import Workspace
 
-# How each ref scheme is re-linked after a change. "targeted": a ref's resolution depends
-# only on nodes whose names match its target_key (verified by tests/test_update_equals_
-# rebuild.py for the fixture's schemes). "full": the resolver reads more than names (node
-# attributes, other files' facts), so every ref of the scheme is re-resolved. A scheme not
-# listed is re-linked whole: correctness before speed.
-RELINK_POLICY: dict[str, str] = {}
-DEFAULT_POLICY = "full"
-
 INCLUDE_EDGE = "includes"
-FILE_KIND = "file"
 SAMPLE_PATHS = 5
-_BATCH = 900
 
 
 @dataclass
@@ -107,11 +92,6 @@ class UpdateResult:
         return data
 
 
-def _batches(items: list, size: int = _BATCH) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def detect_changes(source: Path, manifest: Manifest, conn: sqlite3.Connection) -> Changes:
     """Which discovered files differ from what the index holds, by content."""
     indexed = {
@@ -149,7 +129,7 @@ def detect_changes(source: Path, manifest: Manifest, conn: sqlite3.Connection) -
 
 def _file_ids(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, int]:
     found: dict[str, int] = {}
-    for batch in _batches(sorted(set(paths))):
+    for batch in batches(sorted(set(paths))):
         found.update(
             conn.execute(
                 f"SELECT path, id FROM files WHERE path IN ({','.join('?' * len(batch))})", batch
@@ -167,7 +147,7 @@ def include_dependents(conn: sqlite3.Connection, paths: Iterable[str]) -> tuple[
     included: set[int] = set()
     while frontier:
         found: list[int] = []
-        for batch in _batches(frontier):
+        for batch in batches(frontier):
             for src_file, dst_file in conn.execute(
                 "SELECT DISTINCT s.file_id, d.file_id FROM nodes d"
                 " JOIN edges e ON e.dst_id = d.id AND e.kind = ?"
@@ -188,90 +168,22 @@ def include_dependents(conn: sqlite3.Connection, paths: Iterable[str]) -> tuple[
     return dependents, orphans
 
 
-_NAME_LIKE = re.compile(r"[\w.:~]+\Z")
-
-
-def _names_in(value: Any) -> Iterator[str]:
-    """Name-like strings in a node's attributes (python_names, receivers, bases...)."""
-    if isinstance(value, str):
-        if _NAME_LIKE.match(value):
-            yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _names_in(str(key))
-            yield from _names_in(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _names_in(item)
-
-
-@dataclass
-class _Keys:
-    """What re-linking must revisit: refs whose target_key is in ``names``, and refs that
-    name one of ``files`` by a path suffix (an #include of a changed file)."""
-
-    names: set[str] = field(default_factory=set)
-    files: set[str] = field(default_factory=set)
-
-
-def _collect_keys(conn: sqlite3.Connection, file_ids: list[int], keys: _Keys) -> None:
-    """Every name by which a ref could reach what these files define."""
-
-    def add(text: str | None) -> None:
-        if text:
-            keys.names.add(text)
-            key = target_key(text)
-            if key:
-                keys.names.add(key)
-
-    for batch in _batches(file_ids):
-        marks = ",".join("?" * len(batch))
-        for kind, name, qualname, attrs in conn.execute(
-            f"SELECT kind, name, qualname, attrs FROM nodes WHERE file_id IN ({marks})", batch
-        ):
-            if kind == FILE_KIND:
-                keys.files.add(qualname)
-                continue
-            add(name)
-            add(qualname)
-            if attrs:
-                for text in _names_in(json.loads(attrs)):
-                    add(text)
-
-
-def _refs_naming_files(conn: sqlite3.Connection, paths: set[str]) -> set[int]:
-    """Unresolved-name refs whose target is a path suffix of one of ``paths``."""
-    found: set[int] = set()
-    by_key: dict[str, set[str]] = {}
-    for path in paths:
-        by_key.setdefault(target_key(path) or "", set()).add(path.rsplit("/", 1)[-1])
-    for key, basenames in by_key.items():
-        for ref_id, target in conn.execute(
-            "SELECT id, target FROM refs WHERE target_id IS NULL AND target_key = ?", (key,)
-        ):
-            tail = target.replace("\\", "/").rsplit("/", 1)[-1] if target else ""
-            if tail in basenames:
-                found.add(ref_id)
-    return found
-
-
 def _ids(conn: sqlite3.Connection, sql: str, values: list) -> set[int]:
     found: set[int] = set()
-    for batch in _batches(values):
+    for batch in batches(values):
         found.update(row[0] for row in conn.execute(sql.format(",".join("?" * len(batch))), batch))
     return found
 
 
-def relink_policy(scheme: str) -> str:
-    return RELINK_POLICY.get(scheme, DEFAULT_POLICY)
-
-
 def link_stats_sql(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-    """The linker's per-scheme counts, recomputed from the tables (what a build reports)."""
+    """The linker's per-scheme counts, recomputed from the tables: a ref with no edge is
+    unresolved, one whose edges carry an ``ambiguous`` mark is ambiguous (as the linker
+    marks them), any other resolved."""
     stats: dict[str, dict[str, int]] = {}
     for scheme, refs, resolved, ambiguous, unresolved in conn.execute(
-        "SELECT r.scheme, COUNT(*), SUM(d.n = 1), SUM(d.n > 1), SUM(d.n IS NULL) FROM refs r"
-        " LEFT JOIN (SELECT ref_id, COUNT(DISTINCT dst_id) AS n FROM edges"
+        "SELECT r.scheme, COUNT(*), SUM(d.amb = 0), SUM(d.amb > 0), SUM(d.amb IS NULL)"
+        " FROM refs r LEFT JOIN (SELECT ref_id,"
+        " MAX(COALESCE(instr(attrs, '\"ambiguous\":'), 0)) AS amb FROM edges"
         " WHERE ref_id IS NOT NULL GROUP BY ref_id) d ON d.ref_id = r.id"
         " WHERE r.target_id IS NULL GROUP BY r.scheme ORDER BY r.scheme"
     ):
@@ -434,11 +346,11 @@ def _apply(
     lap("includes_s")
 
     evict = sorted({*changes.modified, *changes.removed, *dependents})
-    keys = _Keys()
-    _collect_keys(conn, list(_file_ids(conn, evict).values()), keys)
-    into: set[int] = set()
-    for path in evict:
-        into.update(refs_into_file(conn, path))
+    watch = {attr for rule in POLICIES.values() for attr in rule.whole_if}
+    changed = Changed()
+    old_ids = list(_file_ids(conn, evict).values())
+    changed.collect(conn, old_ids, watch)
+    touching = refs_touching(conn, old_ids)
     for path in evict:
         evict_file(conn, path)
     lap("evict_s")
@@ -451,28 +363,16 @@ def _apply(
         new_ids.append(insert_file_facts(conn, facts))
         progress.advance()
     progress.close(f"re-extracted {len(extract)} files")
-    _collect_keys(conn, new_ids, keys)
+    changed.collect(conn, new_ids, watch)
     lap("extract_s")
 
     relink = _ids(conn, "SELECT id FROM refs WHERE file_id IN ({})", new_ids)
-    redo = _ids(conn, "SELECT id FROM refs WHERE target_id IS NULL AND id IN ({})", sorted(into))
+    redo, whole = refs_to_relink(conn, changed)
     redo |= _ids(
-        conn,
-        "SELECT id FROM refs WHERE target_id IS NULL AND target_key IN ({})",
-        sorted(keys.names),
+        conn, "SELECT id FROM refs WHERE target_id IS NULL AND id IN ({})", sorted(touching)
     )
-    redo |= _refs_naming_files(conn, keys.files)
-    schemes = [row[0] for row in conn.execute("SELECT DISTINCT scheme FROM refs")]
-    whole = sorted(s for s in schemes if s != "local" and relink_policy(s) == "full")
-    for scheme in whole:
-        redo.update(
-            row[0]
-            for row in conn.execute(
-                "SELECT id FROM refs WHERE scheme = ? AND target_id IS NULL", (scheme,)
-            )
-        )
     redo -= relink
-    for batch in _batches(sorted(redo)):
+    for batch in batches(sorted(redo)):
         conn.execute(f"DELETE FROM edges WHERE ref_id IN ({','.join('?' * len(batch))})", batch)
     relink |= redo
     lap("unlink_s")

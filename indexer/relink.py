@@ -1,0 +1,256 @@
+"""Which refs an incremental update must re-resolve so that it equals a full rebuild.
+
+A ref's resolution is a function of the ref and of the nodes its scheme's resolver reads.
+So after some files changed, a ref outside them needs re-resolving only if
+
+* its edges touched an evicted node (pointed into one, or started from one), or
+* its scheme's resolver reads a node kind that changed, and then
+  - for a *targeted* scheme, only refs that can name a changed node: their target_key, or
+    the last component of a name in a ``secondary`` attribute (``receiver``, ``stub``), is
+    a name some changed node had or has; a file is named by a path suffix;
+  - for any other scheme, every ref of the scheme.
+
+:data:`POLICIES` records, per scheme, what its resolver reads (checked against the
+resolvers' code; tests/test_update_equals_rebuild.py compares an update with a rebuild
+over every kind of change). A scheme not listed reads everything and is re-linked whole:
+correctness before speed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from indexer.store.db import target_key
+
+_BATCH = 900
+FILE_KIND = "file"
+
+
+@dataclass(frozen=True)
+class Policy:
+    reads: frozenset[str] | None  # node kinds the resolver looks at; None: any
+    targeted: bool  # resolution depends only on nodes named like the ref (see module doc)
+    secondary: tuple[str, ...] = ()  # ref attributes that also name a node
+    whole_if: tuple[str, ...] = ()  # node attributes whose change re-links the whole scheme
+
+
+_CPP = frozenset({"cpp_function", "cuda_kernel", "dispatch_stub", "cpp_class"})
+_OPS = frozenset({"op", "registration", "derivative", "binding"})
+_PYTHON = frozenset(
+    {
+        "python_module",
+        "python_class",
+        "python_function",
+        "test_utility",
+        "test_file",
+        "test_class",
+        "test_function",
+        "op",
+        "binding",
+    }
+)
+
+POLICIES: dict[str, Policy] = {
+    # Scope lookups by qualname and last name; member calls walk class bases.
+    "cpp": Policy(_CPP, True, secondary=("receiver", "stub"), whole_if=("bases",)),
+    # Files by path: relative, rooted, or by path suffix.
+    "include": Policy(frozenset({FILE_KIND}), True),
+    # Ops, registrations, derivatives, bindings by qualname / (namespace, name) / name.
+    "op": Policy(_OPS, True),
+    "op_impl": Policy(frozenset({"registration"}), True),
+    # Fixtures by name, then by the nearest conftest.py.
+    "fixture": Policy(frozenset({"test_utility"}), True),
+    # Dotted names through re-exports and partial prefixes: not keyed by the last name.
+    "py": Policy(_PYTHON, False),
+    # OpInfo list membership from module summaries and class hierarchies.
+    "opinfo": Policy(
+        frozenset({"opinfo", "python_module", "python_class", "test_utility", "test_class"}),
+        False,
+    ),
+}
+DEFAULT_POLICY = Policy(None, False)
+
+
+def policy(scheme: str) -> Policy:
+    return POLICIES.get(scheme, DEFAULT_POLICY)
+
+
+def batches(items: list, size: int = _BATCH) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+_NAME_LIKE = re.compile(r"[\w.:~]+\Z")
+
+
+def _names_in(value: Any) -> Iterator[str]:
+    """Name-like strings in a node's attributes (python_names, bindings, bases...)."""
+    if isinstance(value, str):
+        if _NAME_LIKE.match(value):
+            yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _names_in(str(key))
+            yield from _names_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _names_in(item)
+
+
+@dataclass
+class Changed:
+    """What the changed files held before and hold after: names, kinds, files."""
+
+    names: set[str] = field(default_factory=lambda: {"default"})  # aten.add.default -> add
+    kinds: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
+    # (kind, qualname, attribute) -> values seen before and after, for Policy.whole_if
+    watched: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+
+    def add_name(self, text: str | None) -> None:
+        if text:
+            self.names.add(text)
+            key = target_key(text)
+            if key:
+                self.names.add(key)
+
+    def collect(self, conn: sqlite3.Connection, file_ids: list[int], watch: set[str]) -> None:
+        for batch in batches(file_ids):
+            marks = ",".join("?" * len(batch))
+            for kind, name, qualname, attrs in conn.execute(
+                f"SELECT kind, name, qualname, attrs FROM nodes WHERE file_id IN ({marks})",
+                batch,
+            ):
+                self.kinds.add(kind)
+                if kind == FILE_KIND:
+                    self.files.add(qualname)
+                    continue
+                self.add_name(name)
+                self.add_name(qualname)
+                if not attrs:
+                    continue
+                values = json.loads(attrs)
+                for text in _names_in(values):
+                    self.add_name(text)
+                for attr in watch:
+                    if attr in values:
+                        seen = self.watched.setdefault((kind, qualname, attr), [])
+                        seen.append(json.dumps(values[attr], sort_keys=True))
+
+    def watched_changed(self, attr: str) -> bool:
+        """Whether some node's ``attr`` differs before and after (or the node came or went)."""
+        return any(
+            len(values) != 2 or values[0] != values[1]
+            for (_, _, name), values in self.watched.items()
+            if name == attr
+        )
+
+
+def refs_touching(conn: sqlite3.Connection, file_ids: list[int]) -> set[int]:
+    """Refs of other files whose edges point into, or start from, nodes of ``file_ids``."""
+    found: set[int] = set()
+    for batch in batches(file_ids):
+        marks = ",".join("?" * len(batch))
+        for column in ("dst_id", "src_id"):
+            found.update(
+                row[0]
+                for row in conn.execute(
+                    f"SELECT DISTINCT e.ref_id FROM nodes n JOIN edges e ON e.{column} = n.id"
+                    f" WHERE n.file_id IN ({marks}) AND e.ref_id IS NOT NULL",
+                    batch,
+                )
+            )
+    return found
+
+
+def _select_ids(conn: sqlite3.Connection, sql: str, values: list) -> set[int]:
+    found: set[int] = set()
+    for batch in batches(values):
+        found.update(row[0] for row in conn.execute(sql.format(",".join("?" * len(batch))), batch))
+    return found
+
+
+def refs_to_relink(conn: sqlite3.Connection, changed: Changed) -> tuple[set[int], list[str]]:
+    """(refs of unchanged files to re-resolve, schemes re-linked whole) for ``changed``."""
+    schemes = [row[0] for row in conn.execute("SELECT DISTINCT scheme FROM refs")]
+    targeted: list[str] = []
+    whole: list[str] = []
+    for scheme in schemes:
+        rule = policy(scheme)
+        if scheme == "local" or (rule.reads is not None and not rule.reads & changed.kinds):
+            continue
+        if rule.targeted and not any(changed.watched_changed(attr) for attr in rule.whole_if):
+            targeted.append(scheme)
+        else:
+            whole.append(scheme)
+    found: set[int] = set()
+    for scheme in whole:
+        found.update(
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM refs WHERE scheme = ? AND target_id IS NULL", (scheme,)
+            )
+        )
+    if not targeted:
+        return found, sorted(whole)
+    wanted = set(targeted)
+    for ref_id, scheme in _select_ids_with_scheme(conn, sorted(changed.names)):
+        if scheme in wanted:
+            found.add(ref_id)
+    if "include" in wanted or policy("include").reads is None:
+        found |= _refs_naming_files(conn, changed.files, wanted)
+    secondary = {attr for scheme in targeted for attr in policy(scheme).secondary}
+    if secondary:
+        found |= _refs_by_secondary(conn, changed.names, wanted, secondary)
+    return found, sorted(whole)
+
+
+def _select_ids_with_scheme(conn: sqlite3.Connection, names: list[str]) -> Iterator[tuple]:
+    for batch in batches(names):
+        yield from conn.execute(
+            "SELECT id, scheme FROM refs WHERE target_id IS NULL"
+            f" AND target_key IN ({','.join('?' * len(batch))})",
+            batch,
+        )
+
+
+def _refs_naming_files(conn: sqlite3.Connection, paths: set[str], schemes: set[str]) -> set[int]:
+    """Unresolved-name refs whose target is a path ending with a changed file's name."""
+    found: set[int] = set()
+    by_key: dict[str, set[str]] = {}
+    for path in paths:
+        by_key.setdefault(target_key(path) or "", set()).add(path.rsplit("/", 1)[-1])
+    for key, basenames in by_key.items():
+        for ref_id, scheme, target in conn.execute(
+            "SELECT id, scheme, target FROM refs WHERE target_id IS NULL AND target_key = ?",
+            (key,),
+        ):
+            if scheme in schemes and target and target.rsplit("/", 1)[-1] in basenames:
+                found.add(ref_id)
+    return found
+
+
+def _refs_by_secondary(
+    conn: sqlite3.Connection, names: set[str], schemes: set[str], attrs: set[str]
+) -> set[int]:
+    """Refs whose ``attrs`` (receiver, stub...) name a changed node by its last component."""
+    found: set[int] = set()
+    marks = ",".join("?" * len(schemes))
+    likes = " OR ".join("instr(attrs, ?) > 0" for _ in attrs)
+    for ref_id, raw in conn.execute(
+        f"SELECT id, attrs FROM refs WHERE target_id IS NULL AND scheme IN ({marks})"
+        f" AND attrs IS NOT NULL AND ({likes})",
+        [*sorted(schemes), *(f'"{attr}":' for attr in sorted(attrs))],
+    ):
+        values = json.loads(raw)
+        for attr in attrs:
+            value = values.get(attr)
+            if isinstance(value, str) and (value in names or target_key(value) in names):
+                found.add(ref_id)
+                break
+    return found
