@@ -59,6 +59,7 @@ class Scope:
     names: set[str] = field(default_factory=set)
     undecidable: list[str] = field(default_factory=list)  # why names cannot bound the change
     unplaced: list[int] = field(default_factory=list)  # lines of statements with no name
+    last_include: int = 0  # line of the file's last #include
 
     def merge(self, other: Scope) -> None:
         self.names |= other.names
@@ -131,6 +132,11 @@ def _visit(node: tree_sitter.Node, lines: set[int], scope: Scope) -> None:
         elif kind in _CONTAINERS:
             _visit(child, hit, scope)
         elif kind in ("preproc_def", "preproc_function_def"):
+            if min(hit) < scope.last_include:
+                scope.undecidable.append(
+                    f"macro defined before an #include (line {min(hit)}): it may change the "
+                    "included headers"
+                )
             scope.names |= _defined_names(child)
         elif kind == "preproc_include":
             scope.undecidable.append(f"#include (line {min(hit)})")
@@ -155,24 +161,49 @@ def _visit(node: tree_sitter.Node, lines: set[int], scope: Scope) -> None:
 
 def outside_scope(tree: tree_sitter.Tree, lines: set[int]) -> Scope:
     """Names defined (or undefined) by changed ``lines`` that lie outside function bodies."""
-    scope = Scope()
+    scope = Scope(last_include=_last_include(tree.root_node))
     _visit(tree.root_node, set(lines), scope)
     return scope
+
+
+def _last_include(root: tree_sitter.Node) -> int:
+    last = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "preproc_include":
+            last = max(last, node.start_point[0] + 1)
+        elif node.type in _CONTAINERS or node.type == "translation_unit":
+            stack.extend(node.named_children)
+    return last
 
 
 def identifiers(data: bytes) -> set[str]:
     return {match.decode("ascii") for match in _IDENTIFIER.findall(data)}
 
 
-def error_lines(tree: tree_sitter.Tree) -> set[int]:
-    """Lines inside ERROR regions: what tree-sitter could not parse there is unknown."""
+_CUDA_QUALIFIERS = re.compile(
+    rb"__(global|device|host|shared|forceinline|launch_bounds|constant|managed|restrict)__"
+)
+
+
+def error_lines(tree: tree_sitter.Tree, data: bytes) -> set[int]:
+    """Lines inside ERROR regions: what tree-sitter could not parse there is unknown.
+
+    tree-sitter-cpp does not know CUDA's qualifiers and leaves a one-line ERROR beside
+    each (``__global__ void``); those are understood and not counted.
+    """
     lines: set[int] = set()
+    text_lines = data.split(b"\n")
     stack = [tree.root_node]
     while stack:
         node = stack.pop()
         if not node.has_error:
             continue
         if node.type == "ERROR":
+            row = node.start_point[0]
+            if row == node.end_point[0] and _CUDA_QUALIFIERS.search(text_lines[row]):
+                continue
             lines.update(_lines(node))
             continue
         stack.extend(node.children)

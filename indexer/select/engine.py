@@ -153,18 +153,22 @@ def _starts(entities: list[Entity]) -> dict[int, int]:
     return starts
 
 
-def _test_nodes(index: Index, reach: Reach, manifest) -> dict[int, set[int]]:
-    """Entity index -> file ids of test files its walk reached."""
-    test_file_ids = {
+def _test_file_ids(index: Index, manifest) -> set[int]:
+    return {
         file_id
         for file_id, path in index.conn.execute("SELECT id, path FROM files")
         if is_test_file(path, manifest)
     }
-    reached: dict[int, set[int]] = {}
-    for node_id, file_id in reach.file_id.items():
-        if file_id in test_file_ids:
-            reached.setdefault(reach.origin[node_id], set()).add(file_id)
-    return reached
+
+
+def _reaches_tests(walker: ImpactWalker, entity: Entity, position: int, tests: set[int]) -> bool:
+    """Whether any test reaches ``entity``. The shared walk credits each node to the first
+    entity that reached it, so an entity whose closure overlaps an earlier one's is asked
+    again on its own (stopping at the first test)."""
+    if not entity.node_ids:
+        return False
+    alone = walker.walk(dict.fromkeys(entity.node_ids, position), until=tests.__contains__)
+    return any(file_id in tests for file_id in alone.file_id.values())
 
 
 def _fallbacks(
@@ -172,18 +176,22 @@ def _fallbacks(
 ) -> None:
     """Entities no test reaches: a Python definition falls back to its module and its
     importers; anything else means the index cannot see its users, so run everything."""
-    manifest = placer.manifest
+    tests = _test_file_ids(index, placer.manifest)
+    credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
     for _ in range(2):  # the module fallback is walked once more
-        reached = _test_nodes(index, reach, manifest)
         added = []
         for position, entity in enumerate(selection.entities):
-            if position in reached or not entity.node_ids or entity.reason.startswith("unreached"):
+            if position in credited or not entity.node_ids or entity.reason.startswith("unreached"):
+                continue
+            if _reaches_tests(walker, entity, position, tests):
+                credited.add(position)
                 continue
             nodes = index.nodes(entity.node_ids)
             if nodes and all(node.kind in _PYTHON_DEFS for node in nodes):
                 modules = [m for path in {n.path for n in nodes} for m in placer._modules(path)]
                 if modules:
                     entity.reason += "; no test names it"
+                    credited.add(position)
                     added.append(
                         Entity(
                             f"module of {entity.label}",
@@ -195,8 +203,7 @@ def _fallbacks(
                         )
                     )
                     continue
-            if any(node.kind == NodeKind.TEST_FILE.value for node in nodes):
-                continue  # a changed test file selects itself
+            credited.add(position)  # decided: it runs everything
             selection.everything.append(
                 f"nothing in the index reaches {entity.label} (changed at {entity.evidence}): "
                 "its users are invisible to the index (generated code, function pointers, "
@@ -213,11 +220,16 @@ def _fallbacks(
                 reach.origin[node_id] = more.origin[node_id]
                 reach.kind[node_id] = more.kind[node_id]
                 reach.file_id[node_id] = more.file_id[node_id]
+        credited |= {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
 
 
 def _label(nodes: dict[int, object], node_id: int) -> str:
     node = nodes.get(node_id)
     return getattr(node, "qualname", str(node_id))
+
+
+def _kind(nodes: dict[int, object], node_id: int) -> str:
+    return getattr(nodes.get(node_id), "kind", "")
 
 
 def _collect(
@@ -255,6 +267,8 @@ def _reason(
             _label(nodes, step.src),
             _label(nodes, step.dst),
             f"{paths.get(step.file_id, '?')}:{step.line}",
+            _kind(nodes, step.src),
+            _kind(nodes, step.dst),
         )
         for step in steps
     ]

@@ -16,6 +16,7 @@ closure of a hundred thousand nodes costs a few hundred queries, not a hundred t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
@@ -90,8 +91,12 @@ class ImpactWalker:
             ).fetchall()
         return rows
 
-    def walk(self, starts: dict[int, int]) -> Reach:
-        """Everything that reaches the ``starts`` (node id -> entity index)."""
+    def walk(self, starts: dict[int, int], until: Callable[[int], bool] | None = None) -> Reach:
+        """Everything that reaches the ``starts`` (node id -> entity index).
+
+        ``until(file_id)`` stops the walk as soon as a reached node's file satisfies it
+        (to ask only *whether* something is reached).
+        """
         reach = Reach()
         for node_id, kind, file_id in self._node_rows(list(starts)):
             reach.steps[node_id] = None
@@ -147,29 +152,43 @@ class ImpactWalker:
                 reach.kind[node_id] = kind
                 reach.file_id[node_id] = file_id
                 frontier.append(node_id)
+                if until is not None and until(file_id):
+                    return reach
         return reach
 
     def _dispatcher_callers(self, op_ids: list[int]) -> list[tuple[int, Step, str, int]]:
-        """C++ code calling aten ops through the generated API (``at::addmm(...)``,
-        ``self.t()``): those functions live in generated headers the index never sees,
-        so such calls stay unresolved refs; they are matched to the op by name."""
+        """Code calling aten ops through generated bindings the index never sees: C++'s
+        ``at::addmm(...)`` / ``self.t()`` (generated headers) and Python's
+        ``torch._C._VariableFunctions.add`` / ``torch._C.add`` / ``torch._VF.add``
+        (generated bindings). Such calls stay unresolved refs; they are matched to the
+        op by name."""
         found = []
         conn = self.index.conn
         for op in self.index.nodes(op_ids):
             if not op.qualname.startswith("aten::"):
                 continue
             keys = [op.name, f"{op.name}_out", f"{op.name}_outf"]
-            for src, file_id, line, target, attrs, src_kind, src_file in conn.execute(
-                "SELECT r.src_id, r.file_id, r.line, r.target, r.attrs, n.kind, n.file_id"
-                " FROM refs r JOIN nodes n ON n.id = r.src_id"
-                f" WHERE r.target_key IN ({_placeholders(keys)}) AND r.scheme = 'cpp'"
+            for src, file_id, line, scheme, target, attrs, src_kind, src_file in conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, r.scheme, r.target, r.attrs, n.kind,"
+                " n.file_id FROM refs r JOIN nodes n ON n.id = r.src_id"
+                f" WHERE r.target_key IN ({_placeholders(keys)}) AND r.scheme IN ('cpp', 'py')"
                 " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
                 keys,
             ):
-                if _calls_op_api(target, attrs, keys):
-                    step = Step(op.id, EdgeKind.CALLS.value, src, op.id, file_id, line)
-                    found.append((src, step, src_kind, src_file))
+                if scheme == "cpp" and _calls_op_api(target, attrs, keys):
+                    kind = EdgeKind.CALLS.value
+                elif scheme == "py" and target.endswith(_python_bindings(op.name)):
+                    kind = EdgeKind.REFERENCES.value
+                else:
+                    continue
+                found.append(
+                    (src, Step(op.id, kind, src, op.id, file_id, line), src_kind, src_file)
+                )
         return found
+
+
+def _python_bindings(name: str) -> tuple[str, ...]:
+    return (f"._C.{name}", f"._C._VariableFunctions.{name}", f"._VF.{name}")
 
 
 _API_PREFIXES = ("at::", "torch::", "::at::", "c10::")

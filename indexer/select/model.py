@@ -22,6 +22,7 @@ class Entity:
     reason: str  # 'changed line 2010 is in its body'
     node_ids: list[int] = field(default_factory=list)
     cuda: bool = False  # placed from CUDA-only code (.cu/.cuh, cuda/ directories)
+    members: list[str] = field(default_factory=list)  # qualnames of a group (the first few)
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Hop:
     src: str
     dst: str
     evidence: str  # path:line of the text that makes the edge
+    src_kind: str = ""  # node kinds, so 'derivative aten::mm' and 'op aten::mm' differ
+    dst_kind: str = ""
 
 
 @dataclass

@@ -40,6 +40,7 @@ PYTHON_DEF_KINDS = frozenset(
 MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
 CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
+MEMBERS_SHOWN = 20  # qualnames listed for a group entity in reports
 
 # Run-everything outranks code outranks nothing, when a rename spans two categories.
 _RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yaml": 2, "test": 1}
@@ -56,6 +57,7 @@ class FilePlacement:
     test_files: list[str] = field(default_factory=list)  # test files selected as such
     everything: str | None = None  # why this file selects every test
     notes: list[str] = field(default_factory=list)
+    mapped: set[tuple] = field(default_factory=set)  # base definitions already placed
 
 
 def categorize(path: str, manifest: Manifest) -> tuple[str, str]:
@@ -167,7 +169,12 @@ class Placer:
         if row is not None and row[4]:
             result.everything = f"{change.path} could not be indexed ({row[4]})"
             return
-        code = self._code_hunks(language, old, new, hunks, result)
+        if change.status in ("renamed", "copied"):
+            # The path itself changed: what named the old one (an import, an #include)
+            # is affected even where the text is the same.
+            code = hunks
+        else:
+            code = self._code_hunks(language, old, new, hunks, result)
         result.changed.code_hunks = len(code)
         result.changed.skipped_hunks = len(hunks) - len(code)
         if not code:
@@ -221,7 +228,10 @@ class Placer:
             label, kind = nodes[0].qualname, nodes[0].kind
         else:
             label, kind = f"{len(nodes)} definitions in {path}", "group"
-        return Entity(label, kind, f"{path}:{line}", reason, [node.id for node in nodes])
+        entity = Entity(label, kind, f"{path}:{line}", reason, [node.id for node in nodes])
+        if len(nodes) > 1:
+            entity.members = [node.qualname for node in nodes[:MEMBERS_SHOWN]]
+        return entity
 
     def _add(self, result: FilePlacement, nodes: list[Node], path: str, line: int, reason: str):
         known = {node_id for entity in result.entities for node_id in entity.node_ids}
@@ -236,15 +246,21 @@ class Placer:
         self, change: FileChange, fact: NodeFact, line: int, result: FilePlacement, what: str
     ) -> None:
         """An old definition touched by a deleted or replaced line -> index nodes."""
+        key = (fact.kind, fact.qualname, fact.line)
+        if key in result.mapped:
+            return
+        result.mapped.add(key)
         path = change.path if change.exists_after else (change.old_path or change.path)
         found = self.oldside.find(fact, path)
-        old_where = f"{change.old_path}:{line} (base)"
+        old_where = f"{change.old_path}:{line}"
         if found:
-            self._add(result, found, path, found[0].line, f"{what} at {old_where}")
+            self._add(result, found, path, found[0].line, f"{what} at base {old_where}")
             return
-        users = [node for node in self.oldside.users_of(fact.name) if node.kind != "file"]
+        known = {node_id for entity in result.entities for node_id in entity.node_ids}
+        named_by = [node for node in self.oldside.users_of(fact.name) if node.kind != "file"]
+        users = [node for node in named_by if node.id not in known]
         if users:
-            reason = f"{fact.qualname} is gone (was at {old_where}); code that still names it"
+            reason = f"{fact.qualname} is gone (was at base {old_where}); code that still names it"
             result.entities.append(
                 Entity(
                     f"users of removed {fact.qualname}",
@@ -252,11 +268,12 @@ class Placer:
                     old_where,
                     reason,
                     [node.id for node in users],
+                    members=[node.qualname for node in users[:MEMBERS_SHOWN]],
                 )
             )
-        else:
+        elif not named_by:
             result.notes.append(
-                f"{fact.qualname} was removed ({old_where}) and nothing in the tree names it"
+                f"{fact.qualname} was removed (base {old_where}) and nothing in the tree names it"
             )
 
     def _everything_in(self, path: str, reason: str, line: int, result: FilePlacement) -> None:
@@ -267,6 +284,7 @@ class Placer:
         entity = Entity(
             f"every definition in {path}", "group", f"{path}:{line}", reason, [n.id for n in nodes]
         )
+        entity.members = [node.qualname for node in nodes[:MEMBERS_SHOWN]]
         result.entities.append(entity)
 
     # --- C++ and CUDA -----------------------------------------------------------------
@@ -289,11 +307,14 @@ class Placer:
             new_nodes = self.index.nodes_in_file(path)
             functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
             tree = cpp_parser().parse(new)
-            broken = error_lines(tree)
+            broken = error_lines(tree, new)
             for line in new_lines:
-                if line in broken:
-                    file_wide.append(f"line {line} is in code tree-sitter cannot parse")
                 function = _innermost(functions, line)
+                if line in broken or (
+                    function is not None
+                    and broken.intersection(range(function.line, function.end_line + 1))
+                ):
+                    file_wide.append(f"line {line} is in code tree-sitter cannot fully parse")
                 if function is not None:
                     self._add(result, [function], path, line, f"changed line {line} is in its body")
                 else:
@@ -305,15 +326,17 @@ class Placer:
             language = language_of(change.old_path or path)
             old_file = self._old_file(change, language, old)
             old_tree = cpp_parser().parse(old)
-            broken = error_lines(old_tree)
+            broken = error_lines(old_tree, old)
             if old_file.error:
                 file_wide.append(f"the base version could not be extracted ({old_file.error})")
             functions = [fact for fact in old_file.nodes[1:] if fact.kind in FUNCTION_KINDS]
             outside_old: set[int] = set()
             for line in old_lines:
-                if line in broken:
-                    file_wide.append(f"base line {line} is in code tree-sitter cannot parse")
                 fact = _innermost(functions, line)
+                if line in broken or (
+                    fact is not None and broken.intersection(range(fact.line, fact.end_line + 1))
+                ):
+                    file_wide.append(f"base line {line} is in code tree-sitter cannot fully parse")
                 if fact is not None:
                     self._map_old(change, fact, line, result, "deleted or replaced line")
                 else:
@@ -396,7 +419,7 @@ class Placer:
         shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
         if users:
             self._add(result, users, path, line, f"mentions {shown}, changed at line {line}")
-        else:
+        elif not is_header(path):  # a header's names are its includers' business
             result.notes.append(
                 f"{path}:{line}: the changed names ({shown}) are used by no function of the file"
             )
@@ -432,6 +455,7 @@ class Placer:
                 "header changed outside any function: every file that includes it, "
                 f"transitively (e.g. {', '.join(sorted(includers)[:3])})",
                 ids,
+                members=sorted(includers)[:MEMBERS_SHOWN],
             )
         )
 

@@ -89,7 +89,10 @@ def chain_text(reason: Reason) -> str:
         return reason.note or f"{reason.entity} changed @ {reason.evidence}"
     parts = [f"{reason.entity} changed @ {reason.evidence}"]
     for hop in reason.chain:
-        parts.append(f"{hop.src} {hop.kind} {hop.dst} @ {hop.evidence}")
+        src, dst = hop.src, hop.dst
+        if src == dst:  # 'derivative aten::mm derives op aten::mm'
+            src, dst = f"{hop.src_kind} {src}".strip(), f"{hop.dst_kind} {dst}".strip()
+        parts.append(f"{src} {hop.kind} {dst} @ {hop.evidence}")
     return " <- ".join(parts)
 
 

@@ -1,0 +1,124 @@
+"""Shared by the selection tests: one indexed fixture repository per test module, edited
+by each test and restored after it (the engine updates the index when it is stale)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer.build import build_index
+from indexer.query.index import Index
+from indexer.select.engine import select_tests
+from indexer.select.model import Selection
+from indexer.workspace import Workspace
+from tests.helpers import commit_all, git, line_of, make_fixture_repo
+
+
+class IndexedTree:
+    """A fixture repository with a built index, edited in place by tests."""
+
+    def __init__(self, root: Path, cache: Path) -> None:
+        self.root = root
+        self.cache = cache
+        self.initial = git(root, "rev-parse", "HEAD").strip()
+
+    def use(self, monkeypatch: pytest.MonkeyPatch) -> IndexedTree:
+        monkeypatch.setenv("TORCHTALK_CACHE_DIR", str(self.cache))
+        return self
+
+    def reset(self) -> None:
+        git(self.root, "checkout", "-q", "-f", "main")
+        git(self.root, "reset", "-q", "--hard", self.initial)
+        git(self.root, "clean", "-fdqx")
+        for branch in git(self.root, "branch", "--format=%(refname:short)").split():
+            if branch != "main":
+                git(self.root, "branch", "-q", "-D", branch)
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def line(self, rel: str, text: str, occurrence: int = 1) -> int:
+        return line_of(self.root / rel, text, occurrence)
+
+    def replace(self, rel: str, old: str, new: str) -> None:
+        path = self.root / rel
+        text = path.read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {rel}"
+        path.write_text(text.replace(old, new), encoding="utf-8")
+
+    def write(self, rel: str, text: str) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    def commit(self, message: str = "change") -> str:
+        return commit_all(self.root, message)
+
+    @property
+    def workspace(self) -> Workspace:
+        return Workspace.resolve(self.root)
+
+    def select(self, base: str | None = None, **options) -> Selection:
+        return select_tests(self.workspace, base, **options)
+
+    def index(self) -> Index:
+        return Index(self.workspace.db_path)
+
+    def pytest(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """``python -m pytest`` in the tree, the plugin loaded from its entry point."""
+        full_env = {**os.environ, "TORCHTALK_CACHE_DIR": str(self.cache), **(env or {})}
+        full_env.pop("PYTEST_ADDOPTS", None)
+        full_env.pop("PYTEST_XDIST_WORKER", None)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", *args],
+            cwd=self.root,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+
+def indexed_tree(tmp_path_factory: pytest.TempPathFactory, name: str) -> IndexedTree:
+    base = tmp_path_factory.mktemp(f"select-{name}")
+    root = make_fixture_repo(name, base / name)
+    cache = base / "cache"
+    previous = os.environ.get("TORCHTALK_CACHE_DIR")
+    os.environ["TORCHTALK_CACHE_DIR"] = str(cache)
+    try:
+        build_index(Workspace.resolve(root), show_progress=False)
+    finally:
+        if previous is None:
+            os.environ.pop("TORCHTALK_CACHE_DIR", None)
+        else:
+            os.environ["TORCHTALK_CACHE_DIR"] = previous
+    return IndexedTree(root, cache)
+
+
+def selected(selection: Selection) -> set[str]:
+    return set(selection.files)
+
+
+def labels(selection: Selection) -> list[str]:
+    return [entity.label for entity in selection.entities]
+
+
+def members(selection: Selection) -> set[str]:
+    """Every qualname the changed entities stand for (singles and group members)."""
+    names: set[str] = set()
+    for entity in selection.entities:
+        names.update(entity.members or [entity.label])
+    return names
+
+
+def chain_nodes(selection: Selection, path: str) -> list[str]:
+    """The nodes along the first reason chain of a selected file, changed entity first."""
+    reason = selection.files[path].reasons[0]
+    nodes = [reason.entity]
+    for hop in reason.chain:
+        nodes.append(hop.src)
+    return nodes
