@@ -20,7 +20,11 @@ from indexer.link.symbols import Ref, Resolution, SymbolTable
 Resolver = Callable[[list[Ref], SymbolTable], Iterable[Resolution]]
 
 # scheme -> "module:function". Each layer registers the scheme its extractor emits.
-RESOLVERS: dict[str, str] = {}
+RESOLVERS: dict[str, str] = {
+    "py": "indexer.python.resolve:resolve",
+    "opinfo": "indexer.python.resolve:resolve_opinfo",
+    "fixture": "indexer.python.resolve:resolve_fixtures",
+}
 
 
 @dataclass
@@ -110,7 +114,9 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
         for ref_id, resolutions in targets.items():
             ref = by_id[ref_id]
             distinct = len({res.dst_id for res in resolutions})
-            ambiguous = distinct > 1
+            # A fanout (an @ops test over every entry of a list) is not ambiguity.
+            fanout = all((res.attrs or {}).get("fanout") for res in resolutions)
+            ambiguous = distinct > 1 and not fanout
             if ambiguous:
                 scheme_stats.ambiguous += 1
             else:

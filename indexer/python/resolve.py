@@ -1,0 +1,319 @@
+"""Resolvers for the refs the Python extractor emits.
+
+- ``py``: a dotted name as written after alias expansion (``torch.ops._C.rms_norm``,
+  ``minitorch.nn.Linear``), or a method with an unknown receiver (``.add_``). Python
+  definitions first (through re-exports, see :mod:`indexer.python.names`), then the
+  ``python_names`` of op and binding nodes, then ``<pkg>.ops.<ns>.<op>`` against op
+  qualnames. A method matches only ops and bindings spelled ``*.Tensor.<name>``.
+- ``opinfo``: an ``@ops(list)`` decorator; resolves to every OpInfo entry of the list
+  (edges marked ``fanout``, not ambiguity), or to every entry of the index when the
+  list's membership cannot be determined (marked ``all_opinfos`` with the reason).
+- ``fixture``: a pytest test's parameter; resolves to the fixture pytest would use (same
+  file, else the nearest conftest.py up the tree).
+
+Everything here is dict lookups over maps built once per link run (and memoised per
+target), so a link of PyTorch's ~1M refs stays linear.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from indexer.link.symbols import Ref, Resolution, SymbolTable
+from indexer.python.names import resolve_dotted, resolve_member_of_bases
+
+DEF_KINDS = frozenset({"python_class", "python_function", "test_utility"})
+TEST_DEF_KINDS = frozenset({"test_class", "test_function"})
+NAMED_KINDS = frozenset({"op", "binding"})
+_TENSOR_METHOD = re.compile(r"\.Tensor\.([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+class PythonView:
+    """The Python-facing maps of one SymbolTable: modules, definitions, Python spellings."""
+
+    def __init__(self, symbols: SymbolTable) -> None:
+        self.symbols = symbols
+        self.modules: dict[str, int] = {}
+        self._defs: dict[str, list[int]] = defaultdict(list)
+        self.pynames: dict[str, list[int]] = defaultdict(list)
+        self.methods: dict[str, list[int]] = defaultdict(list)
+        self.op_packets: dict[str, list[int]] = defaultdict(list)
+        self.opinfos: list[int] = []
+        self.fixtures: dict[str, list[int]] = defaultdict(list)
+        self.class_bases: dict[str, set[str]] = defaultdict(set)  # short name -> base names
+        self._attrs: dict[int, dict[str, Any]] = {}
+        kinds = symbols.kind
+        qualnames = symbols.qualname
+        for node_id, kind in kinds.items():
+            if kind == "python_module":
+                self.modules.setdefault(qualnames[node_id], node_id)
+            elif kind in DEF_KINDS:
+                self._defs[qualnames[node_id]].append(node_id)
+                if kind == "test_utility" and self.attrs(node_id).get("fixture"):
+                    self.fixtures[symbols.name[node_id]].append(node_id)
+            elif kind == "test_file":
+                module = self.attrs(node_id).get("module")
+                if module:
+                    self.modules.setdefault(module, node_id)
+            elif kind in TEST_DEF_KINDS:
+                pyname = self.attrs(node_id).get("pyname")
+                if pyname:
+                    self._defs[pyname].append(node_id)
+            elif kind in NAMED_KINDS:
+                for name in self.attrs(node_id).get("python_names", ()):
+                    self.pynames[name].append(node_id)
+                    match = _TENSOR_METHOD.search(name)
+                    if match:
+                        self.methods[match.group(1)].append(node_id)
+                if kind == "op":
+                    self.op_packets[qualnames[node_id].split(".", 1)[0]].append(node_id)
+            elif kind == "opinfo":
+                self.opinfos.append(node_id)
+            if kind in ("python_class", "test_class", "test_utility"):
+                bases = self.attrs(node_id).get("bases")
+                if bases:
+                    self.class_bases[symbols.name[node_id]].update(
+                        base.rsplit(".", 1)[-1] for base in bases
+                    )
+        self._cache: dict[str, tuple[list[int], bool] | None] = {}
+
+    # NameSource
+    def module(self, dotted: str) -> int | None:
+        return self.modules.get(dotted)
+
+    def defs(self, dotted: str) -> list[int]:
+        return self._defs.get(dotted, [])
+
+    def attrs(self, node_id: int) -> dict[str, Any]:
+        cached = self._attrs.get(node_id)
+        if cached is None:
+            cached = self.symbols.attrs(node_id)
+            self._attrs[node_id] = cached
+        return cached
+
+    def kind(self, node_id: int) -> str:
+        return self.symbols.kind[node_id]
+
+    def python(self, target: str) -> tuple[list[int], bool] | None:
+        if target not in self._cache:
+            self._cache[target] = resolve_dotted(self, target)
+        return self._cache[target]
+
+    def named(self, target: str) -> list[int]:
+        """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``."""
+        found = self.pynames.get(target)
+        if found:
+            return found
+        parts = target.split(".")
+        if len(parts) >= 4 and parts[1] == "ops":
+            packet = f"{parts[2]}::{parts[3]}"
+            if len(parts) == 4 or parts[4] == "default":
+                return self.op_packets.get(packet, [])
+            exact = [
+                node_id
+                for node_id in self.op_packets.get(packet, [])
+                if self.symbols.qualname[node_id] == f"{packet}.{parts[4]}"
+            ]
+            return exact
+        return []
+
+
+def python_view(symbols: SymbolTable) -> PythonView:
+    """The view of ``symbols``, built on first use and kept with it for this link run."""
+    view = getattr(symbols, "_python_view", None)
+    if view is None:
+        view = PythonView(symbols)
+        symbols._python_view = view  # type: ignore[attr-defined]
+    return view
+
+
+def _bases(base: str | None) -> Iterator[str]:
+    while base:
+        yield base
+        base = base.rpartition(".")[0]
+
+
+def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
+    view = python_view(symbols)
+    for ref in refs:
+        for node_id, attrs in _resolve_py(view, ref):
+            yield Resolution(ref.id, node_id, attrs)
+
+
+def _resolve_py(view: PythonView, ref: Ref) -> list[tuple[int, dict[str, Any] | None]]:
+    target = ref.target
+    if ref.attrs.get("method"):
+        return [(node_id, None) for node_id in view.methods.get(target[1:], ())]
+    receiver = ref.attrs.get("receiver")
+    if receiver:
+        owner, _, member = target.rpartition(".")
+        if receiver == "super":
+            found = resolve_member_of_bases(view, owner, member)
+        else:
+            found = view.python(target)
+        if found and found[1]:
+            return [(node_id, None) for node_id in found[0]]
+        return []
+    candidates = [target]
+    candidates.extend(f"{base}.{target}" for base in _bases(ref.attrs.get("base")))
+    for candidate in candidates:
+        found = view.python(candidate)
+        if found:
+            nodes, exact = found
+            named = [] if exact else view.named(candidate)
+            if named:
+                return [(node_id, None) for node_id in named]
+            extra = None if exact else {"partial": True}
+            return [(node_id, extra) for node_id in nodes]
+        named = view.named(candidate)
+        if named:
+            return [(node_id, None) for node_id in named]
+    return []
+
+
+# --- OpInfo lists ------------------------------------------------------------------------
+
+
+class OpinfoLists:
+    """Members of every OpInfo list, closed over the per-module summaries."""
+
+    def __init__(self, view: PythonView) -> None:
+        self.view = view
+        symbols = view.symbols
+        self.direct: dict[str, list[int]] = defaultdict(list)
+        self.entry_class: dict[int, str] = {}
+        for node_id in view.opinfos:
+            attrs = view.attrs(node_id)
+            self.direct[attrs.get("list_qual", "")].append(node_id)
+            self.entry_class[node_id] = attrs.get("info_class", "")
+        self.summaries: dict[str, dict[str, Any]] = {}
+        for module, node_id in view.modules.items():
+            for name, summary in view.attrs(node_id).get("opinfo_lists", {}).items():
+                self.summaries[f"{module}.{name}"] = summary
+        self._members: dict[str, tuple[frozenset[int], str | None]] = {}
+        self.all = frozenset(view.opinfos)
+        del symbols
+
+    def _ancestors(self, cls: str) -> set[str] | None:
+        """``cls`` and every base class name up its hierarchy; None if it is not indexed."""
+        bases = self.view.class_bases
+        if cls not in bases:
+            return None
+        seen = {cls}
+        stack = [cls]
+        while stack:
+            for base in bases.get(stack.pop(), ()):
+                if base not in seen:
+                    seen.add(base)
+                    stack.append(base)
+        return seen
+
+    def _matches(self, node_id: int, classes: list[str]) -> bool:
+        cls = self.entry_class.get(node_id, "")
+        if cls in classes:
+            return True
+        ancestors = self._ancestors(cls)
+        return ancestors is None or bool(ancestors.intersection(classes))
+
+    def members(
+        self, name: str, active: frozenset[str] = frozenset()
+    ) -> tuple[frozenset[int], str | None]:
+        """(entries, why unknown) of the list ``name`` (a dotted module-level name)."""
+        if name in self._members:
+            return self._members[name]
+        if name in active:  # a cycle adds nothing new
+            return frozenset(), None
+        active = active | {name}
+        summary = self.summaries.get(name)
+        if summary is None:
+            result = self._follow(name, active)
+        else:
+            result = self.of_summary(summary, name, active)
+        self._members[name] = result
+        return result
+
+    def _follow(self, name: str, active: frozenset[str]) -> tuple[frozenset[int], str | None]:
+        """A name with no summary: a re-export of a list defined elsewhere, or unknown."""
+        module, _, attr = name.rpartition(".")
+        node_id = self.view.module(module)
+        if node_id is not None:
+            bound = self.view.attrs(node_id).get("bindings", {}).get(attr)
+            if bound and bound != name:
+                return self.members(bound, active)
+        if name in self.direct:
+            return frozenset(self.direct[name]), None
+        return frozenset(), f"membership of {name} is not known to the index"
+
+    def of_summary(
+        self, summary: dict[str, Any], name: str, active: frozenset[str] = frozenset()
+    ) -> tuple[frozenset[int], str | None]:
+        if summary.get("unknown"):
+            return frozenset(), f"{name}: {summary['unknown']}"
+        found: set[int] = set(self.direct.get(name, ()))
+        for part, classes in summary.get("parts", ()):
+            members, unknown = self.members(part, active)
+            if unknown:
+                return frozenset(), unknown
+            if classes:
+                known = [c for c in classes if c in self.view.class_bases or self._defined(c)]
+                if known:  # an unknown filter class filters nothing: select more
+                    members = frozenset(m for m in members if self._matches(m, classes))
+            found.update(members)
+        return frozenset(found), None
+
+    def _defined(self, cls: str) -> bool:
+        return cls in self.view.symbols.by_name and any(
+            self.view.kind(n) in ("python_class", "test_utility")
+            for n in self.view.symbols.by_name[cls]
+        )
+
+
+def resolve_opinfo(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
+    view = python_view(symbols)
+    lists = getattr(symbols, "_opinfo_lists", None)
+    if lists is None:
+        lists = OpinfoLists(view)
+        symbols._opinfo_lists = lists  # type: ignore[attr-defined]
+    for ref in refs:
+        summary = ref.attrs.get("summary")
+        if summary is not None:
+            members, unknown = lists.of_summary(summary, ref.target)
+        else:
+            members, unknown = lists.members(ref.target)
+        attrs: dict[str, Any] = {"fanout": True}
+        if unknown:
+            members = lists.all
+            attrs["all_opinfos"] = unknown
+        for node_id in sorted(members):
+            yield Resolution(ref.id, node_id, attrs)
+
+
+# --- pytest fixtures ---------------------------------------------------------------------
+
+
+def resolve_fixtures(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
+    view = python_view(symbols)
+    for ref in refs:
+        candidates = view.fixtures.get(ref.target, ())
+        if not candidates:
+            continue
+        same_file = [n for n in candidates if symbols.file_id[n] == ref.file_id]
+        if same_file:
+            yield Resolution(ref.id, same_file[0], None)
+            continue
+        directory = ref.attrs.get("dir", "")
+        best: tuple[int, int] | None = None
+        for node_id in candidates:
+            path = symbols.path_of(node_id)
+            folder, _, filename = path.rpartition("/")
+            if filename != "conftest.py":
+                continue
+            if folder == "" or directory == folder or directory.startswith(folder + "/"):
+                depth = len(folder)
+                if best is None or depth > best[0]:
+                    best = (depth, node_id)
+        if best is not None:
+            yield Resolution(ref.id, best[1], None)
