@@ -16,7 +16,10 @@ from indexer.harness import Manifest
 
 # "module:Class" of every extractor, in the order they run on a file. Each layer adds its
 # own line here.
-EXTRACTORS: tuple[str, ...] = ("indexer.python.extractor:PythonExtractor",)
+EXTRACTORS: tuple[str, ...] = (
+    "indexer.cpp.extractor:CppExtractor",
+    "indexer.python.extractor:PythonExtractor",
+)
 
 
 class Extractor(Protocol):

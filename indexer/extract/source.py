@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import tree_sitter
 
+    from indexer.cpp.preprocess import Prepared
+
 _parsers = threading.local()  # tree-sitter parsers are not thread-safe; one per thread
 
 
@@ -46,6 +48,15 @@ class SourceFile:
         return self.text.splitlines()
 
     @cached_property
+    def cpp_prepared(self) -> Prepared:
+        """The bytes tree-sitter-cpp parses: CUDA qualifiers, attribute macros (TORCH_API...)
+        and ``<<<...>>>`` launch configurations blanked to same-length spaces, so offsets,
+        lines and columns are the file's own (see indexer/cpp/preprocess.py)."""
+        from indexer.cpp.preprocess import prepare
+
+        return prepare(self.data)
+
+    @cached_property
     def cpp_tree(self) -> tree_sitter.Tree:
-        """The tree-sitter-cpp parse (CUDA files too: the grammar recovers around <<< >>>)."""
-        return cpp_parser().parse(self.data)
+        """The tree-sitter-cpp parse of :attr:`cpp_prepared` (C++ and CUDA files)."""
+        return cpp_parser().parse(self.cpp_prepared.data)

@@ -21,6 +21,8 @@ Resolver = Callable[[list[Ref], SymbolTable], Iterable[Resolution]]
 
 # scheme -> "module:function". Each layer registers the scheme its extractor emits.
 RESOLVERS: dict[str, str] = {
+    "cpp": "indexer.cpp.resolve:resolve",
+    "include": "indexer.cpp.includes:resolve",
     "py": "indexer.python.resolve:resolve",
     "opinfo": "indexer.python.resolve:resolve_opinfo",
     "fixture": "indexer.python.resolve:resolve_fixtures",
@@ -113,7 +115,7 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
         rows = []
         for ref_id, resolutions in targets.items():
             ref = by_id[ref_id]
-            distinct = len({res.dst_id for res in resolutions})
+            distinct = len({(res.src_id, res.dst_id) for res in resolutions})
             # A fanout (an @ops test over every entry of a list) is not ambiguity.
             fanout = all((res.attrs or {}).get("fanout") for res in resolutions)
             ambiguous = distinct > 1 and not fanout
@@ -121,18 +123,18 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
                 scheme_stats.ambiguous += 1
             else:
                 scheme_stats.resolved += 1
-            seen: set[int] = set()
+            seen: set[tuple[int | None, int]] = set()
             for res in resolutions:
-                if res.dst_id in seen:
+                if (res.src_id, res.dst_id) in seen:
                     continue
-                seen.add(res.dst_id)
+                seen.add((res.src_id, res.dst_id))
                 attrs = dict(res.attrs or {})
                 if ambiguous:
                     attrs["ambiguous"] = distinct
                 rows.append(
                     (
                         ref.id,
-                        ref.src_id,
+                        ref.src_id if res.src_id is None else res.src_id,
                         res.dst_id,
                         ref.kind,
                         ref.file_id,

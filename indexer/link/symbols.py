@@ -31,6 +31,9 @@ class Resolution:
     ref_id: int
     dst_id: int
     attrs: dict[str, Any] | None = None
+    # The edge's source when it is not the ref's own (a registration in one file that
+    # makes an edge between two other nodes: REGISTER_DISPATCH(stub, &kernel)).
+    src_id: int | None = None
 
 
 class SymbolTable:

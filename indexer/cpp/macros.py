@@ -1,0 +1,138 @@
+"""PyTorch macros that hide structure from a parser: structured kernels, dispatch stubs,
+registration blocks.
+
+``TORCH_IMPL_FUNC(add_out) (...) {...}`` parses as a function whose declarator is itself
+a call-like declarator; it expands to ``void structured_add_out::impl(...)``. Dispatch
+stub macros are found in the text (they parse as calls, declarations or ERRORs depending
+on their arguments) and read with a small balanced-parenthesis scanner.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# macro -> (class-name suffix, member) of what it expands to.
+STRUCTURED = {
+    "TORCH_IMPL_FUNC": "impl",
+    "TORCH_META_FUNC": "meta",
+    "TORCH_META_FUNC2": "meta",
+    "TORCH_PRECOMPUTE_META_FUNC": "meta",
+    "TORCH_PRECOMPUTE_META_FUNC2": "meta",
+}
+
+DECLARE = "DECLARE_DISPATCH"
+DEFINE = "DEFINE_DISPATCH"
+
+_QUALIFIED = re.compile(
+    r"(?:::)?[A-Za-z_]\w*(?:\s*<[^()]*?>)?(?:\s*::\s*[A-Za-z_~]\w*(?:\s*<[^()]*?>)?)*"
+)
+_SPACES = re.compile(r"\s+")
+
+
+def split_arguments(text: str) -> list[str]:
+    """Top-level comma-separated arguments of a macro argument list (without its parens)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, char in enumerate(text):
+        if char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    last = text[start:].strip()
+    if last or parts:
+        parts.append(last)
+    return parts
+
+
+def structured(macro: str, arguments: list[str]) -> tuple[str, list[str]] | None:
+    """(node name, qualname components under the enclosing namespace) of a structured kernel.
+
+    TORCH_IMPL_FUNC(add_out) -> ('add_out', ['structured_add_out', 'impl']);
+    TORCH_META_FUNC2(add, Tensor) -> ('add', ['structured_add_Tensor', 'meta']).
+    """
+    member = STRUCTURED.get(macro)
+    if member is None or not arguments or not arguments[0]:
+        return None
+    name = arguments[0]
+    suffix = "_".join(arguments) if macro.endswith("2") else name
+    return name, [f"structured_{suffix}", member]
+
+
+def registration_label(macro: str, arguments: list[str]) -> str:
+    """TORCH_LIBRARY_IMPL(aten, CPU, m) -> 'TORCH_LIBRARY_IMPL(aten, CPU)': the module
+    variable (the last argument) is not part of what the block registers."""
+    kept = arguments[:-1] if len(arguments) > 1 else arguments
+    return f"{macro}({', '.join(kept)})"
+
+
+def macro_label(macro: str, arguments: list[str]) -> str:
+    return f"{macro}({', '.join(_SPACES.sub(' ', argument) for argument in arguments)})"
+
+
+def callable_name(expression: str) -> str | None:
+    """The function an argument like '&at::native::add_kernel' or 'static_cast<fn>(&k)' names."""
+    text = expression.strip()
+    if not text or text == "nullptr" or text.startswith("["):
+        return None
+    if "(" in text:  # a cast: the callable is inside the last parentheses
+        text = text[text.rfind("(") + 1 :].rstrip(") ")
+    text = text.lstrip("&* ").strip()
+    match = _QUALIFIED.match(text)
+    return _SPACES.sub("", match.group(0)) if match else None
+
+
+@dataclass(slots=True)
+class MacroUse:
+    macro: str
+    arguments: list[str]
+    offset: int  # byte offset of the macro name
+    line: int
+
+
+def _closing_paren(text: bytes, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, min(len(text), open_at + 4000)):
+        char = text[i]
+        if char == 40:  # (
+            depth += 1
+        elif char == 41:  # )
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def find_macro_uses(data: bytes, pattern: re.Pattern[bytes]) -> Iterator[MacroUse]:
+    """Uses of the macros ``pattern`` matches (group 1 = name, ending at the '('), skipping
+    #define bodies and comment lines."""
+    for match in pattern.finditer(data):
+        start = match.start(1)
+        line_start = data.rfind(b"\n", 0, start) + 1
+        prefix = data[line_start:start].lstrip()
+        if prefix.startswith((b"#", b"//", b"*", b"/*")):
+            continue
+        previous_end = line_start - 1
+        if previous_end > 0 and data[max(0, previous_end - 2) : previous_end].rstrip().endswith(
+            b"\\"
+        ):
+            continue  # a continuation line of a multi-line #define
+        close = _closing_paren(data, match.end() - 1)
+        if close < 0:
+            continue
+        arguments = split_arguments(data[match.end() : close].decode("utf-8", "replace"))
+        yield MacroUse(match.group(1).decode(), arguments, start, data.count(b"\n", 0, start) + 1)
+
+
+def macro_pattern(names: list[str]) -> re.Pattern[bytes] | None:
+    if not names:
+        return None
+    alternatives = b"|".join(
+        re.escape(name.encode()) for name in sorted(names, key=len, reverse=True)
+    )
+    return re.compile(rb"\b(" + alternatives + rb")\s*\(")

@@ -1,0 +1,113 @@
+"""C++ names as text: qualified-name components, template arguments, signature keys."""
+
+from __future__ import annotations
+
+import re
+
+ANONYMOUS = "(anonymous)"
+
+_SPACES = re.compile(r"\s+")
+_MACRO_NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_TRAILING_NAME = re.compile(r"(?<![:\w])([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)\Z")
+_TYPE_WORDS = frozenset(
+    {
+        *("int", "char", "long", "short", "double", "float", "bool", "signed", "unsigned"),
+        *("void", "auto", "const", "volatile", "size_t", "int64_t", "int32_t", "uint64_t"),
+        *("uint32_t", "int8_t", "uint8_t", "int16_t", "uint16_t"),
+    }
+)
+
+
+def is_macro_name(name: str) -> bool:
+    """ALL_CAPS identifiers are macros by convention (AT_DISPATCH_..., TORCH_CHECK)."""
+    return len(name) > 1 and _MACRO_NAME.match(name) is not None
+
+
+def strip_templates(text: str) -> str:
+    """Drop template argument lists: 'at::vec::Vectorized<float>::loadu' -> '...Vectorized::loadu'.
+
+    An ``operator<``-style name keeps its angle brackets.
+    """
+    if "<" not in text:
+        return text
+    out: list[str] = []
+    depth = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        if text.startswith("operator", i) and depth == 0:
+            out.append(text[i:])  # an operator name ends the qualified name
+            break
+        char = text[i]
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            if depth:
+                depth -= 1
+        elif depth == 0:
+            out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def split_qualified(text: str) -> list[str]:
+    """'::a::B<T>::f' -> ['a', 'B', 'f']; 'Foo::operator()' -> ['Foo', 'operator()']."""
+    if "<" in text:
+        text = strip_templates(text)
+    if "operator" in text:
+        head, _, operator = text.partition("operator")
+        head = head.rstrip()
+        if (not head or head.endswith("::")) and not (
+            operator[:1].isalnum() or operator[:1] == "_"
+        ):
+            operator = _SPACES.sub(" ", operator).strip()
+            spaced = operator[:1].isalpha() or operator[:1] == "_"
+            parts = [part.strip() for part in head.split("::") if part.strip()]
+            parts.append("operator" + (" " if spaced else "") + operator)
+            return parts
+    if " " in text or "\n" in text or "\t" in text:
+        text = _SPACES.sub("", text)
+    return [part for part in text.split("::") if part]
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, char in enumerate(text):
+        if char in "<([{":
+            depth += 1
+        elif char in ">)]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _parameter_type(parameter: str) -> str:
+    parameter = parameter.split("=", 1)[0].strip() if "=" in parameter else parameter.strip()
+    match = _TRAILING_NAME.search(parameter)
+    if match and match.start() > 0 and match.group(1) not in _TYPE_WORDS:
+        parameter = parameter[: match.start()] + match.group(2)
+    return _SPACES.sub(" ", parameter).strip().replace(" &", "&").replace(" *", "*")
+
+
+def signature_key(parameters: str, trailing: str = "") -> str:
+    """The parameter types of a parameter list, names and defaults dropped.
+
+    '(const Tensor& self, int64_t dim = 0) const' -> '(const Tensor&, int64_t) const'.
+    """
+    inner = parameters.strip()
+    if inner.startswith("(") and inner.endswith(")"):
+        inner = inner[1:-1]
+    if "/" in inner:
+        inner = _COMMENTS.sub(" ", inner)
+    inner = inner.strip()
+    if not inner or inner == "void":
+        key = "()"
+    else:
+        key = "(" + ", ".join(_parameter_type(part) for part in _split_top_level(inner)) + ")"
+    return key + (" " + trailing if trailing else "")

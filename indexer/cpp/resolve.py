@@ -1,0 +1,261 @@
+"""The resolver for scheme ``cpp``: C++ names as written -> definitions, by scope rules.
+
+What text allows of C++ name lookup, with dict lookups only:
+
+* a qualified or unqualified name is looked up in the caller's scope, then each enclosing
+  scope outwards (``cpublas::gemm`` from ``at::native`` finds ``at::native::cpublas::gemm``);
+  the first scope level with a definition wins, as name hiding does;
+* ``using namespace U`` makes U's names visible at the level of the nearest namespace
+  enclosing both the caller and U;
+* anonymous namespaces are transparent, but what they hold (and ``static`` functions) is
+  visible only from its own file unless it is defined in a header;
+* a member call with a known receiver class looks in that class, then its bases;
+* a call naming a class calls its constructors;
+* ``TORCH_IMPL_FUNC(add_out)`` is found as ``at::native::add_out`` too (how
+  native_functions.yaml names it);
+* a ``dispatches`` ref from ``REGISTER_DISPATCH(stub, &kernel)`` resolves both names and
+  makes the edge stub -> kernel.
+
+Names found nowhere by these rules fall back to definitions of the same qualified suffix
+(``detail::foo``) or, unqualified, of the same name in the caller's own file. Several
+candidates are all returned; the linker marks them ambiguous. Member calls on a receiver
+of unknown class stay unresolved rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from indexer.cpp.macros import STRUCTURED
+from indexer.cpp.names import ANONYMOUS, split_qualified
+from indexer.graph.vocabulary import NodeKind
+from indexer.link.symbols import Ref, Resolution, SymbolTable
+from indexer.paths import is_header
+
+_FUNCTION = NodeKind.CPP_FUNCTION.value
+_KERNEL = NodeKind.CUDA_KERNEL.value
+_STUB = NodeKind.DISPATCH_STUB.value
+_CLASS = NodeKind.CPP_CLASS.value
+CPP_KINDS = frozenset({_FUNCTION, _KERNEL, _STUB, _CLASS})
+CALLABLE = frozenset({_FUNCTION, _KERNEL, _STUB})
+STUBS = frozenset({_STUB})
+CLASSES = frozenset({_CLASS})
+_MAX_BASE_DEPTH = 4
+
+
+class CppSymbols:
+    """The C++ definitions of a symbol table, keyed for scope lookups."""
+
+    def __init__(self, symbols: SymbolTable) -> None:
+        self.symbols = symbols
+        self.kind = symbols.kind
+        self.file_id = symbols.file_id
+        self.by_key: dict[str, list[int]] = defaultdict(list)
+        self.by_name: dict[str, list[int]] = defaultdict(list)
+        self.local_only: set[int] = set()
+        self.bases: dict[int, list[str]] = {}
+        headers: dict[int, bool] = {}
+        for node_id, kind in symbols.kind.items():
+            if kind not in CPP_KINDS:
+                continue
+            qualname = symbols.qualname[node_id]
+            components = [part for part in split_qualified(qualname) if part != ANONYMOUS]
+            if not components:
+                continue
+            key = "::".join(components)
+            self.by_key[key].append(node_id)
+            self.by_name[components[-1]].append(node_id)
+            attrs = symbols.attrs(node_id)
+            if kind == _CLASS and attrs.get("bases"):
+                self.bases[node_id] = attrs["bases"]
+            if attrs.get("macro") in STRUCTURED and len(components) >= 2:
+                # TORCH_IMPL_FUNC(add_out): also known as <namespace>::add_out.
+                alias = "::".join([*components[:-2], symbols.name[node_id]])
+                self.by_key[alias].append(node_id)
+            if attrs.get("static") or ANONYMOUS in qualname:
+                file_id = symbols.file_id[node_id]
+                header = headers.get(file_id)
+                if header is None:
+                    header = headers[file_id] = is_header(symbols.paths.get(file_id, ""))
+                if not header:
+                    self.local_only.add(node_id)
+        self._prefixes: dict[tuple[str, ...], list[str]] = {}
+
+    @classmethod
+    def of(cls, symbols: SymbolTable) -> CppSymbols:
+        """One index per symbol table (the linker passes the same table to every scheme)."""
+        index = getattr(symbols, "_cpp_symbols", None)
+        if index is None:
+            index = cls(symbols)
+            symbols._cpp_symbols = index  # type: ignore[attr-defined]
+        return index
+
+    def _visible(self, ids: list[int], file_id: int, want: frozenset[str]) -> list[int]:
+        kind = self.kind
+        local_only = self.local_only
+        found: list[int] = []
+        for node_id in ids:
+            if node_id in local_only and self.file_id[node_id] != file_id:
+                continue
+            node_kind = kind[node_id]
+            if node_kind in want:
+                found.append(node_id)
+            elif node_kind == _CLASS and want is not CLASSES:
+                found.extend(self._constructors(node_id, file_id, want))
+        return found
+
+    def _constructors(self, class_id: int, file_id: int, want: frozenset[str]) -> list[int]:
+        qualname = "::".join(
+            part for part in split_qualified(self.symbols.qualname[class_id]) if part != ANONYMOUS
+        )
+        name = self.symbols.name[class_id]
+        return [
+            node_id
+            for node_id in self.by_key.get(f"{qualname}::{name}", ())
+            if self.kind[node_id] in want and self.kind[node_id] != _CLASS
+        ]
+
+    def prefixes(self, scope: tuple[str, ...]) -> list[str]:
+        """'a::b::', 'a::', '' for scope (a, b): innermost first."""
+        prefixes = self._prefixes.get(scope)
+        if prefixes is None:
+            prefixes = ["::".join(scope[:level]) + "::" for level in range(len(scope), 0, -1)]
+            prefixes.append("")
+            self._prefixes[scope] = prefixes
+        return prefixes
+
+    def lookup(
+        self,
+        written: str,
+        scope: tuple[str, ...],
+        usings: tuple[str, ...],
+        file_id: int,
+        want: frozenset[str],
+    ) -> list[int]:
+        """Definitions ``written`` names from ``scope``, by the rules in the module docstring."""
+        components = split_qualified(written)
+        if not components:
+            return []
+        key = "::".join(components)
+        by_key = self.by_key
+        if written.startswith("::"):
+            return self._visible(by_key.get(key, []), file_id, want)
+        using_levels = _using_levels(usings, scope) if usings else ()
+        depth = len(scope)
+        for level, prefix in enumerate(self.prefixes(scope)):
+            found = self._visible(by_key.get(prefix + key, []), file_id, want)
+            for using_level, using in using_levels:
+                if using_level == depth - level:
+                    found += self._visible(by_key.get(f"{using}::{key}", []), file_id, want)
+            if found:
+                return found
+        for using in usings:  # a using written relative to the caller's namespaces
+            for prefix in self.prefixes(scope)[:-1]:
+                found = self._visible(by_key.get(f"{prefix}{using}::{key}", []), file_id, want)
+                if found:
+                    return found
+        return self._fallback(components, key, file_id, want)
+
+    def _fallback(
+        self, components: list[str], key: str, file_id: int, want: frozenset[str]
+    ) -> list[int]:
+        candidates = self.by_name.get(components[-1])
+        if not candidates:
+            return []
+        if len(components) > 1:
+            suffix = "::" + key
+            qualname = self.symbols.qualname
+            matching = [
+                node_id
+                for node_id in candidates
+                if "::".join(
+                    part for part in split_qualified(qualname[node_id]) if part != ANONYMOUS
+                ).endswith(suffix)
+            ]
+            return self._visible(matching, file_id, want)
+        same_file = [node_id for node_id in candidates if self.file_id[node_id] == file_id]
+        return self._visible(same_file, file_id, want)
+
+    def member(
+        self,
+        receiver: str,
+        name: str,
+        scope: tuple[str, ...],
+        usings: tuple[str, ...],
+        file_id: int,
+        want: frozenset[str],
+    ) -> list[int]:
+        """``name`` called on an object of class ``receiver`` (as written at the call)."""
+        found = self.lookup(f"{receiver}::{name}", scope, usings, file_id, want)
+        if found:
+            return found
+        classes = self.lookup(receiver, scope, usings, file_id, CLASSES)
+        seen: set[int] = set()
+        for _ in range(_MAX_BASE_DEPTH):
+            bases: list[int] = []
+            for class_id in classes:
+                if class_id in seen:
+                    continue
+                seen.add(class_id)
+                class_scope = tuple(
+                    part
+                    for part in split_qualified(self.symbols.qualname[class_id])
+                    if part != ANONYMOUS
+                )
+                found += self._visible(
+                    self.by_key.get("::".join((*class_scope, name)), []), file_id, want
+                )
+                for base in self.bases.get(class_id, ()):
+                    bases += self.lookup(base, class_scope[:-1], (), file_id, CLASSES)
+            if found or not bases:
+                return found
+            classes = bases
+        return found
+
+
+def _using_levels(usings: tuple[str, ...], scope: tuple[str, ...]) -> list[tuple[int, str]]:
+    """Each using-directive with the depth of the namespace enclosing both it and the scope."""
+    levels = []
+    for using in usings:
+        parts = using.split("::")
+        common = 0
+        for a, b in zip(parts, scope, strict=False):
+            if a != b:
+                break
+            common += 1
+        levels.append((common, using))
+    return levels
+
+
+def _scope(attrs: dict) -> tuple[str, ...]:
+    return tuple(part for part in attrs.get("scope", ()) if part != ANONYMOUS)
+
+
+def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
+    index = CppSymbols.of(symbols)
+    for ref in refs:
+        attrs = ref.attrs
+        scope = _scope(attrs)
+        usings = tuple(attrs.get("using", ()))
+        want = frozenset(attrs["want"]) if "want" in attrs else CALLABLE
+        stub = attrs.get("stub")
+        if stub is not None:
+            stubs = index.lookup(stub, scope, usings, ref.file_id, STUBS)
+            if not stubs:
+                continue
+            for kernel in index.lookup(ref.target, scope, usings, ref.file_id, CALLABLE):
+                for stub_id in stubs:
+                    yield Resolution(ref.id, kernel, None, stub_id)
+            continue
+        receiver = attrs.get("receiver")
+        if receiver is not None:
+            found = index.member(receiver, ref.target, scope, usings, ref.file_id, want)
+        elif attrs.get("member"):
+            continue
+        else:
+            found = index.lookup(ref.target, scope, usings, ref.file_id, want)
+        # A dispatch key (bindings' dispatches refs) stays on the edge.
+        carried = {"key": attrs["key"]} if "key" in attrs else None
+        for node_id in found:
+            yield Resolution(ref.id, node_id, carried)
