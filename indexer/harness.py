@@ -116,10 +116,17 @@ def read_manifest_file(path: Path) -> dict[str, Any]:
     return data
 
 
+# Sections a child replaces whole instead of merging: the counts a healthy index reaches
+# belong to one tree, so a child that states its own must not inherit its parent's.
+REPLACED_SECTIONS = frozenset({"expected_minimums"})
+
+
 def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     merged = dict(parent)
     for key, value in child.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if key in REPLACED_SECTIONS:
+            merged[key] = value
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _merge(merged[key], value)
         else:
             merged[key] = value

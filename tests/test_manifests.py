@@ -119,3 +119,12 @@ def test_unknown_harness_name_on_the_command_line(
     err = capsys.readouterr().err
     assert err.startswith("torchtalk: error: unknown harness 'nope' (known: ")
     assert "pytorch" in err
+
+
+def test_expected_minimums_are_replaced_not_merged(tmp_path: Path) -> None:
+    manifest = load_manifest_file(
+        write(tmp_path / "m.toml", '[harness]\nextends = "pytorch"\n[expected_minimums]\nop = 3\n')
+    )
+    assert manifest.expected_minimums == {"op": 3}
+    inherited = load_manifest_file(write(tmp_path / "n.toml", '[harness]\nextends = "pytorch"\n'))
+    assert inherited.expected_minimums["cpp_function"] >= 60000

@@ -20,8 +20,9 @@ from indexer.graph.facts import FileFacts
 from indexer.graph.vocabulary import NodeKind
 from indexer.harness import Manifest
 
-# Below this many files a pool costs more to start than it saves.
-POOL_THRESHOLD = 48
+# Below this many files a pool costs more to start (a forkserver, tree-sitter loaded in
+# every worker: about 2 s) than it saves.
+POOL_THRESHOLD = 200
 CHUNK_FILES = 32
 
 _worker_state: dict[str, object] = {}  # per worker process: its root and extractors
