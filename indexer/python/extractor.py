@@ -361,7 +361,8 @@ class FileIndexer:
         module = absolute_module(stmt.module, stmt.level, self.modname, self.is_package)
         if module is None:
             return
-        self.emit_import(src, module, line, **extra)
+        if not self.layout.is_external(module):  # external refs name the symbols imported
+            self.emit_import(src, module, line, **extra)
         for alias in stmt.names:
             if alias.name == "*":
                 if scope is self.scope:

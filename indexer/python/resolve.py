@@ -29,6 +29,7 @@ DEF_KINDS = frozenset({"python_class", "python_function", "test_utility"})
 TEST_DEF_KINDS = frozenset({"test_class", "test_function"})
 NAMED_KINDS = frozenset({"op", "binding"})
 _TENSOR_METHOD = re.compile(r"\.Tensor\.([A-Za-z_][A-Za-z0-9_]*)$")
+_GENERATED = re.compile(r"^(\w+)\.(?:_C\._VariableFunctions|_C|_VF)\.([A-Za-z][A-Za-z0-9_]*)$")
 
 
 class PythonView:
@@ -44,6 +45,7 @@ class PythonView:
         self.opinfos: list[int] = []
         self.fixtures: dict[str, list[int]] = defaultdict(list)
         self.class_bases: dict[str, set[str]] = defaultdict(set)  # short name -> base names
+        self.class_names: set[str] = set()  # short names of every class the index defines
         self._attrs: dict[int, dict[str, Any]] = {}
         kinds = symbols.kind
         qualnames = symbols.qualname
@@ -72,7 +74,10 @@ class PythonView:
                     self.op_packets[qualnames[node_id].split(".", 1)[0]].append(node_id)
             elif kind == "opinfo":
                 self.opinfos.append(node_id)
-            if kind in ("python_class", "test_class", "test_utility"):
+            if kind in ("python_class", "test_class") or (
+                kind == "test_utility" and self.attrs(node_id).get("py_kind") == "class"
+            ):
+                self.class_names.add(symbols.name[node_id])
                 bases = self.attrs(node_id).get("bases")
                 if bases:
                     self.class_bases[symbols.name[node_id]].update(
@@ -103,11 +108,16 @@ class PythonView:
         return self._cache[target]
 
     def named(self, target: str) -> list[int]:
-        """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``."""
+        """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``,
+        then the generated bindings of function variants (``torch._C._VariableFunctions.add``,
+        ``torch._C.add``, ``torch._VF.add`` are what ``torch.add`` is)."""
         found = self.pynames.get(target)
         if found:
             return found
         parts = target.split(".")
+        generated = _GENERATED.match(target)
+        if generated:
+            return self.pynames.get(f"{generated.group(1)}.{generated.group(2)}", [])
         if len(parts) >= 4 and parts[1] == "ops":
             packet = f"{parts[2]}::{parts[3]}"
             if len(parts) == 4 or parts[4] == "default":
@@ -136,10 +146,17 @@ def _bases(base: str | None) -> Iterator[str]:
         base = base.rpartition(".")[0]
 
 
+# Ref attributes worth keeping on the edge (the edge is what queries and selection read).
+PROPAGATED = ("lazy", "dynamic", "via", "method", "operator")
+
+
 def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
     view = python_view(symbols)
     for ref in refs:
+        kept = {key: ref.attrs[key] for key in PROPAGATED if key in ref.attrs}
         for node_id, attrs in _resolve_py(view, ref):
+            if kept:
+                attrs = {**kept, **(attrs or {})}
             yield Resolution(ref.id, node_id, attrs)
 
 
@@ -200,7 +217,7 @@ class OpinfoLists:
     def _ancestors(self, cls: str) -> set[str] | None:
         """``cls`` and every base class name up its hierarchy; None if it is not indexed."""
         bases = self.view.class_bases
-        if cls not in bases:
+        if cls not in self.view.class_names:
             return None
         seen = {cls}
         stack = [cls]
@@ -258,17 +275,11 @@ class OpinfoLists:
             if unknown:
                 return frozenset(), unknown
             if classes:
-                known = [c for c in classes if c in self.view.class_bases or self._defined(c)]
+                known = [c for c in classes if c in self.view.class_names]
                 if known:  # an unknown filter class filters nothing: select more
                     members = frozenset(m for m in members if self._matches(m, classes))
             found.update(members)
         return frozenset(found), None
-
-    def _defined(self, cls: str) -> bool:
-        return cls in self.view.symbols.by_name and any(
-            self.view.kind(n) in ("python_class", "test_utility")
-            for n in self.view.symbols.by_name[cls]
-        )
 
 
 def resolve_opinfo(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:

@@ -1,0 +1,98 @@
+"""From a Python name as a user writes it to the definitions it means, in an Index.
+
+``torch.nn.Linear`` is re-exported: its node is ``torch.nn.modules.linear.Linear``. The
+lookup tries the exact qualified name, then the same re-export walk the linker uses
+(:mod:`indexer.python.names`, here over SQL), then a short name (``Linear``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from indexer.python.names import resolve_dotted
+from indexer.query.index import Index, Node
+
+DEF_KINDS = ("python_class", "python_function", "test_utility")
+PYTHON_KINDS = ("python_module", *DEF_KINDS)
+
+
+class IndexNames:
+    """The :class:`indexer.python.names.NameSource` of an open Index (cached lookups)."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self._modules: dict[str, int | None] = {}
+        self._defs: dict[str, list[int]] = {}
+        self._nodes: dict[int, Node] = {}
+
+    def module(self, dotted: str) -> int | None:
+        if dotted not in self._modules:
+            row = self.index.conn.execute(
+                "SELECT id FROM nodes WHERE qualname = ? AND kind = 'python_module' LIMIT 1",
+                (dotted,),
+            ).fetchone()
+            self._modules[dotted] = row[0] if row else None
+        return self._modules[dotted]
+
+    def defs(self, dotted: str) -> list[int]:
+        if dotted not in self._defs:
+            self._defs[dotted] = [
+                row[0]
+                for row in self.index.conn.execute(
+                    f"SELECT id FROM nodes WHERE qualname = ? AND kind IN {DEF_KINDS}",
+                    (dotted,),
+                )
+            ]
+        return self._defs[dotted]
+
+    def node(self, node_id: int) -> Node:
+        if node_id not in self._nodes:
+            self._nodes[node_id] = self.index.node(node_id)
+        return self._nodes[node_id]
+
+    def attrs(self, node_id: int) -> dict[str, Any]:
+        return self.node(node_id).attrs
+
+    def kind(self, node_id: int) -> str:
+        return self.node(node_id).kind
+
+
+def definitions(index: Index, name: str, names: IndexNames | None = None) -> tuple[list[Node], str]:
+    """(nodes, how matched) for a Python module, class or function name."""
+    name = name.strip()
+    exact = [node for node in index.find(name, PYTHON_KINDS) if node.qualname == name]
+    if exact:
+        return exact, "qualified name"
+    names = names or IndexNames(index)
+    if "." in name:
+        resolved = resolve_dotted(names, name)
+        if resolved and resolved[1]:
+            return index.nodes(resolved[0]), "re-export"
+    short = name.rsplit(".", 1)[-1]
+    candidates = [node for node in index.find(short, PYTHON_KINDS) if node.name == short]
+    if "." in name:  # a partly qualified name: keep the definitions it ends
+        suffix = "." + name
+        candidates = [node for node in candidates if ("." + node.qualname).endswith(suffix)]
+    return candidates, "short name"
+
+
+def is_class(node: Node) -> bool:
+    return node.kind in ("python_class", "test_class") or (
+        node.kind == "test_utility" and node.attrs.get("py_kind") == "class"
+    )
+
+
+def suggest(index: Index, name: str, limit: int = 5) -> list[str]:
+    """Close Python names by their last component (``Lienar`` -> ``...Linear``), then the
+    index's general suggestions."""
+    rows = index.conn.execute(
+        f"SELECT name, qualname FROM nodes WHERE kind IN {PYTHON_KINDS} OR kind = 'test_class'"
+    ).fetchall()
+    by_short: dict[str, list[str]] = {}
+    for short, qualname in rows:
+        by_short.setdefault(short, []).append(qualname)
+    short = name.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(short, list(by_short), n=limit, cutoff=0.6)
+    found = [qual for match in close for qual in sorted(by_short[match], key=len)]
+    return list(dict.fromkeys([*found[:limit], *index.suggest(name, limit)]))[:limit]

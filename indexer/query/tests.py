@@ -1,0 +1,264 @@
+"""tests: which tests exercise an op or API, the test utilities, one test file's contents.
+
+- ``mode="find"``: the tests reaching ``query`` (an op: ``matmul``, ``aten::add.Tensor``,
+  ``torch.matmul``; a Python API: ``torch.nn.Linear``; an OpInfo name), found by walking
+  ``covers`` and ``references`` edges back from it: tests naming it directly, OpInfo-driven
+  tests whose list holds an entry for it, tests calling Python code that reaches it.
+  Nearest first; each test with the hop it was reached by. ``focus`` narrows the listing
+  to ``"functions"``, ``"classes"`` or ``"files"``; ``data["files"]`` always lists every
+  file reached.
+- ``mode="utils"``: test utilities and fixtures (``query`` filters by name).
+- ``mode="file_info"``: a test file's classes (device-generic variants), tests
+  (parametrization, OpInfo lists) and fixtures.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from indexer.query.answer import Answer, Item
+from indexer.query.index import Edge, Index, Node
+from indexer.query.op_lookup import lookup
+from indexer.query.py_lookup import IndexNames, definitions, suggest
+
+MODES = ("find", "utils", "file_info")
+FOCUS = ("functions", "classes", "files")
+TEST_KINDS = frozenset({"test_file", "test_class", "test_function"})
+WALK_EDGES = ("covers", "references")
+MAX_DEPTH = 4
+MAX_VISITED = 20_000
+
+
+@dataclass
+class _Hit:
+    node: Node
+    depth: int
+    via: Edge | None  # the first hop from the test towards the query
+
+
+def tests(
+    index: Index,
+    query: str | None = None,
+    mode: str = "find",
+    limit: int = 50,
+    focus: str | None = None,
+) -> Answer:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1 (got {limit})")
+    query = (query or "").strip() or None
+    if mode == "utils":
+        return _utilities(index, query, limit, focus)
+    if query is None:
+        raise ValueError(f"tests(mode={mode!r}) needs a query")
+    if mode == "file_info":
+        return _file_info(index, query, limit)
+    if focus is not None and focus not in FOCUS:
+        raise ValueError(f"focus must be one of {', '.join(FOCUS)} (got {focus!r})")
+    return _find(index, query, limit, focus)
+
+
+# --- find ---------------------------------------------------------------------------------
+
+
+def _starts(index: Index, query: str) -> tuple[list[Node], str]:
+    """The nodes a query names: ops (and their bindings), Python definitions, OpInfos."""
+    found = lookup(index, query)
+    starts: list[Node] = [*found.ops, *found.bindings]
+    how = found.how
+    nodes, py_how = definitions(index, query, IndexNames(index))
+    if nodes and (not starts or py_how != "short name"):
+        starts.extend(node for node in nodes if node.kind != "python_module" or "." in query)
+        how = how or f"Python {py_how}"
+    opinfos = [
+        node
+        for node in index.find(query, ["opinfo"])
+        if node.attrs.get("name") == query or node.qualname == query
+    ]
+    starts.extend(opinfos)
+    if opinfos and not how:
+        how = "OpInfo name"
+    tests_named = [node for node in index.find(query) if node.kind in TEST_KINDS]
+    starts.extend(tests_named)
+    return list({node.id: node for node in starts}.values()), how or "test name"
+
+
+def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
+    """Breadth-first back along covers/references; tests are collected, not walked past."""
+    hits: dict[int, _Hit] = {}
+    first_hop: dict[int, Edge | None] = {node.id: None for node in starts}
+    depth_of = {node.id: 0 for node in starts}
+    queue = deque(node.id for node in starts)
+    for node in starts:
+        if node.kind in TEST_KINDS:
+            hits[node.id] = _Hit(node, 0, None)
+    truncated = False
+    while queue:
+        current = queue.popleft()
+        depth = depth_of[current]
+        if depth >= MAX_DEPTH:
+            continue
+        for edge in index.in_edges(current, WALK_EDGES):
+            if edge.src in depth_of:
+                continue
+            if len(depth_of) >= MAX_VISITED:
+                truncated = True
+                break
+            depth_of[edge.src] = depth + 1
+            first_hop[edge.src] = edge
+            source = index.node(edge.src)
+            if source.kind in TEST_KINDS:
+                hits[source.id] = _Hit(source, depth + 1, edge)
+            elif source.kind not in ("python_module", "file"):
+                queue.append(edge.src)
+    return hits, truncated
+
+
+def _describe(index: Index, hit: _Hit) -> str:
+    if hit.via is None:
+        return "named"
+    target = index.node(hit.via.dst)
+    if target.kind == "opinfo":
+        return f"OpInfo {target.qualname}"
+    hop = f"{hit.via.kind} {target.qualname}"
+    return hop if hit.depth == 1 else f"{hop} (+{hit.depth - 1} hops)"
+
+
+def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
+    starts, how = _starts(index, query)
+    if not starts:
+        return Answer.not_found("tests", query, "Op, Python API or test", suggest(index, query))
+    hits, truncated = _walk(index, starts)
+    ranked = sorted(hits.values(), key=lambda h: (h.depth, h.node.path, h.node.line))
+    files: dict[str, int] = {}
+    for hit in ranked:
+        files[hit.node.path] = files.get(hit.node.path, 0) + 1
+    answer = Answer("tests", query)
+    if not ranked:
+        answer.title = (
+            f"No test reaches {query} ({how}: {', '.join(n.qualname for n in starts[:5])})."
+        )
+        answer.notes.append("the index holds no covers/references path from a test to it")
+        return answer
+    if focus == "files":
+        for path in files:
+            answer.items.append(Item(path, f"{path}:1", f"{files[path]} tests reach it"))
+    else:
+        wanted = {"functions": ("test_function",), "classes": ("test_class",)}.get(
+            focus or "", ("test_function", "test_class", "test_file")
+        )
+        for hit in ranked:
+            if hit.node.kind not in wanted:
+                continue
+            detail = _describe(index, hit)
+            if hit.node.attrs.get("opinfo_list"):
+                detail += f"; @ops({hit.node.attrs['opinfo_list']})"
+            answer.items.append(
+                Item(
+                    hit.node.qualname,
+                    hit.node.evidence,
+                    detail,
+                    data={"kind": hit.node.kind, "depth": hit.depth},
+                )
+            )
+    answer.title = (
+        f"{len(ranked)} tests in {len(files)} files reach {query} ({how}), nearest first:"
+    )
+    answer.data = {"files": sorted(files), "starts": [n.qualname for n in starts[:20]]}
+    if truncated:
+        answer.notes.append(f"walk stopped after {MAX_VISITED} nodes; more tests may reach it")
+    return answer.truncate(limit)
+
+
+# --- utilities ----------------------------------------------------------------------------
+
+
+def _utilities(index: Index, query: str | None, limit: int, focus: str | None) -> Answer:
+    nodes = index.nodes_of_kind("test_utility")
+    if focus == "fixtures":
+        nodes = [node for node in nodes if node.attrs.get("fixture")]
+    if query:
+        needle = query.lower()
+        nodes = [node for node in nodes if needle in node.qualname.lower()]
+        if not nodes:
+            return Answer.not_found("tests", query, "Test utility", suggest(index, query))
+    answer = Answer("tests", query or "", title=f"{len(nodes)} test utilities:")
+    for node in nodes:
+        detail = "fixture" if node.attrs.get("fixture") else node.attrs.get("py_kind", "")
+        answer.items.append(Item(node.qualname, node.evidence, detail))
+    if not nodes:
+        answer.title = "No test utilities in the index (none under the harness's tests.utility_dirs, no fixtures)."
+    return answer.truncate(limit)
+
+
+# --- one file -----------------------------------------------------------------------------
+
+
+def _test_file(index: Index, query: str) -> list[Node]:
+    exact = [node for node in index.find(query, ["test_file"]) if node.qualname == query]
+    if exact:
+        return exact
+    suffix = "/" + query.lstrip("/")
+    rows = index.conn.execute(
+        "SELECT id FROM nodes WHERE kind = 'test_file' AND qualname LIKE ?", (f"%{suffix}",)
+    )
+    return index.nodes(row[0] for row in rows)
+
+
+def _file_info(index: Index, query: str, limit: int) -> Answer:
+    found = _test_file(index, query)
+    if not found:
+        paths = [node.qualname for node in index.nodes_of_kind("test_file")]
+        name = query.rsplit("/", 1)[-1]
+        close = [p for p in paths if name.split(".")[0] in p][:5] or suggest(index, query)
+        return Answer.not_found("tests", query, "Test file", close)
+    if len(found) > 1:
+        answer = Answer("tests", query, title=f"{len(found)} test files match {query!r}:")
+        answer.items = [Item(node.qualname, f"{node.path}:1", "test file") for node in found]
+        return answer.truncate(limit)
+    test_file = found[0]
+    nodes = index.nodes_in_file(test_file.path)
+    classes = [n for n in nodes if n.kind == "test_class"]
+    functions = [n for n in nodes if n.kind == "test_function"]
+    answer = Answer(
+        "tests",
+        query,
+        title=f"{test_file.path}: {len(classes)} test classes, {len(functions)} tests",
+    )
+    by_parent: dict[int | None, list[Node]] = {}
+    for node in functions:
+        by_parent.setdefault(node.parent_id, []).append(node)
+    for cls in classes:
+        detail = "test class"
+        if cls.attrs.get("device_generic"):
+            detail += "; device-generic: " + ", ".join(cls.attrs.get("variants", []))
+        answer.items.append(Item(cls.qualname, cls.evidence, detail, data=dict(cls.attrs)))
+        for node in by_parent.pop(cls.id, []):
+            answer.items.append(_test_item(node, depth=1))
+    for node in (n for group in by_parent.values() for n in group):
+        answer.items.append(_test_item(node, depth=0))
+    for node in nodes:
+        if node.kind == "test_utility":
+            answer.items.append(
+                Item(
+                    node.qualname,
+                    node.evidence,
+                    "fixture" if node.attrs.get("fixture") else "utility",
+                )
+            )
+    answer.data = {"path": test_file.path, "classes": len(classes), "tests": len(functions)}
+    return answer.truncate(limit)
+
+
+def _test_item(node: Node, depth: int) -> Item:
+    details = ["test"]
+    if node.attrs.get("opinfo_list"):
+        details.append(f"@ops({node.attrs['opinfo_list']})")
+    if node.attrs.get("parametrized"):
+        ids = node.attrs.get("param_ids")
+        details.append(f"parametrized ({len(ids)} ids)" if ids else "parametrized")
+    if node.attrs.get("dtypes"):
+        details.append("dtypes " + ", ".join(node.attrs["dtypes"]))
+    return Item(node.qualname, node.evidence, "; ".join(details), depth, data=dict(node.attrs))
