@@ -79,7 +79,12 @@ def select_tests(
         )
         return selection
     try:
-        index = _ensure_fresh(workspace, index, diff, selection)
+        index = _ensure_fresh(workspace, index, diff, selection, update)
+        selection.test_files_total = sum(
+            1
+            for (path,) in index.conn.execute("SELECT path FROM files")
+            if is_test_file(path, workspace.manifest)
+        )
         if not selection.everything:
             _select(workspace, index, diff, selection)
     finally:
@@ -88,16 +93,21 @@ def select_tests(
     return selection
 
 
-def _ensure_fresh(workspace: Workspace, index: Index, diff: Diff, selection: Selection) -> Index:
+def _ensure_fresh(
+    workspace: Workspace, index: Index, diff: Diff, selection: Selection, update: bool
+) -> Index:
     phase = time.perf_counter()
     freshness = check_freshness(workspace, index, diff)
     selection.index["stale"] = not freshness.fresh
     if not freshness.fresh:
         stale = freshness.describe()
-        index.close()
-        updated, how = try_update(workspace)
+        if update:
+            index.close()
+            updated, how = try_update(workspace)
+            index = Index(workspace.db_path)
+        else:
+            updated, how = False, "updating it was turned off"
         selection.index["update"] = how
-        index = Index(workspace.db_path)
         after = check_freshness(workspace, index, diff) if updated else freshness
         selection.index["updated"] = updated
         selection.index.update(_index_info(workspace, index))
@@ -125,11 +135,6 @@ def _select(workspace: Workspace, index: Index, diff: Diff, selection: Selection
             selection.everything.append(placed.everything)
         for path in placed.test_files:
             direct[path] = f"{change.path} changed ({change.status})"
-    selection.test_files_total = sum(
-        1
-        for (path,) in index.conn.execute("SELECT path FROM files")
-        if is_test_file(path, manifest)
-    )
     selection.timings["placement_s"] = time.perf_counter() - phase
     if selection.everything:
         return
@@ -249,12 +254,12 @@ def _collect(
     for path, node_ids in sorted(by_file.items()):
         selected = selection.files.setdefault(path, SelectedFile(path))
         first = min(node_ids, key=lambda n: len(reach.chain(n)))
-        selected.reasons.append(_reason(index, reach, first, selection.entities, paths))
+        selected.reasons.append(reason_for(index, reach, first, selection.entities, paths))
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))
 
 
-def _reason(
+def reason_for(
     index: Index, reach: Reach, node_id: int, entities: list[Entity], paths: dict[int, str]
 ) -> Reason:
     steps = reach.chain(node_id)

@@ -91,11 +91,17 @@ class ImpactWalker:
             ).fetchall()
         return rows
 
-    def walk(self, starts: dict[int, int], until: Callable[[int], bool] | None = None) -> Reach:
+    def walk(
+        self,
+        starts: dict[int, int],
+        until: Callable[[int], bool] | None = None,
+        max_depth: int | None = None,
+    ) -> Reach:
         """Everything that reaches the ``starts`` (node id -> entity index).
 
         ``until(file_id)`` stops the walk as soon as a reached node's file satisfies it
-        (to ask only *whether* something is reached).
+        (to ask only *whether* something is reached); ``max_depth`` caps the hops (None:
+        no cap, as selection walks).
         """
         reach = Reach()
         for node_id, kind, file_id in self._node_rows(list(starts)):
@@ -107,7 +113,9 @@ class ImpactWalker:
         reverse = list(REVERSE_KINDS)
         forward = list(FORWARD_KINDS)
         conn = self.index.conn
-        while frontier:
+        depth = 0
+        while frontier and (max_depth is None or depth < max_depth):
+            depth += 1
             found: list[tuple[int, Step, str, int]] = []
             for start in range(0, len(frontier), _BATCH):
                 batch = frontier[start : start + _BATCH]

@@ -23,6 +23,11 @@ class Entity:
     node_ids: list[int] = field(default_factory=list)
     cuda: bool = False  # placed from CUDA-only code (.cu/.cuh, cuda/ directories)
     members: list[str] = field(default_factory=list)  # qualnames of a group (the first few)
+    node_count: int = 0  # len(node_ids) of an entity rebuilt from a report (no ids there)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.node_ids) or self.node_count
 
 
 @dataclass

@@ -32,8 +32,8 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
         "empty_reason": selection.empty_reason,
         "changed_files": [asdict(change) for change in selection.changed_files],
         "changed_entities": [
-            {k: v for k, v in asdict(entity).items() if k != "node_ids"}
-            | {"nodes": len(entity.node_ids)}
+            {k: v for k, v in asdict(entity).items() if k not in ("node_ids", "node_count")}
+            | {"nodes": entity.nodes}
             for entity in selection.entities
         ],
         "selected": [asdict(selected) for selected in selection.files.values()],
@@ -62,7 +62,8 @@ def selection_from_dict(data: dict) -> Selection:
     selection = Selection(data["source"], data["harness"], data["base"], data["index"])
     selection.changed_files = [ChangedFile(**change) for change in data["changed_files"]]
     selection.entities = [
-        Entity(**{k: v for k, v in e.items() if k != "nodes"}) for e in data["changed_entities"]
+        Entity(**{k: v for k, v in e.items() if k != "nodes"}, node_count=e["nodes"])
+        for e in data["changed_entities"]
     ]
     selection.everything = list(data["run_everything_reasons"])
     for raw in data["selected"]:

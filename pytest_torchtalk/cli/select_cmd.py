@@ -22,12 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="diff against the merge-base with REV (default: origin/HEAD, then main, then master)",
     )
     parser.add_argument("--json", action="store_true", help="the JSON report (docs/selection.md)")
+    parser.add_argument(
+        "--no-update",
+        action="store_true",
+        help="never update a stale index first (a stale index then selects everything)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     workspace = Workspace.resolve(args.source, args.harness)
-    selection = select_tests(workspace, args.base)
+    selection = select_tests(workspace, args.base, update=not args.no_update)
     if args.json:
         print(json.dumps(selection_to_dict(selection), indent=2))
         return 0

@@ -1,0 +1,79 @@
+"""The MCP ``affected`` query: changed functions by name -> impacted test files, with the
+chain of evidence; the same walk as test selection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from indexer.build import build_index
+from indexer.query.affected import affected
+from indexer.query.index import Index
+from indexer.workspace import Workspace
+from tests.helpers import line_of
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Index:
+    from tests.helpers import make_fixture_repo
+
+    base = tmp_path_factory.mktemp("affected")
+    repo = make_fixture_repo("minitorch", base / "minitorch")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHTALK_CACHE_DIR", str(base / "cache"))
+        workspace = Workspace.resolve(repo)
+        build_index(workspace, show_progress=False)
+        opened = Index(workspace.db_path)
+    opened.repo = repo  # type: ignore[attr-defined]
+    return opened
+
+
+def test_changed_cpp_function_to_test_files_with_chains(index: Index) -> None:
+    answer = affected(index, ["at::native::matmul"])
+    assert answer.found
+    files = answer.data["test_files"]
+    assert {"test/test_tensor.py", "test/test_linalg.py", "test/test_ops.py"} <= set(files)
+    assert "test/test_unrelated.py" not in files
+    item = next(i for i in answer.items if i.label == "test/test_tensor.py")
+    chain = item.data["chain"]
+    yaml = Path(index.repo) / "aten/src/ATen/native/native_functions.yaml"  # type: ignore[attr-defined]
+    matmul_entry = line_of(yaml, "- func: matmul(")
+    assert chain[0] == {
+        "kind": "dispatches",
+        "src": "aten::matmul",
+        "dst": "at::native::matmul",
+        "evidence": f"aten/src/ATen/native/native_functions.yaml:{matmul_entry}",
+        "src_kind": "op",
+        "dst_kind": "cpp_function",
+    }
+    assert chain[-1]["kind"] == "covers" and chain[-1]["src"].startswith("test/test_tensor.py")
+    assert "test/test_tensor.py" in answer.to_text()
+
+
+def test_short_and_suffix_names_and_comma_lists(index: Index) -> None:
+    by_suffix = affected(index, "native::add_kernel_cuda_impl, mm_cpu")
+    assert [c["name"] for c in by_suffix.data["changed"]] == [
+        "at::native::add_kernel_cuda_impl",
+        "at::native::mm_cpu",
+    ]
+    assert "test/test_ops.py" in by_suffix.data["test_files"]
+
+
+def test_depth_caps_the_walk(index: Index) -> None:
+    full = affected(index, ["at::native::addmm_impl_cpu_"])
+    capped = affected(index, ["at::native::addmm_impl_cpu_"], depth=2)
+    assert set(capped.data["test_files"]) < set(full.data["test_files"])
+    assert "within 2 hops" in capped.title
+
+
+def test_unknown_name_is_not_found_with_suggestions(index: Index) -> None:
+    answer = affected(index, ["matmull_impl"])
+    assert not answer.found
+    assert any("matmul" in s for s in answer.suggestions)
+
+
+def test_unreached_function_says_selection_would_run_everything(index: Index) -> None:
+    answer = affected(index, ["at::native::legacy::special_erfcx"])
+    assert answer.found and answer.data["test_files"] == []
+    assert "would run everything" in answer.to_text()

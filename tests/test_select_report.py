@@ -1,0 +1,168 @@
+"""The JSON report (schema torchtalk.selection/1), `torchtalk select`, and the stale-index
+case."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from indexer.select.report import SCHEMA, selection_from_dict, selection_to_dict
+from pytest_torchtalk.cli import main
+from tests.select_support import IndexedTree, indexed_tree
+
+ADD_CU = "aten/src/ATen/native/cuda/BinaryAddKernel.cu"
+
+# The documented schema (docs/selection.md): key -> type, recursively for objects.
+HOP = {"kind": str, "src": str, "dst": str, "evidence": str, "src_kind": str, "dst_kind": str}
+REASON = {"entity": str, "evidence": str, "chain": [HOP], "note": str}
+SCOPE = {
+    "cls": (str, type(None)),
+    "function": (str, type(None)),
+    "opinfos": (list, type(None)),
+    "why": str,
+}
+REPORT = {
+    "schema": str,
+    "source": str,
+    "harness": str,
+    "base": {"rev": str, "commit": str, "merge_base": str, "head": str, "chosen_by": str},
+    "index": dict,
+    "run_everything": bool,
+    "run_everything_reasons": [str],
+    "empty_reason": (str, type(None)),
+    "changed_files": [
+        {
+            "path": str,
+            "old_path": (str, type(None)),
+            "status": str,
+            "category": str,
+            "code_hunks": int,
+            "skipped_hunks": int,
+            "note": str,
+        }
+    ],
+    "changed_entities": [
+        {
+            "label": str,
+            "kind": str,
+            "evidence": str,
+            "reason": str,
+            "cuda": bool,
+            "members": [str],
+            "nodes": int,
+        }
+    ],
+    "selected": [
+        {
+            "path": str,
+            "reasons": [REASON],
+            "tests": ([SCOPE], type(None)),
+            "devices": (list, type(None)),
+            "device_classes": [str],
+        }
+    ],
+    "counts": {
+        "changed_files": int,
+        "changed_entities": int,
+        "test_files_total": int,
+        "test_files_selected": int,
+        "test_files_narrowed": int,
+    },
+    "notes": [str],
+    "timings": dict,
+}
+
+
+def conforms(value, spec, where="report") -> None:
+    if isinstance(spec, dict):
+        assert isinstance(value, dict), where
+        assert set(value) == set(spec), f"{where}: {sorted(set(value) ^ set(spec))}"
+        for key, sub in spec.items():
+            conforms(value[key], sub, f"{where}.{key}")
+    elif isinstance(spec, list):
+        assert isinstance(value, list), where
+        for i, item in enumerate(value):
+            conforms(item, spec[0], f"{where}[{i}]")
+    elif isinstance(spec, tuple) and any(isinstance(s, (list, dict)) for s in spec):
+        if value is not None:
+            conforms(value, next(s for s in spec if isinstance(s, (list, dict))), where)
+    else:
+        assert isinstance(value, spec), f"{where}: {type(value).__name__}"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+    return indexed_tree(tmp_path_factory, "minitorch")
+
+
+@pytest.fixture
+def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
+    yield shared.use(monkeypatch)
+    shared.reset()
+
+
+def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
+    tree.replace(ADD_CU, "  if (idx < n) {", "  if (idx < n && n > 0) {")
+    tree.path("docs/index.md").write_text("# docs\n")
+    assert main(["select", "--source", str(tree.root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    conforms(data, REPORT)
+    assert data["schema"] == SCHEMA == "torchtalk.selection/1"
+    assert data["counts"]["test_files_selected"] == len(data["selected"]) > 0
+    assert data["counts"]["test_files_narrowed"] >= 1
+    ops = next(s for s in data["selected"] if s["path"] == "test/test_ops.py")
+    assert ops["devices"] == ["cuda"] and ops["tests"][0]["opinfos"] == ["add"]
+    categories = {c["path"]: c["category"] for c in data["changed_files"]}
+    assert categories == {ADD_CU: "cuda", "docs/index.md": "never-affects"}
+    again = selection_to_dict(selection_from_dict(data))
+    assert {k: v for k, v in again.items() if k != "timings"} == {
+        k: v for k, v in data.items() if k != "timings"
+    }
+
+
+def test_select_text_lists_files_reasons_and_narrowing(tree: IndexedTree, capsys) -> None:
+    tree.replace(ADD_CU, "  if (idx < n) {", "  if (idx < n && n > 0) {")
+    assert main(["select", "--source", str(tree.root)]) == 0
+    out = capsys.readouterr().out
+    assert "changed: at::native::add_kernel_cuda_impl @ " in out
+    assert "  test/test_ops.py\n" in out
+    assert "    only TestCommon::test_compare_cpu [add]" in out
+    assert "    only cuda variants of TestCommon" in out
+    assert "    because at::native::add_kernel_cuda_impl changed @ " in out
+
+
+def test_select_errors_are_one_line(tree: IndexedTree, tmp_path, capsys) -> None:
+    assert main(["select", "--source", str(tree.root), "--base", "nope"]) == 2
+    assert capsys.readouterr().err == (
+        f"torchtalk: error: unknown base revision 'nope' in {tree.root.resolve()}\n"
+    )
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "x.py").write_text("x = 1\n")
+    assert main(["select", "--source", str(plain), "--harness", "torch-extension"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"torchtalk: error: {plain.resolve()} is not inside a git repository\n"
+    )
+
+
+def test_stale_index_is_updated_first_and_says_so(tree: IndexedTree) -> None:
+    kernel = "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp"
+    tree.replace(kernel, "      return a + alpha * b;", "      return alpha * b + a;")
+    selection = tree.select()
+    assert selection.index["stale"] is True and selection.index["updated"] is True
+    assert any(note.startswith("the index was stale") for note in selection.notes)
+    assert not selection.run_everything
+    assert selection.entities[0].label == "at::native::(anonymous)::add_kernel"
+
+
+def test_stale_index_without_update_runs_everything(tree: IndexedTree) -> None:
+    kernel = "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp"
+    tree.replace(kernel, "      return a + alpha * b;", "      return a + b * alpha;")
+    tree.commit("kernel edit")  # the index is now older than HEAD, too
+    selection = tree.select(update=False)
+    assert selection.run_everything
+    assert selection.everything[0].startswith("the index is stale (")
+    assert kernel in selection.everything[0]
+    assert selection.test_files_total > 0 and selection.files == {}
