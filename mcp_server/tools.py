@@ -99,7 +99,8 @@ SPECS = {
             "op schema (native_functions.yaml) -> dispatch per backend -> C++/CUDA "
             "implementation, each hop with file:line. Use it for 'how does torch.X work' or "
             "'where is X implemented'. func accepts torch.add, aten::add.Tensor, add or a C++ "
-            "name; focus narrows the answer (for example to one backend).",
+            "name; focus narrows the answer to one part (python, dispatch, stubs, kernels, "
+            "cuda, backward) or one dispatch key (CPU, CUDA, ...).",
             ("yaml", "bindings", "cpp"),
         ),
         ToolSpec(
@@ -128,8 +129,8 @@ SPECS = {
             "modules",
             "Python modules and classes",
             "Python side of the framework. mode 'trace': a class, function or module (where "
-            "it is defined, methods, bases, what it calls into); mode 'list': browse a "
-            "package or category (for example 'nn'). focus narrows the answer.",
+            "it is defined, methods, bases, what it calls into; focus full, methods, bases or "
+            "calls); mode 'list': browse a package or category (for example 'nn').",
             ("python",),
         ),
         ToolSpec(
@@ -270,7 +271,9 @@ class Tools:
     def trace(
         self,
         func: Annotated[Name, Field(description="torch.add, aten::add.Tensor, add, or a C++ name")],
-        focus: Annotated[Focus, Field(description="what to concentrate on")] = None,
+        focus: Annotated[
+            Focus, Field(description="python, dispatch, stubs, kernels, cuda, backward, or a key")
+        ] = None,
     ) -> ToolResult:
         run = _query("trace", "trace", "trace")
         return self._answer("trace", lambda index: run(index, func, focus=focus))
@@ -316,7 +319,7 @@ class Tools:
         self,
         name: Annotated[Name, Field(description="a module, class or function, or a category")],
         mode: Literal["trace", "list"] = "trace",
-        focus: Annotated[Focus, Field(description="what to concentrate on")] = None,
+        focus: Annotated[Focus, Field(description="full, methods, bases or calls")] = None,
     ) -> ToolResult:
         run = _query("modules", "modules", "modules")
         return self._answer("modules", lambda index: run(index, name, mode=mode, focus=focus))

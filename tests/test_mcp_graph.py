@@ -142,3 +142,30 @@ def test_a_qualified_suffix_finds_the_function(index: Index) -> None:
     assert answer.found
     assert answer.data["matched_by"] == "suffix"
     assert {start["qualname"] for start in answer.data["starts"]} == {"at::native::cpublas::gemm"}
+
+
+def test_ops_are_the_boundary_unless_walk_python(index: Index, minitorch_repo: Path) -> None:
+    binary_ops = f"{NATIVE}/BinaryOps.cpp"
+    cpp_only = graph(index, "check_add_alpha", mode="impact", depth=6)
+    kinds = {item.data["kind"] for item in cpp_only.items}
+    assert "op" in kinds  # aten::add.out dispatches to the structured kernel
+    assert not any(kind.startswith(("python_", "test_")) for kind in kinds)
+    assert "aten::add.out" in cpp_only.data["boundary"]
+    assert any("walk_python=true continues" in note for note in cpp_only.notes)
+
+    through = graph(
+        index, "check_add_alpha", mode="impact", depth=6, walk_python=True, focus="tests"
+    )
+    tests = {item.label: item for item in through.items}
+    add_alpha = tests["test/test_binary_ufuncs.py::TestBinaryUfuncs::test_add_alpha"]
+    assert add_alpha.evidence == at(
+        minitorch_repo, "test/test_binary_ufuncs.py", "minitorch.add(", 1
+    )
+    assert add_alpha.data["kind"] == "test_function"
+    assert through.data["boundary"] == []
+    # The chain back to the change is in the data: test -> python wrapper -> op -> kernel.
+    assert add_alpha.data["via"] == "minitorch.functional.add"
+    first = graph(index, "check_add_alpha")
+    assert first.items[0].evidence == at(
+        minitorch_repo, binary_ops, "check_add_alpha(*this, alpha)"
+    )

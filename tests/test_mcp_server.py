@@ -214,3 +214,72 @@ def test_mcp_serve_bad_flags_are_one_line_errors(
     err = capsys.readouterr().err
     assert err.startswith("torchtalk: error: ") and message in err
     assert err.count("\n") == 1
+
+
+def _evidence(result) -> list[tuple[str, str | None]]:
+    return [(item["label"], item["evidence"]) for item in result.structured_content["items"]]
+
+
+def test_every_tool_answers_a_fixture_query_with_file_and_line(minitorch_repo: Path) -> None:
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+
+    def at(path: str, text: str) -> str:
+        return f"{path}:{line_of(minitorch_repo / path, text)}"
+
+    calls = {
+        "trace": {"func": "minitorch.add"},
+        "search": {"query": "fused_gelu"},
+        "graph": {"func": "at::native::cpublas::gemm", "mode": "impact", "depth": 2},
+        "modules": {"name": "minitorch.nn.Linear"},
+        "tests": {"query": "relu"},
+        "affected": {"funcs": "check_add_alpha"},
+        "get_status": {},
+    }
+
+    async def scenario() -> dict:
+        answers = {}
+        async with stdio_session(minitorch_repo) as client:
+            for name, arguments in calls.items():
+                result = await client.call_tool(name, arguments)
+                assert not result.is_error, (name, text_of(result))
+                assert text_of(result).splitlines()[0] == result.structured_content["title"]
+                answers[name] = result
+        return answers
+
+    answers = anyio.run(scenario)
+    native = "aten/src/ATen/native"
+    assert (
+        "CPU, CUDA: at::native::structured_add_out::impl",
+        at(f"{native}/BinaryOps.cpp", "TORCH_IMPL_FUNC(add_out)"),
+    ) in _evidence(answers["trace"])
+    assert (
+        "minitorch::fused_gelu",
+        at("minitorch/csrc/custom_ops.cpp", 'lib.def("fused_gelu('),
+    ) in _evidence(answers["search"])
+    assert (
+        "at::native::addmm_impl_cpu_",
+        at(f"{native}/LinearAlgebra.cpp", "cpublas::gemm("),
+    ) in _evidence(answers["graph"])
+    assert (
+        answers["modules"]
+        .structured_content["title"]
+        .endswith("@ " + at("minitorch/nn/modules/linear.py", "class Linear(Module)"))
+    )
+    assert (
+        "forward(self, input)",
+        at("minitorch/nn/modules/linear.py", "def forward("),
+    ) in _evidence(answers["modules"])
+    assert (
+        "test/test_nn.py::test_functional_relu",
+        at("test/test_nn.py", "def test_functional_relu("),
+    ) in _evidence(answers["tests"])
+    affected = _evidence(answers["affected"])
+    assert ("test/test_binary_ufuncs.py", at("test/test_binary_ufuncs.py", "minitorch.add(")) in (
+        affected
+    )
+    assert any(
+        evidence == at(f"{native}/BinaryOps.cpp", "check_add_alpha(*this, alpha)")
+        for _, evidence in affected
+    )
+    status = answers["get_status"].structured_content
+    assert status["data"]["ready"] and status["data"]["serving"] == "full"

@@ -66,6 +66,11 @@ _EDGE_SQL = (
     " JOIN files f ON f.id = e.file_id WHERE e.{column} IN ({ids}) AND e.kind IN ({kinds})"
     " ORDER BY f.path, e.line"
 )
+_MEMBER_SQL = (
+    "SELECT e.src_id, e.dst_id, e.kind, f.path, e.line, e.attrs FROM edges e"
+    " JOIN files f ON f.id = e.file_id JOIN nodes c ON c.id = e.src_id"
+    " WHERE e.dst_id IN ({ids}) AND e.kind = 'contains' AND c.kind = 'python_class'"
+)
 _UNRESOLVED_IN_SQL = (
     "SELECT r.src_id, r.kind, f.path, r.line, r.target, r.target_key, r.scheme FROM refs r"
     " JOIN files f ON f.id = r.file_id WHERE r.target_key IN ({keys}) AND r.target_id IS NULL"
@@ -209,14 +214,19 @@ def _python_side(kind: str) -> bool:
     return kind.startswith(PYTHON_SIDE)
 
 
-def _edges(index: Index, ids: list[int], inbound: bool, kinds: tuple[str, ...]) -> list[tuple]:
+def _edges(
+    index: Index, ids: list[int], inbound: bool, kinds: tuple[str, ...], class_members: bool = False
+) -> list[tuple]:
+    """Edges into (or out of) ``ids``; ``class_members`` adds class -> method ``contains``
+    edges, so a change to a method reaches the users of its class."""
     rows: list[tuple] = []
     column = "dst_id" if inbound else "src_id"
     for batch in _in_chunks(ids):
-        sql = _EDGE_SQL.format(
-            column=column, ids=",".join("?" * len(batch)), kinds=",".join("?" * len(kinds))
-        )
+        marks = ",".join("?" * len(batch))
+        sql = _EDGE_SQL.format(column=column, ids=marks, kinds=",".join("?" * len(kinds)))
         rows.extend(index.conn.execute(sql, [*batch, *kinds]))
+        if class_members:
+            rows.extend(index.conn.execute(_MEMBER_SQL.format(ids=marks), batch))
     return rows
 
 
@@ -275,23 +285,20 @@ def walk(
         result.reached[node.id] = Reach(node.id, 0, None, None)
     frontier = [node.id for node in starts]
     for level in range(1, depth + 1):
-        expand = []
-        for node_id in frontier:
-            node = nodes[node_id]
-            if inbound and level > 1 and node.kind in BOUNDARY_KINDS and not walk_python:
-                result.boundary.add(node_id)
-                continue
-            expand.append(node_id)
-        if not expand:
-            break
+        expand = frontier
         if inbound:
+            # Python-side edges (references, covers) are followed from the start, from
+            # Python code, and everywhere with walk_python; otherwise ops and bindings are
+            # the boundary: their C++ callers are walked, their Python users are not.
             python_ok = (
                 walk_python or level == 1 or any(_python_side(nodes[i].kind) for i in expand)
             )
             kinds = CODE_EDGES + (PYTHON_EDGES if python_ok else ())
+            if not python_ok:
+                result.boundary.update(i for i in expand if nodes[i].kind in BOUNDARY_KINDS)
         else:
             kinds = (*CODE_EDGES, "references")
-        rows = _edges(index, expand, inbound, kinds)
+        rows = _edges(index, expand, inbound, kinds, class_members=inbound and python_ok)
         fuzzy = level == 1 or fuzzy_all_levels
         fuzzy_rows: list[tuple] = []
         if fuzzy and inbound:
@@ -475,7 +482,7 @@ def graph(
     fuzzy_count = sum(1 for r in result.reached.values() if r.fuzzy_target is not None)
     what = {"callers": "callers", "calls": "callees", "impact": "transitive callers"}[mode]
     where = starts[0].qualname if len(starts) == 1 else f"{len(starts)} definitions of {func}"
-    at = starts[0].evidence if len(starts) == 1 else f"matched by {how}"
+    at = starts[0].evidence if len(starts) == 1 else f"matched by {how.replace('exact', 'name')}"
     title = f"{what} of {where} ({at}), depth {depth}"
     title += f": {found_count} found"
     if fuzzy_count:
@@ -490,7 +497,7 @@ def graph(
     if result.boundary:
         names = sorted(nodes[i].qualname for i in result.boundary if i in nodes)
         answer.notes.append(
-            f"{len(names)} ops/bindings reached but not walked into Python "
+            f"{len(names)} ops/bindings reached; their Python users and tests are not walked "
             f"(walk_python=true continues): {', '.join(names[:8])}"
             + (" ..." if len(names) > 8 else "")
         )
