@@ -175,9 +175,15 @@ def _select_ids(conn: sqlite3.Connection, sql: str, values: list) -> set[int]:
     return found
 
 
-def refs_to_relink(conn: sqlite3.Connection, changed: Changed) -> tuple[set[int], list[str]]:
-    """(refs of unchanged files to re-resolve, schemes re-linked whole) for ``changed``."""
-    schemes = [row[0] for row in conn.execute("SELECT DISTINCT scheme FROM refs")]
+def refs_to_relink(
+    conn: sqlite3.Connection, changed: Changed, schemes: list[str] | None = None
+) -> tuple[set[int], list[str]]:
+    """(refs of unchanged files to re-resolve, schemes re-linked whole) for ``changed``.
+
+    ``schemes``: those of the unchanged files' name refs (the old index's link_stats),
+    which saves a scan of the refs table; None scans it."""
+    if schemes is None:
+        schemes = [row[0] for row in conn.execute("SELECT DISTINCT scheme FROM refs")]
     targeted: list[str] = []
     whole: list[str] = []
     for scheme in schemes:

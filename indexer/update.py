@@ -17,6 +17,7 @@ database (renamed over the index under the build lock, so readers never see a ha
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -321,7 +322,7 @@ def _update_copy(
             return result
         conn.execute("BEGIN")
         if changes:
-            _apply(conn, workspace, changes, result, jobs, show_progress, lap)
+            _apply(conn, workspace, meta, changes, result, jobs, show_progress, lap)
         _refresh_meta(conn, workspace, meta, head, result)
         conn.execute("COMMIT")
         lap("meta_s")
@@ -333,6 +334,7 @@ def _update_copy(
 def _apply(
     conn: sqlite3.Connection,
     workspace: Workspace,
+    meta: dict[str, str],
     changes: Changes,
     result: UpdateResult,
     jobs: int | None,
@@ -367,7 +369,8 @@ def _apply(
     lap("extract_s")
 
     relink = _ids(conn, "SELECT id FROM refs WHERE file_id IN ({})", new_ids)
-    redo, whole = refs_to_relink(conn, changed)
+    stats = json.loads(meta.get("link_stats") or "null")
+    redo, whole = refs_to_relink(conn, changed, sorted(stats) if stats else None)
     redo |= _ids(
         conn, "SELECT id FROM refs WHERE target_id IS NULL AND id IN ({})", sorted(touching)
     )

@@ -14,9 +14,11 @@ import gzip
 import hashlib
 import io
 import os
+import queue
 import re
 import shutil
 import tarfile
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -89,7 +91,7 @@ def export_snapshot(name: str, output: Path | None = None) -> Path:
         with (
             open(tmp, "wb") as raw,
             gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0) as gz,
-            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
         ):
             tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
             tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
@@ -131,17 +133,40 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str:
 
 
 def _copy_hashed(source: IO[bytes], target: Path, size: int) -> str:
+    """Copy ``size`` bytes to ``target``, returning their SHA-256. Decompression (here) and
+    hashing plus writing (a second thread) overlap: zlib, hashlib and file writes all
+    release the GIL on large buffers."""
     digest = hashlib.sha256()
+    chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+    failure: list[BaseException] = []
+
+    def sink() -> None:
+        try:
+            with open(target, "wb") as out:
+                while (chunk := chunks.get()) is not None:
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException as exc:  # reported by the reading thread
+            failure.append(exc)
+            while chunks.get() is not None:  # drain so the reader never blocks
+                pass
+
+    writer = threading.Thread(target=sink, name="snapshot-import-writer", daemon=True)
+    writer.start()
     written = 0
-    with open(target, "wb") as out:
+    try:
         while chunk := source.read(_CHUNK):
             written += len(chunk)
             if written > size:
                 raise SnapshotError(f"archive member {target.name!r} is longer than declared")
-            digest.update(chunk)
-            out.write(chunk)
-        out.flush()
-        os.fsync(out.fileno())
+            chunks.put(chunk)
+    finally:
+        chunks.put(None)
+        writer.join()
+    if failure:
+        raise failure[0]
     if written != size:
         raise SnapshotError(f"archive member {target.name!r} is truncated")
     return digest.hexdigest()
@@ -162,7 +187,7 @@ def _parse_sums(path: Path) -> dict[str, str]:
 def _unpack(archive: Path, staged: Path) -> None:
     seen: set[str] = set()
     hashes: dict[str, str] = {}
-    with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
+    with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz", bufsize=_CHUNK) as tar:
         for member in tar:
             name = _check_member(member, seen)
             stream = tar.extractfile(member)
