@@ -260,36 +260,6 @@ def update_index(
             reason=reason,
         )
     db_path = workspace.db_path
-    with build_lock(db_path.parent, wait=wait):
-        for stale in db_path.parent.glob(f"{db_path.name}.building-*"):
-            stale.unlink(missing_ok=True)
-        tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
-        shutil.copyfile(base_path, tmp)
-        try:
-            result = _update_copy(
-                workspace, tmp, base_label, since is not None, jobs, show_progress
-            )
-            if result.up_to_date:
-                tmp.unlink()
-            else:
-                with open(tmp, "rb+") as handle:
-                    os.fsync(handle.fileno())
-                os.replace(tmp, db_path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    result.timings["total_s"] = round(time.perf_counter() - started, 3)
-    return result
-
-
-def _update_copy(
-    workspace: Workspace,
-    tmp: Path,
-    base_label: str,
-    from_snapshot: bool,
-    jobs: int | None,
-    show_progress: bool | None,
-) -> UpdateResult:
     timings: dict[str, float] = {}
     phase = time.perf_counter()
 
@@ -299,14 +269,19 @@ def _update_copy(
         timings[name] = round(now - phase, 3)
         phase = now
 
-    conn = connect_writable(tmp)
-    try:
-        meta = read_meta(conn)
+    with build_lock(db_path.parent, wait=wait):
+        for stale in db_path.parent.glob(f"{db_path.name}.building-*"):
+            stale.unlink(missing_ok=True)
+        base = sqlite3.connect(f"file:{base_path}?mode=ro&immutable=1", uri=True)
+        try:
+            meta = read_meta(base)
+            changes = detect_changes(workspace.source, workspace.manifest, base)
+        finally:
+            base.close()
         head = head_commit(workspace.source) or ""
-        changes = detect_changes(workspace.source, workspace.manifest, conn)
         lap("detect_s")
         result = UpdateResult(
-            workspace.db_path,
+            db_path,
             base_label,
             meta.get("git_commit") or None,
             added=changes.added,
@@ -314,21 +289,35 @@ def _update_copy(
             removed=changes.removed,
             timings=timings,
         )
-        unchanged_meta = meta.get("git_commit", "") == head and meta.get("source_path") == str(
+        same_meta = meta.get("git_commit", "") == head and meta.get("source_path") == str(
             workspace.source
         )
-        if not changes and unchanged_meta and not from_snapshot:
+        if not changes and same_meta and since is None:
             result.up_to_date = True
-            return result
-        conn.execute("BEGIN")
-        if changes:
-            _apply(conn, workspace, meta, changes, result, jobs, show_progress, lap)
-        _refresh_meta(conn, workspace, meta, head, result)
-        conn.execute("COMMIT")
-        lap("meta_s")
-        return result
-    finally:
-        conn.close()
+        else:
+            # Readers keep the old file; the new one appears whole, by rename.
+            tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
+            try:
+                shutil.copyfile(base_path, tmp)
+                lap("copy_s")
+                conn = connect_writable(tmp)
+                try:
+                    conn.execute("BEGIN")
+                    if changes:
+                        _apply(conn, workspace, meta, changes, result, jobs, show_progress, lap)
+                    _refresh_meta(conn, workspace, meta, head, result)
+                    conn.execute("COMMIT")
+                finally:
+                    conn.close()
+                with open(tmp, "rb+") as handle:
+                    os.fsync(handle.fileno())
+                os.replace(tmp, db_path)
+                lap("meta_s")
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+    result.timings["total_s"] = round(time.perf_counter() - started, 3)
+    return result
 
 
 def _apply(
@@ -341,9 +330,9 @@ def _apply(
     show_progress: bool | None,
     lap,
 ) -> None:
-    changed = [*changes.modified, *changes.removed, *changes.added]
-    code = [path for path in changed if language_of(path) in ("cpp", "cuda")]
-    dependents = include_dependents(conn, code)[0] - set(changed)
+    paths = [*changes.modified, *changes.removed, *changes.added]
+    code = [path for path in paths if language_of(path) in ("cpp", "cuda")]
+    dependents = include_dependents(conn, code)[0] - set(paths)
     result.dependents = sorted(path for path in dependents if path in changes.entries)
     lap("includes_s")
 
