@@ -1,0 +1,191 @@
+"""Test selection on the PyTorch tree: what `torchtalk select` costs, and how much it selects.
+
+1. The time a one-function change adds: `torchtalk select` (a fresh process, as CI runs
+   it) right after editing at::native::matmul, when the index must first be updated for
+   the edited file, and again once it is up to date; with the engine's own breakdown.
+   Target: under 1 s with a built index.
+2. For a sample of single-function changes in aten/src/ATen/native (a statement added to
+   the body of a random C++/CUDA function), the selected fraction of test files and the
+   run-everything rate, with the reasons.
+
+Needs a built index of the tree (`torchtalk index build --source PATH`, under
+TORCHTALK_CACHE_DIR if set). Edits the tree and restores every file it touched.
+
+    python bench/selection.py [--source PATH] [--samples 40] [--seed 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from indexer.query.index import Index
+from indexer.select.engine import select_tests
+from indexer.workspace import Workspace
+
+DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
+NATIVE = "aten/src/ATen/native/"
+MATMUL_FILE = "aten/src/ATen/native/LinearAlgebra.cpp"
+
+
+def _insert_statement(path: Path, start: int, end: int) -> bytes | None:
+    """Add ``(void)0;`` after the line opening the body of the function at [start, end];
+    returns the original bytes, or None when no body opening is found."""
+    original = path.read_bytes()
+    lines = original.decode("utf-8", errors="surrogateescape").split("\n")
+    for number in range(start, min(end, len(lines))):
+        text = lines[number - 1].split("//", 1)[0].rstrip()
+        if text.endswith("{") and number < end - 1:
+            lines.insert(number, "  (void)0;  // torchtalk bench")
+            path.write_bytes("\n".join(lines).encode("utf-8", errors="surrogateescape"))
+            return original
+    return None
+
+
+def _cli_select(source: Path) -> tuple[float, dict]:
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_torchtalk", "select", "--source", str(source), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return time.perf_counter() - started, json.loads(result.stdout)
+
+
+def one_function_change(source: Path, index: Index) -> None:
+    matmul = next(
+        node
+        for node in index.find("at::native::matmul", ["cpp_function"])
+        if node.path == MATMUL_FILE
+    )
+    path = source / MATMUL_FILE
+    original = _insert_statement(path, matmul.line, matmul.end_line)
+    assert original is not None, "no body found for at::native::matmul"
+    try:
+        cold, report = _cli_select(source)
+        warm, warm_report = _cli_select(source)
+    finally:
+        path.write_bytes(original)
+    print("one-function change: at::native::matmul gets a statement")
+    print(f"  torchtalk select, index to update first: {cold:.2f} s")
+    print(f"  torchtalk select, index up to date:      {warm:.2f} s (target < 1 s)")
+    timings = warm_report["timings"]
+    print(
+        "  engine breakdown (up to date): " + ", ".join(f"{k} {v:.3f}" for k, v in timings.items())
+    )
+    print(
+        "  engine breakdown (first run):  "
+        + ", ".join(f"{k} {v:.3f}" for k, v in report["timings"].items())
+    )
+    counts = warm_report["counts"]
+    print(
+        f"  selected {counts['test_files_selected']} of {counts['test_files_total']} test files "
+        f"({counts['test_files_narrowed']} narrowed); run everything: "
+        f"{warm_report['run_everything']}"
+    )
+    names = [s["path"] for s in warm_report["selected"]]
+    print(f"  test/test_linalg.py selected: {'test/test_linalg.py' in names}")
+
+
+def sample_changes(source: Path, index: Index, samples: int, seed: int) -> None:
+    rows = index.conn.execute(
+        "SELECT n.id, n.qualname, f.path, n.line, n.end_line FROM nodes n"
+        " JOIN files f ON f.id = n.file_id"
+        " WHERE n.kind IN ('cpp_function', 'cuda_kernel') AND f.path LIKE ?"
+        " AND n.end_line - n.line >= 3 ORDER BY n.id",
+        (NATIVE + "%",),
+    ).fetchall()
+    rng = random.Random(seed)
+    rng.shuffle(rows)
+    workspace = Workspace.resolve(source)
+    fractions, selective, times = [], [], []
+    everything = 0
+    reasons: Counter[str] = Counter()
+    done = 0
+    for _, qualname, rel, line, end in rows:
+        if done >= samples:
+            break
+        path = source / rel
+        original = _insert_statement(path, line, end)
+        if original is None:
+            continue
+        try:
+            started = time.perf_counter()
+            selection = select_tests(workspace)
+            times.append(time.perf_counter() - started)
+        finally:
+            path.write_bytes(original)
+        done += 1
+        total = selection.test_files_total or 1
+        if selection.run_everything:
+            everything += 1
+            fractions.append(1.0)
+            reason = selection.everything[0]
+            reasons[reason.split(" (")[0].split(":")[0][:70]] += 1
+            print(f"  {qualname}: everything ({reason[:110]})")
+        else:
+            fraction = len(selection.files) / total
+            fractions.append(fraction)
+            selective.append(fraction)
+            print(f"  {qualname}: {len(selection.files)}/{total} test files")
+    print(f"sampled single-function changes in {NATIVE}: {done}")
+    if not done:
+        return
+    print(f"  run-everything rate: {everything}/{done} = {everything / done:.0%}")
+    for reason, count in reasons.most_common():
+        print(f"    {count} x {reason}")
+    print(
+        f"  selected fraction of test files, all samples: mean {statistics.mean(fractions):.1%}, "
+        f"median {statistics.median(fractions):.1%}"
+    )
+    if selective:
+        print(
+            f"  selected fraction when selective: mean {statistics.mean(selective):.1%}, "
+            f"median {statistics.median(selective):.1%}, max {max(selective):.1%}"
+        )
+    print(
+        f"  select_tests per change (index update of the edited file included): median "
+        f"{statistics.median(times):.2f} s, max {max(times):.2f} s"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=6)
+    args = parser.parse_args()
+    source = args.source.resolve()
+    workspace = Workspace.resolve(source)
+    if not workspace.db_path.is_file():
+        print(f"no index at {workspace.db_path}; run torchtalk index build --source {source}")
+        return 1
+    status = subprocess.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if status.strip():
+        print(f"{source} has uncommitted changes; the bench needs a clean tree")
+        return 1
+    print(
+        f"tree {source}, index {workspace.db_path} ({os.path.getsize(workspace.db_path) >> 20} MiB)"
+    )
+    index = Index(workspace.db_path)
+    one_function_change(source, index)
+    sample_changes(source, index, args.samples, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
