@@ -147,3 +147,23 @@ def test_stopping_cancels_the_build_and_leaves_no_partial_file(minitorch_repo: P
 def test_a_missing_query_module_is_a_clear_tool_error() -> None:
     with pytest.raises(ToolError, match=r"nothing is not available in this build"):
         _query("no_such_query_module", "run", "nothing")
+
+
+def test_sdk_preload_defers_only_the_sdk_models() -> None:
+    """The start-up shortcut: the SDK's models build on first use; ours as usual."""
+    import subprocess
+    import sys
+
+    code = (
+        "from mcp_server.sdk import preload; preload()\n"
+        "from pydantic._internal._config import config_defaults\n"
+        "assert config_defaults['defer_build'] is False, config_defaults['defer_build']\n"
+        "import mcp_types\n"
+        "assert not mcp_types.CallToolResult.__pydantic_complete__\n"
+        "result = mcp_types.CallToolResult.model_validate({'content': []})\n"
+        "assert result.is_error is False and mcp_types.CallToolResult.__pydantic_complete__\n"
+        "from mcp_server.tools import AnswerOut\n"
+        "assert AnswerOut.__pydantic_complete__\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
