@@ -19,6 +19,8 @@ from indexer.harness import Manifest
 EXTRACTORS: tuple[str, ...] = (
     "indexer.cpp.extractor:CppExtractor",
     "indexer.python.extractor:PythonExtractor",
+    "indexer.bindings.yaml_extractor:RegistryYamlExtractor",
+    "indexer.bindings.registrations:RegistrationExtractor",
 )
 
 

@@ -23,6 +23,8 @@ Resolver = Callable[[list[Ref], SymbolTable], Iterable[Resolution]]
 RESOLVERS: dict[str, str] = {
     "cpp": "indexer.cpp.resolve:resolve",
     "include": "indexer.cpp.includes:resolve",
+    "op": "indexer.bindings.resolve:resolve",
+    "op_impl": "indexer.bindings.resolve:resolve_registrations",
     "py": "indexer.python.resolve:resolve",
     "opinfo": "indexer.python.resolve:resolve_opinfo",
     "fixture": "indexer.python.resolve:resolve_fixtures",
