@@ -46,14 +46,18 @@ class Counts:
     deselected: int = 0
     explicit: int = 0  # kept only because they were named on the command line
     from_workers: bool = False
+    workers_handed: int = 0  # xdist workers that used the controller's selection
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        counts = {
             "collected": self.collected,
             "selected": self.selected,
             "deselected": self.deselected,
             "explicitly_named": self.explicit,
         }
+        if self.from_workers:
+            counts["xdist_workers_given_the_selection"] = self.workers_handed
+        return counts
 
 
 @dataclass
@@ -83,7 +87,8 @@ class AffectedSelection:
         self.counts = Counts()
         worker_input = getattr(config, "workerinput", None)
         self.is_worker = worker_input is not None
-        if worker_input is not None and WORKER_INPUT in worker_input:
+        self.handed = worker_input is not None and WORKER_INPUT in worker_input
+        if self.handed:
             self.selection = selection_from_dict(worker_input[WORKER_INPUT])
         else:
             self.selection = self._compute()
@@ -110,10 +115,14 @@ class AffectedSelection:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
-        counts = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
-        if counts and not self.counts.from_workers:
+        counts = dict(getattr(node, "workeroutput", {}).get(WORKER_OUTPUT) or {})
+        if not counts:
+            return
+        handed = counts.pop("handed", False)
+        if not self.counts.from_workers:
             # Every worker collects the same items; one worker's counts are the run's.
             self.counts = Counts(**counts, from_workers=True)
+        self.counts.workers_handed += bool(handed)
 
     # --- header, deselection ----------------------------------------------------------
 
@@ -173,7 +182,11 @@ class AffectedSelection:
             items[:] = kept
         if self.is_worker:
             config.workeroutput[WORKER_OUTPUT] = {
-                k: v for k, v in vars(counts).items() if k != "from_workers"
+                "collected": counts.collected,
+                "selected": counts.selected,
+                "deselected": counts.deselected,
+                "explicit": counts.explicit,
+                "handed": self.handed,
             }
 
     # --- results ----------------------------------------------------------------------

@@ -88,6 +88,8 @@ def test_xdist_computes_once_and_counts_right(tree: IndexedTree, tmp_path: Path)
     assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
     serial_counts = json.loads(serial.read_text())["counts"]
     parallel_counts = json.loads(parallel.read_text())["counts"]
+    # Computed once, on the controller: both workers used the selection handed to them.
+    assert parallel_counts.pop("xdist_workers_given_the_selection") == 2
     assert serial_counts == parallel_counts
     assert serial_counts["deselected"] > 0
     line = f"tests: {serial_counts['selected']} selected, {serial_counts['deselected']} deselected"

@@ -1,0 +1,187 @@
+"""Selection on the real trees: single-function changes checked against what reading the
+code says. Each test edits the corpus tree and restores it in ``finally``; the index is a
+private copy of the shared corpus index, so the incremental update a selection makes for
+the edited file never reaches other tests."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from indexer.locations import cache_dir
+from indexer.select.engine import select_tests
+from indexer.select.model import Selection
+from indexer.workspace import Workspace
+
+pytestmark = pytest.mark.corpus
+
+LINALG = "aten/src/ATen/native/LinearAlgebra.cpp"
+BINARY_KERNELS = "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp"
+
+
+def _restore(source: Path) -> None:
+    subprocess.run(["git", "-C", str(source), "checkout", "--", "."], check=True)
+    subprocess.run(["git", "-C", str(source), "clean", "-fdq"], check=True)
+
+
+@contextmanager
+def edited(source: Path, rel: str, old: str, new: str) -> Iterator[None]:
+    path = source / rel
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{old!r} is not unique in {rel}"
+    try:
+        path.write_text(text.replace(old, new), encoding="utf-8")
+        yield
+    finally:
+        _restore(source)
+
+
+def _private_index(
+    shared: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """A copy of the shared corpus index in a cache of our own, at the same key."""
+    source, shared_cache = shared
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHTALK_CACHE_DIR", str(shared_cache))
+        db = Workspace.resolve(source).db_path
+        relative = db.relative_to(cache_dir())
+    private = tmp_path_factory.mktemp("corpus-cache")
+    (private / relative).parent.mkdir(parents=True)
+    shutil.copyfile(db, private / relative)
+    return source, private
+
+
+@pytest.fixture(scope="module")
+def pytorch(pytorch_index, tmp_path_factory) -> tuple[Path, Path]:
+    return _private_index(pytorch_index, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def vllm(vllm_index, tmp_path_factory) -> tuple[Path, Path]:
+    return _private_index(vllm_index, tmp_path_factory)
+
+
+def _select(tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Selection:
+    source, cache = tree
+    monkeypatch.setenv("TORCHTALK_CACHE_DIR", str(cache))
+    return select_tests(Workspace.resolve(source))
+
+
+@pytest.mark.xdist_group("pytorch-tree")
+def test_matmul_change_selects_linalg_and_the_matmul_opinfo_tests(pytorch, monkeypatch) -> None:
+    source = pytorch[0]
+    with edited(
+        source,
+        LINALG,
+        "  result = at::native::_matmul_impl(unused, tensor1, tensor2);\n",
+        "  result = at::native::_matmul_impl(unused, tensor1, tensor2);\n  (void)result.dim();\n",
+    ):
+        selection = _select(pytorch, monkeypatch)
+    assert [e.label for e in selection.entities] == ["at::native::matmul"]
+    assert not selection.run_everything, selection.everything
+    assert "test/test_linalg.py" in selection.files
+    ops = selection.files.get("test/test_ops.py")
+    assert ops is not None, "the OpInfo-driven tests of test_ops.py"
+    if ops.tests is not None:  # narrowed: then to the matmul OpInfo variants
+        assert all(any("matmul" in name for name in t.opinfos or ["matmul"]) for t in ops.tests)
+    assert "test/test_unrelated.py" not in selection.files
+    assert len(selection.files) < selection.test_files_total
+
+
+@pytest.mark.xdist_group("pytorch-tree")
+def test_dispatch_stub_cpu_kernel_selects_the_tests_of_its_ops(pytorch, monkeypatch) -> None:
+    source = pytorch[0]
+    with edited(
+        source,
+        BINARY_KERNELS,
+        "              return std::atan2(a, b);\n",
+        "              return std::atan2(a, b) + scalar_t(0);\n",
+    ):
+        selection = _select(pytorch, monkeypatch)
+    assert [e.label for e in selection.entities] == ["at::native::(anonymous)::atan2_kernel"]
+    assert not selection.run_everything, selection.everything
+    ufuncs = selection.files["test/test_binary_ufuncs.py"]
+    chain = [hop.src for hop in ufuncs.reasons[0].chain]
+    assert "at::native::atan2_stub" in chain
+    assert any(node.startswith("aten::atan2") for node in chain)
+    assert len(selection.files) < selection.test_files_total / 2
+
+
+@pytest.mark.xdist_group("pytorch-tree")
+def test_comment_only_change_in_a_cpp_selects_nothing(pytorch, monkeypatch) -> None:
+    source = pytorch[0]
+    with edited(
+        source,
+        LINALG,
+        "  result = at::native::_matmul_impl(unused, tensor1, tensor2);\n",
+        "  // Named inference happens around the implementation.\n"
+        "  result = at::native::_matmul_impl(unused, tensor1, tensor2);  /* the work */\n",
+    ):
+        selection = _select(pytorch, monkeypatch)
+    assert not selection.run_everything and not selection.files and not selection.entities
+    assert selection.changed_files[0].skipped_hunks == 1
+    assert selection.empty_reason == (
+        "the changes touch no code that tests run (comments, docs, whitespace)"
+    )
+
+
+@pytest.mark.xdist_group("pytorch-tree")
+def test_cmakelists_change_selects_everything_with_the_reason(pytorch, monkeypatch) -> None:
+    source = pytorch[0]
+    cmake = (source / "CMakeLists.txt").read_text(encoding="utf-8")
+    first = cmake.splitlines(keepends=True)[0]
+    with edited(source, "CMakeLists.txt", first, first + "# a build option\n"):
+        selection = _select(pytorch, monkeypatch)
+    assert selection.run_everything
+    assert selection.everything == [
+        "CMakeLists.txt matches the run-everything pattern 'CMakeLists.txt'"
+    ]
+
+
+def _calls_rms_norm(text: str) -> bool:
+    if re.search(r"torch\.ops\._C\.rms_norm\b|_custom_ops\.rms_norm\b", text):
+        return True
+    aliased = re.search(
+        r"from vllm import _custom_ops as ops\b|import vllm\._custom_ops as ops\b", text
+    )
+    return bool(aliased and re.search(r"(?<![\w.])ops\.rms_norm\(", text))
+
+
+@pytest.mark.xdist_group("vllm-tree")
+def test_vllm_kernel_change_selects_the_op_callers_not_the_unrelated(vllm, monkeypatch) -> None:
+    source = vllm[0]
+    callers = sorted(
+        path.relative_to(source).as_posix()
+        for path in (source / "tests").rglob("test_*.py")
+        if _calls_rms_norm(path.read_text(encoding="utf-8", errors="replace"))
+    )
+    assert callers, "the vLLM tree has tests calling the rms_norm op"
+    with edited(
+        source,
+        "csrc/layernorm_kernels.cu",
+        "  float variance = 0.0f;\n  const scalar_t* input_row;",
+        "  float variance = 0.0f * 1.0f;\n  const scalar_t* input_row;",
+    ):
+        selection = _select(vllm, monkeypatch)
+    assert [e.label for e in selection.entities] == ["vllm::rms_norm_kernel"]
+    assert not selection.run_everything, selection.everything
+    missing = [path for path in callers if path not in selection.files]
+    assert not missing, f"tests calling torch.ops._C.rms_norm / _custom_ops.rms_norm: {missing}"
+    chain = [
+        hop.src for hop in selection.files["tests/kernels/core/test_layernorm.py"].reasons[0].chain
+    ]
+    assert "_C::rms_norm" in chain
+    unrelated = [
+        "tests/tokenizers_/test_basic.py",
+        "tests/test_logger.py",
+        "tests/test_version.py",
+        "tests/benchmarks/test_audio_dataset.py",
+    ]
+    assert not [path for path in unrelated if path in selection.files]
+    assert len(selection.files) < selection.test_files_total / 4
