@@ -93,6 +93,24 @@ def unresolved(index: Index, node_id: int, kind: str = "dispatches") -> list[Unr
     ]
 
 
+_CPP_KINDS = ("cpp_function", "cuda_kernel", "dispatch_stub", "cpp_class")
+
+
+def same_name(index: Index, written: str, limit: int = 5) -> list[Node]:
+    """Definitions whose name (and qualified suffix, anonymous namespaces aside) match a
+    name the linker could not resolve by scope rules: candidates, never edges."""
+    parts = [part for part in written.split("::") if part]
+    if not parts:
+        return []
+    suffix = "::".join(parts)
+    found = []
+    for node in index.find(parts[-1], kinds=_CPP_KINDS):
+        plain = "::".join(p for p in node.qualname.split("::") if p != "(anonymous)")
+        if plain == suffix or plain.endswith(f"::{suffix}"):
+            found.append(node)
+    return found[:limit]
+
+
 def keys_of(attrs: dict[str, Any]) -> list[str]:
     """The dispatch key of one ref (``key``), else the keys it was written with."""
     if attrs.get("key"):

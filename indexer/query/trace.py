@@ -175,7 +175,7 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         if isinstance(hop, op_chain.Hop):
             _implementation(run, hop, keys, depth, record, implementations)
         else:
-            _missing(run, hop, keys, depth, record)
+            _missing(run, hop, keys, depth, record, implementations)
     for hop in delegates:
         via = "structured_delegate" if hop.attrs.get("structured_delegate") else "autogen"
         run.add(f"{via} -> {hop.node.qualname}", hop.evidence, "delegates its kernels", depth)
@@ -204,6 +204,8 @@ def _implementation(
             role = "DispatchStub"
     if hop.attrs.get("via") == "lambda":
         role += ", called from a registered lambda"
+    if hop.attrs.get("ambiguous"):
+        role += f"; ambiguous: one of {hop.attrs['ambiguous']} definitions of the name"
     label = f"{', '.join(keys) or '?'}: {target.qualname}"
     run.add(label, target.evidence, f"{role}; registered at {hop.evidence}", depth, keys=keys)
     record["dispatch"].append(
@@ -213,6 +215,7 @@ def _implementation(
             "kind": target.kind,
             "definition": target.evidence,
             "registered_at": hop.evidence,
+            "ambiguous": bool(hop.attrs.get("ambiguous")),
             "role": hop.attrs.get("role")
             or ("structured" if hop.attrs.get("structured") else "kernel"),
         }
@@ -222,20 +225,34 @@ def _implementation(
 
 
 def _missing(
-    run: _Trace, missing: op_chain.Unresolved, keys: list[str], depth: int, record: dict[str, Any]
+    run: _Trace,
+    missing: op_chain.Unresolved,
+    keys: list[str],
+    depth: int,
+    record: dict[str, Any],
+    implementations: dict[int, tuple[Node, list[str]]],
 ) -> None:
     if not run.focus.wants_key(keys):
         return
     label = f"{', '.join(keys) or '?'}: {missing.target}"
-    run.add(label, missing.evidence, "no definition found in the index", depth, keys=keys)
+    candidates = op_chain.same_name(run.index, missing.target)
+    detail = "no definition found in the index"
+    if candidates:
+        detail = "not linked by C++ scope rules; definitions of that name below"
+    run.add(label, missing.evidence, detail, depth, keys=keys)
+    for candidate in candidates:
+        run.add(candidate.qualname, candidate.evidence, "candidate (same name)", depth + 1)
     record["dispatch"].append(
         {
             "keys": keys,
             "target": missing.target,
             "definition": None,
+            "candidates": [candidate.evidence for candidate in candidates],
             "registered_at": missing.evidence,
         }
     )
+    if len(candidates) == 1:  # follow a unique candidate, said to be one above
+        implementations.setdefault(candidates[0].id, (candidates[0], keys))
 
 
 def _implementation_chain(
