@@ -40,7 +40,8 @@ PYTHON_DEF_KINDS = frozenset(
 MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
 CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
-MEMBERS_SHOWN = 20  # qualnames listed for a group entity in reports
+MEMBERS_SHOWN = 20
+HEADER_EVERYTHING_FILES = 1000  # includers beyond which a header change runs everything  # qualnames listed for a group entity in reports
 
 # Run-everything outranks code outranks nothing, when a rename spans two categories.
 _RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yaml": 2, "test": 1}
@@ -440,6 +441,13 @@ class Placer:
         else:
             self._mentions(path, self.diff.new_side(change), scope.names, line, nodes, result)
         includers = self._includers(path)
+        if len(includers) > HEADER_EVERYTHING_FILES:
+            result.everything = (
+                f"{path} is a header changed outside any function and {len(includers)} files "
+                f"include it (more than {HEADER_EVERYTHING_FILES}): running everything rather "
+                "than walking from all of them"
+            )
+            return
         if not includers:
             result.everything = (
                 f"{path} is a header changed outside any function and no indexed file "
