@@ -326,3 +326,22 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
         "TORCH_LIBRARY_EXPAND", "MY_LIB"
     )
     assert "_C::rms_norm" in nodes(extract(local, "csrc/b.cpp", "torch-extension"), "op")
+
+
+def test_method_table_of_a_python_type_binds_under_the_type_name() -> None:
+    facts = extract(
+        """
+static PyObject* THPGenerator_seed(PyObject* self, PyObject* noargs);
+static PyMethodDef THPGenerator_methods[] = {
+    {"seed", THPGenerator_seed, METH_NOARGS, nullptr},
+    {nullptr}};
+PyTypeObject THPGeneratorType = {
+    PyVarObject_HEAD_INIT(nullptr, 0)
+    "torch._C.Generator", /* tp_name */
+    sizeof(THPGenerator), /* tp_basicsize */
+    THPGenerator_methods, /* tp_methods */
+};
+"""
+    )
+    assert "torch._C.Generator.seed" in nodes(facts, "binding")
+    assert ("torch._C.Generator.seed", "THPGenerator_seed", None) in refs(facts, "binds")

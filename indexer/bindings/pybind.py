@@ -9,7 +9,9 @@ A binding's qualname is its Python dotted name. The module a file binds into:
   extension module such init functions receive (``torch._C`` in torch/csrc);
   ``py::module::import("a.b")`` -> ``a.b``;
 - ``m.def_submodule("_nn")`` -> ``<module>._nn``;
-- ``PyMethodDef`` tables -> ``<package>._C.<name>`` (attr ``table`` names the array);
+- ``PyMethodDef`` tables -> ``<package>._C.<name>`` (attr ``table`` names the array), or
+  ``<tp_name>.<name>`` for a table a ``PyTypeObject`` of the file lists as its
+  ``tp_methods`` (``torch._C.Generator.manual_seed``);
 
 where ``<package>`` is the file's top directory when it is one of the harness's Python
 packages (``torch/csrc/...`` -> ``torch``, ``minitorch/csrc/...`` -> ``minitorch``), else
@@ -46,6 +48,8 @@ _MODULE_CAST = re.compile(
     r"(?:cast|reinterpret_borrow|reinterpret_steal)\s*<\s*(?:py|pybind11)::module_?\s*>"
 )
 _IMPORT = re.compile(r"(?:py|pybind11)::module_?::import\s*\(")
+_TYPE_OBJECT = re.compile(rb"\bPyTypeObject\s+\w+\s*=\s*\{")
+_FIRST_STRING = re.compile(rb'"([\w.]+)"')
 _CLASS_METHODS = {
     "def": "pybind_method",
     "def_static": "pybind_static",
@@ -331,7 +335,21 @@ class PybindReader:
 
     # --- CPython method tables -----------------------------------------------------------
 
+    def _type_names(self) -> dict[str, str]:
+        """table name -> tp_name of the PyTypeObject whose initializer lists it (its methods)."""
+        names: dict[str, str] = {}
+        for match in _TYPE_OBJECT.finditer(self.data):
+            end = self.data.find(b"};", match.end())
+            block = self.data[match.end() : end if end >= 0 else len(self.data)]
+            tp_name = _FIRST_STRING.search(block)
+            if tp_name is None:
+                continue
+            for identifier in re.findall(rb"\b(\w+)\s*,\s*/\*\s*tp_methods", block):
+                names[identifier.decode()] = tp_name.group(1).decode()
+        return names
+
     def _read_method_tables(self) -> None:
+        self.type_names = self._type_names()
         seen: set[int] = set()
         for match in re.finditer(rb"\bPyMethodDef\b", self.data):
             node = self.root.descendant_for_byte_range(match.start(), match.end())
@@ -368,7 +386,10 @@ class PybindReader:
                 name = string_value(fields[0])
                 if not name:
                     continue
-                qualname = f"{self.default_module}.{name}"
+                owner = self.type_names.get(table, self.default_module)
+                if "." not in owner:
+                    owner = f"{self.default_module}.{owner}"
+                qualname = f"{owner}.{name}"
                 node = self._binding(qualname, fields[0], "pymethoddef", None)
                 self.facts.nodes[node].attrs["table"] = table
                 self._binds(qualname, [fields[1]])
