@@ -194,12 +194,13 @@ class ServerState:
             if self._before_full_build is not None:
                 self._event("full", "held")
                 self._before_full_build()
-            build_index(
-                self.workspace,
-                jobs=self.jobs,
-                show_progress=False,
-                on_progress=lambda step, done, total: self._event("full", step, done, total),
-            )
+            if not self.full_path.is_file():  # `torchtalk index build` may have been quicker
+                build_index(
+                    self.workspace,
+                    jobs=self.jobs,
+                    show_progress=False,
+                    on_progress=lambda step, done, total: self._event("full", step, done, total),
+                )
             self._serve(self.full_path, "full")
             self.quick_path.unlink(missing_ok=True)
         except BuildCancelled:

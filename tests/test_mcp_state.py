@@ -167,3 +167,24 @@ def test_sdk_preload_defers_only_the_sdk_models() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_full_index_built_meanwhile_is_served_instead_of_rebuilt(minitorch_repo: Path) -> None:
+    from pytest_torchtalk.cli import main
+
+    gate = threading.Event()
+    workspace = Workspace.resolve(minitorch_repo)
+    state = ServerState(workspace, before_full_build=gate.wait)
+    state.start()
+    try:
+        state.index(wait=60)
+        assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+        gate.set()
+        assert state.wait_until_idle(60)
+    finally:
+        gate.set()
+        state.stop()
+    steps = [(p["build"], p["step"]) for p in state.snapshot()["phases"]]
+    assert ("full", "discover") not in steps
+    assert state.readiness() == dict.fromkeys(state.readiness(), "ready")
+    assert state.index().db_path == workspace.db_path
