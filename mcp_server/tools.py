@@ -9,7 +9,6 @@ never a crash of the server.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import traceback
@@ -210,10 +209,17 @@ class Tools:
     def get_status(self) -> ToolResult:
         snap = self.state.snapshot()
         index = None
-        with contextlib.suppress(TorchTalkError):  # NotReady too: status answers regardless
+        unreadable = None
+        try:
             index = self.state.index(wait=0)
-        ready = all(value == "ready" for value in snap["components"].values())
-        if ready:
+        except NotReady:
+            pass  # still building: the snapshot says how far
+        except TorchTalkError as exc:
+            unreadable = str(exc)
+        ready = unreadable is None and all(v == "ready" for v in snap["components"].values())
+        if unreadable:
+            headline = f"the index cannot be read: {unreadable}"
+        elif ready:
             headline = "ready"
         elif snap["error"]:
             headline = f"build failed: {snap['error']}"

@@ -188,3 +188,17 @@ def test_a_full_index_built_meanwhile_is_served_instead_of_rebuilt(minitorch_rep
     assert ("full", "discover") not in steps
     assert state.readiness() == dict.fromkeys(state.readiness(), "ready")
     assert state.index().db_path == workspace.db_path
+
+
+def test_an_unreadable_index_is_reported_not_served(minitorch_repo: Path) -> None:
+    workspace = Workspace.resolve(minitorch_repo)
+    workspace.db_path.parent.mkdir(parents=True)
+    workspace.db_path.write_bytes(b"not a database at all" * 100)
+    state = ServerState(workspace)
+    state.start()
+    tools = Tools(state)
+    status = _data(tools.get_status())
+    assert not status["data"]["ready"]
+    assert "cannot be read" in status["title"] and "not a TorchTalk index" in status["title"]
+    with pytest.raises(ToolError, match="not a TorchTalk index"):
+        tools.graph("gemm")
