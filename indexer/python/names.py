@@ -35,11 +35,38 @@ def is_class(source: NameSource, node_id: int) -> bool:
     )
 
 
-def resolve_dotted(source: NameSource, target: str, hops: int = 0) -> tuple[list[int], bool] | None:
+Result = tuple[list[int], bool] | None
+
+
+def resolve_dotted(
+    source: NameSource, target: str, memo: dict[str, Result] | None = None
+) -> Result:
     """(node ids, exact) for ``target``; exact is False when only an enclosing class or
-    module could be found for an attribute the index has no node for."""
-    if hops > MAX_HOPS or not target:
-        return None
+    module could be found for an attribute the index has no node for.
+
+    ``memo`` caches answers across calls (the linker passes one per link run). Within a
+    call every intermediate name is resolved once: star imports fan out (torch/__init__.py
+    star-imports many modules, which star-import others), and without the cache the walk
+    is exponential in their depth.
+    """
+    return _resolve(source, target, {} if memo is None else memo, set())
+
+
+def _resolve(source: NameSource, target: str, memo: dict[str, Result], active: set[str]) -> Result:
+    if target in memo:
+        return memo[target]
+    if target in active or len(active) > MAX_HOPS or not target:
+        return None  # a re-export cycle, or a chain too long to be real
+    active.add(target)
+    try:
+        result = _walk(source, target, memo, active)
+    finally:
+        active.discard(target)
+    memo[target] = result
+    return result
+
+
+def _walk(source: NameSource, target: str, memo: dict[str, Result], active: set[str]) -> Result:
     parts = target.split(".")
     current: list[int] = []
     index = len(parts)
@@ -65,15 +92,15 @@ def resolve_dotted(source: NameSource, target: str, hops: int = 0) -> tuple[list
             attrs = source.attrs(current[0])
             bound = attrs.get("bindings", {}).get(name)
             if bound and bound != nested:
-                return resolve_dotted(source, ".".join([bound, *rest]), hops + 1)
+                return _resolve(source, ".".join([bound, *rest]), memo, active)
             for star in attrs.get("stars", ()):
-                result = resolve_dotted(source, ".".join([star, *parts[position:]]), hops + 1)
+                result = _resolve(source, ".".join([star, *parts[position:]]), memo, active)
                 if result:
                     return result
             if name in attrs.get("vars", ()):
                 return current, not rest
             return None
-        inherited = _inherited(source, current, parts[position:], hops)
+        inherited = _inherited(source, current, parts[position:], memo, active)
         if inherited:
             return inherited
         return (current, False) if any(is_class(source, n) for n in current) else None
@@ -81,13 +108,17 @@ def resolve_dotted(source: NameSource, target: str, hops: int = 0) -> tuple[list
 
 
 def _inherited(
-    source: NameSource, classes: list[int], member: list[str], hops: int
-) -> tuple[list[int], bool] | None:
+    source: NameSource,
+    classes: list[int],
+    member: list[str],
+    memo: dict[str, Result],
+    active: set[str],
+) -> Result:
     for node_id in classes:
         if not is_class(source, node_id):
             continue
         for base in source.attrs(node_id).get("bases", ()):
-            result = resolve_dotted(source, ".".join([base, *member]), hops + 1)
+            result = _resolve(source, ".".join([base, *member]), memo, active)
             if result and result[1]:
                 return result
     return None
@@ -97,7 +128,8 @@ def resolve_member_of_bases(
     source: NameSource, class_dotted: str, member: str
 ) -> tuple[list[int], bool] | None:
     """``super().member``: the member as the bases of ``class_dotted`` define it."""
-    found = resolve_dotted(source, class_dotted)
+    memo: dict[str, Result] = {}
+    found = _resolve(source, class_dotted, memo, set())
     if not found or not found[1]:
         return None
-    return _inherited(source, found[0], [member], 0)
+    return _inherited(source, found[0], [member], memo, set())

@@ -103,9 +103,7 @@ class PythonView:
         return self.symbols.kind[node_id]
 
     def python(self, target: str) -> tuple[list[int], bool] | None:
-        if target not in self._cache:
-            self._cache[target] = resolve_dotted(self, target)
-        return self._cache[target]
+        return resolve_dotted(self, target, self._cache)
 
     def named(self, target: str) -> list[int]:
         """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``,
