@@ -1,6 +1,7 @@
 """MCP server figures on the PyTorch index, measured in one run, as agents see them.
 
     python bench/mcp_latency.py [--source PATH] [--cache-dir DIR] [--starts N] [--calls N]
+    python bench/mcp_latency.py --cold [--source PATH] --cache-dir EMPTY_DIR
 
 Needs a built index (``torchtalk index build --source PATH`` under the same
 TORCHTALK_CACHE_DIR). Every figure is taken from the client side: the SDK's own client
@@ -12,6 +13,11 @@ starts ``torchtalk mcp-serve`` over stdio, as Claude Code or Cursor would. Repor
 * per-tool latency over ``--calls`` calls of representative PyTorch queries: the first
   call (which pays one-time imports and caches) and p50/p95 of the rest (target p95
   < 50 ms). A tool whose query module is not in this build is listed as such.
+
+``--cold`` instead starts the server on a cache directory with no index and follows the
+phased build through ``get_status``: when the quick index (YAML, bindings, Python, tests)
+answers, what a Python query answers meanwhile, and when the full call graph is ready.
+That leaves the full index in the cache directory for the warm figures.
 """
 
 from __future__ import annotations
@@ -96,12 +102,60 @@ async def tool_latency(params, calls: int) -> list[tuple[str, dict, str, float, 
     return rows
 
 
+async def cold(params, poll_s: float) -> None:
+    from mcp.client import Client
+
+    started = time.perf_counter()
+    async with Client(params, read_timeout_seconds=3600) as client:
+        print(f"  {time.perf_counter() - started:8.1f} s  initialized")
+        shown = None
+        quick_seen = False
+        while True:
+            result = await client.call_tool("get_status", {})
+            data = result.structured_content["data"]
+            now = time.perf_counter() - started
+            line = f"{data['serving']}: {data['progress_text']}"
+            if line != shown:
+                print(f"  {now:8.1f} s  {line}", flush=True)
+                shown = line
+            if data["serving"] == "quick" and not quick_seen:
+                quick_seen = True
+                for name, arguments in (
+                    ("modules", {"name": "torch.nn.Linear"}),
+                    ("trace", {"func": "torch.matmul"}),
+                    ("graph", {"func": "at::native::matmul"}),
+                ):
+                    asked = time.perf_counter()
+                    answer = await client.call_tool(name, arguments)
+                    took = (time.perf_counter() - asked) * 1000
+                    text = answer.content[0].text
+                    print(f"  {now:8.1f} s  {name}{arguments} answered in {took:.0f} ms:")
+                    for answer_line in [*text.splitlines()[:3], *text.splitlines()[-1:]]:
+                        print(f"             | {answer_line[:110]}")
+            if data["ready"] or data["error"]:
+                break
+            await anyio_sleep(poll_s)
+        print("  phases (seconds since the server started):")
+        for phase in data["phases"]:
+            print(f"    {phase['at_s']:8.1f}  {phase['build']} {phase['step']}")
+        if data["error"]:
+            raise SystemExit(f"build failed: {data['error']}")
+
+
+async def anyio_sleep(seconds: float) -> None:
+    import anyio
+
+    await anyio.sleep(seconds)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--cache-dir", help="TORCHTALK_CACHE_DIR holding the built index")
     parser.add_argument("--starts", type=int, default=7, help="cold starts to time")
     parser.add_argument("--calls", type=int, default=30, help="calls per query")
+    parser.add_argument("--cold", action="store_true", help="follow a build from no index")
+    parser.add_argument("--poll", type=float, default=5.0, help="--cold: get_status interval")
     args = parser.parse_args()
     if args.cache_dir:
         os.environ["TORCHTALK_CACHE_DIR"] = args.cache_dir
@@ -112,6 +166,22 @@ def main() -> int:
     from indexer.workspace import Workspace
 
     workspace = Workspace.resolve(args.source)
+    script = Path(sys.executable).with_name("torchtalk")
+    env = {
+        k: os.environ[k] for k in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR") if k in os.environ
+    }
+    params = StdioServerParameters(
+        command=str(script), args=["mcp-serve", "--source", str(args.source)], env=env
+    )
+    if args.cold:
+        if not args.cache_dir or workspace.db_path.exists():
+            print(
+                "--cold needs --cache-dir pointing at a cache without this index", file=sys.stderr
+            )
+            return 2
+        print(f"cold start on {args.source}: {os.cpu_count()} cores")
+        anyio.run(cold, params, args.poll)
+        return 0
     if not workspace.db_path.is_file():
         print(
             f"no index at {workspace.db_path}; build it first: TORCHTALK_CACHE_DIR="
