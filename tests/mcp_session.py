@@ -38,8 +38,11 @@ def server_params(source: Path, *extra: str) -> StdioServerParameters:
 
 
 @asynccontextmanager
-async def stdio_session(source: Path, *extra: str) -> AsyncIterator[Client]:
-    async with Client(server_params(source, *extra), read_timeout_seconds=120) as client:
+async def stdio_session(source: Path, *extra: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """``mode="legacy"`` speaks the initialize handshake of today's clients (Claude Code,
+    Cursor); "auto" negotiates the newest protocol the SDK knows."""
+    params = server_params(source, *extra)
+    async with Client(params, read_timeout_seconds=120, mode=mode) as client:
         yield client
 
 

@@ -84,7 +84,8 @@ def test_stdio_server_builds_in_phases_then_answers(minitorch_repo: Path) -> Non
 
 def test_tool_schemas(minitorch_repo: Path) -> None:
     async def scenario() -> dict:
-        async with stdio_session(minitorch_repo) as client:
+        async with stdio_session(minitorch_repo, mode="legacy") as client:
+            assert client.protocol_version.startswith("2025")
             return {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
 
     schemas = anyio.run(scenario)
