@@ -105,6 +105,7 @@ def build_index(
         errors = 0
         with IndexWriter(db_path) as writer:
             phase = time.perf_counter()
+            report("extract", 0, len(entries))
             for facts in extract_all(workspace.source, workspace.manifest, entries, jobs):
                 writer.add(facts)
                 shas.append((facts.path, facts.sha))
