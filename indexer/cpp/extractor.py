@@ -2,33 +2,36 @@
 include and dispatch refs.
 
 One tree-sitter query collects every node of interest (namespaces, classes, function
-definitions, callees, includes, ERROR regions) in C; Python then handles only those
-nodes, never the whole tree. Calls are attributed to the innermost enclosing function by
-byte offset, so calls inside lambdas (``AT_DISPATCH_*`` bodies, ``gpu_kernel`` functors)
-belong to the function that wrote them.
+definitions, callees, includes, macro definitions, ERROR regions) in C; Python then
+handles only those nodes, never the whole tree. The parse is of ``SourceFile.cpp_prepared``
+(CUDA qualifiers, attribute macros and launch configurations blanked, positions kept).
+Uses of the file's own function-defining macros are expanded (indexer/cpp/expand.py) and
+extracted from a second, synthetic buffer whose lines map back to the uses.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from tree_sitter import Query, QueryCursor
 
 from indexer.cpp import macros
+from indexer.cpp.calls import Caller, CallSites
+from indexer.cpp.expand import Expander, definition
+from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
-from indexer.cpp.names import is_macro_name, signature_key, split_qualified, strip_templates
-from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, namespace_at, nest
+from indexer.cpp.names import ANONYMOUS, split_qualified, strip_templates
+from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, nest
+from indexer.extract.source import SourceFile, cpp_parser
 from indexer.graph.facts import FILE_NODE, FileFacts
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.harness import Manifest
 
 if TYPE_CHECKING:
-    from tree_sitter import Language, Node
-
-    from indexer.extract.source import SourceFile
+    from tree_sitter import Node
 
 _QUERY = """
 (namespace_definition) @ns
@@ -36,10 +39,12 @@ _QUERY = """
 (struct_specifier body: (_)) @cls
 (union_specifier body: (_)) @cls
 (function_definition) @fn
+(template_declaration (function_definition)) @template
 (call_expression function: (_) @callee)
 (using_declaration "namespace" (_) @using)
 (namespace_alias_definition) @alias
 (preproc_include path: (_) @include)
+(preproc_function_def) @define
 (ERROR) @error
 (declaration
   type: [(type_identifier) (qualified_identifier) (template_type)]
@@ -57,36 +62,21 @@ _KERNEL_ARGUMENTS = """
 (argument_list (cast_expression value: [(identifier) (template_function) (qualified_identifier)] @karg))
 """
 
-_queries: dict[tuple[int, bool], Query] = {}
+_queries: dict[bool, Query] = {}
 _queries_lock = threading.Lock()
-
-_WRAPPERS = frozenset(
-    {
-        "pointer_declarator",
-        "reference_declarator",
-        "attributed_declarator",
-        "parenthesized_declarator",
-    }
-)
 _STATIC = re.compile(rb"\bstatic\b")
-_CONST = re.compile(rb"\bconst\b")
-_LAUNCH_HELPER = re.compile(r"launch", re.I)
-_CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
-_CPP = "cpp"
-_CALLS = EdgeKind.CALLS.value
-_LAUNCHES = EdgeKind.LAUNCHES.value
-_KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
+_DISPATCH = b"DISPATCH"
 
 
-def _query(language: Language, cuda: bool) -> Query:
-    key = (id(language), cuda)
-    query = _queries.get(key)
+def _query(cuda: bool) -> Query:
+    """The compiled query (with the kernel-argument patterns for CUDA code), once per process."""
+    query = _queries.get(cuda)
     if query is None:
         with _queries_lock:
-            query = _queries.get(key)
+            query = _queries.get(cuda)
             if query is None:
-                query = Query(language, _QUERY + (_KERNEL_ARGUMENTS if cuda else ""))
-                _queries[key] = query
+                query = Query(cpp_parser().language, _QUERY + (_KERNEL_ARGUMENTS if cuda else ""))
+                _queries[cuda] = query
     return query
 
 
@@ -108,79 +98,86 @@ class CppExtractor:
         return src.language in ("cpp", "cuda")
 
     def extract(self, src: SourceFile, facts: FileFacts) -> None:
-        _FileExtraction(self, src, facts).run()
+        src.text  # noqa: B018 - decoding records a non-UTF-8 file on src.decode_error
+        _Extraction(self, src, facts).run()
 
 
-class _Function:
-    """A function definition that owns calls: its node and the scope its body sees."""
+class _Extraction:
+    """One parsed buffer: the file itself, or the expansions of its macros (``line_map``
+    then gives the line of the use that each synthetic line expands)."""
 
-    __slots__ = ("end", "local", "ref_scope", "start", "this_class", "usings")
-
-    def __init__(self, region: Region, local: int, ref_scope: list[str], this_class: str | None):
-        self.start = region.start
-        self.end = region.end
-        self.local = local
-        self.ref_scope = ref_scope
-        self.this_class = this_class
-        self.usings: list[str] = []
-
-
-class _FileExtraction:
-    def __init__(self, extractor: CppExtractor, src: SourceFile, facts: FileFacts) -> None:
+    def __init__(
+        self,
+        extractor: CppExtractor,
+        src: SourceFile,
+        facts: FileFacts,
+        line_map: list[int] | None = None,
+        parent: _Extraction | None = None,
+    ) -> None:
         self.extractor = extractor
         self.src = src
         self.facts = facts
         self.prepared = src.cpp_prepared
         self.data = self.prepared.data
-        self.functions: list[_Function] = []
+        self.line_map = line_map
+        self.callers: list[Caller] = []
         self.kernel_names: set[str] = set()
         self.usings: list[tuple[int, int, str]] = []  # (start, end of its scope, namespace)
         self.aliases: dict[str, str] = {}
-        self.var_types: dict[int, str | None] = {}
-        self.variables: dict[bytes, list[tuple[int, Node]]] = {}
-        self.helper_arguments: set[int] = set()
-        self.defined: dict[tuple[str, str], int] = {}  # (qualname, signature) -> node
-        self.classes: dict[str, int] = {}  # qualname -> node, for out-of-line methods
+        # Shared with the file's own extraction when expanding its macros.
+        self.defined: dict[tuple[str, str], int] = parent.defined if parent else {}
+        self.classes: dict[str, int] = parent.classes if parent else {}
+        self.template_ends: set[int] = set()
 
     def text(self, node: Node) -> str:
         return self.data[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
+    def line(self, row: int) -> int:
+        return self.line_map[row] if self.line_map is not None else row + 1
+
     def run(self) -> None:
-        self.src.text  # noqa: B018 - decoding records a non-UTF-8 file on src.decode_error
-        tree = self.src.cpp_tree
         prepared = self.prepared
         cuda = self.src.language == "cuda" or bool(prepared.global_at or prepared.launch_at)
-        captures = QueryCursor(_query(tree.language, cuda)).captures(tree.root_node)
-        self.facts.parse_errors = max(
-            self.facts.parse_errors, _outermost(captures.get("error", ()))
-        )
-        for node in captures.get("include", ()):
-            add_include_ref(
-                self.facts, self.text(node), node.start_point[0] + 1, self.extractor.roots
-            )
+        captures = QueryCursor(_query(cuda)).captures(self.src.cpp_tree.root_node)
+        expansion = self.line_map is not None
+        if not expansion:
+            errors = _outermost(captures.get("error", ()))
+            self.facts.parse_errors = max(self.facts.parse_errors, errors)
+            for node in captures.get("include", ()):
+                add_include_ref(
+                    self.facts, self.text(node), node.start_point[0] + 1, self.extractor.roots
+                )
+        self.template_ends = {node.end_byte for node in captures.get("template", ())}
         regions = nest(
             self.data, captures.get("ns", []), captures.get("cls", []), captures.get("fn", [])
         )
-        namespaces = [region for region in regions if region.kind == NAMESPACE]
         self._collect_usings(captures, regions)
         for region in regions:
-            if region.in_function:
-                continue
-            if region.kind == CLASS:
+            if region.kind == CLASS and not region.in_function:
                 self._add_class(region)
             elif region.kind == FUNCTION:
                 self._add_function(region)
-        for function in self.functions:
-            function.usings = [
-                name
-                for start, end, name in self.usings
-                if start < function.end and end > function.start
-            ]
-        if self.extractor.stub_pattern is not None and b"DISPATCH" in self.data:
-            self._dispatch_stubs(namespaces)
-        self._calls(captures)
+        for caller in self.callers:
+            caller.set_usings(self._usings_between(caller.start, caller.end))
+        outer = [r for r in regions if r.kind != FUNCTION and not r.in_function]
+        if self.extractor.stub_pattern is not None and _DISPATCH in self.data:
+            macros.add_dispatch_stubs(
+                self.facts,
+                self.data,
+                self.extractor.stub_pattern,
+                lambda offset: _scope_at(outer, offset, namespaces_only=True),
+                lambda offset: self._usings_between(offset, offset + 1),
+                lambda use: self.line(use.line - 1),
+            )
+        sites = CallSites(
+            self.data, self.facts, self.callers, self.aliases, prepared.launch_at, self.line_map
+        )
+        sites.add_variables(captures.get("var", []))
+        sites.add_calls(captures.get("callee", []), "karg" in captures)
         if "karg" in captures:
-            self._kernel_arguments(captures["karg"])
+            sites.add_kernel_arguments(captures["karg"], self.kernel_names)
+        if not expansion and "define" in captures:
+            self._expand_macros(captures["define"], outer)
 
     # -- structure -------------------------------------------------------------------
 
@@ -200,8 +197,12 @@ class _FileExtraction:
         for node in captures.get("alias", ()):
             name = node.child_by_field_name("name")
             value = node.named_children[-1] if node.named_child_count else None
-            if name is not None and value is not None and value is not name:
+            if name is not None and value is not None and value != name:
                 self.aliases[self.text(name)] = "::".join(split_qualified(self.text(value)))
+
+    def _usings_between(self, start: int, end: int) -> list[str]:
+        """The using-directives in effect anywhere in [start, end)."""
+        return [name for at, until, name in self.usings if at < end and until > start]
 
     def _add_class(self, region: Region) -> None:
         if not region.names:
@@ -216,99 +217,68 @@ class _FileExtraction:
                     if base.type in ("type_identifier", "qualified_identifier", "template_type")
                 ]
         qualname = "::".join(region.scope + region.names)
-        line = region.node.start_point[0] + 1
+        line = self.line(region.node.start_point[0])
+        end_line = line if self.line_map is not None else region.node.end_point[0] + 1
         attrs = {"bases": bases} if bases else {}
         parent = owner.local if owner is not None and owner.local else FILE_NODE
         region.local = self.classes[qualname] = self.facts.add_node(
-            NodeKind.CPP_CLASS.value,
-            region.names[-1],
-            qualname,
-            line,
-            region.node.end_point[0] + 1,
-            parent,
-            **attrs,
+            NodeKind.CPP_CLASS.value, region.names[-1], qualname, line, end_line, parent, **attrs
         )
         self.facts.add_local_edge(parent, region.local, EdgeKind.CONTAINS.value, line)
 
+    def _enclosing(self, region: Region) -> tuple[list[str], Caller | None]:
+        """The scope a definition sits in: for a method of a class local to a function, the
+        function's qualified name and the classes in between."""
+        classes: list[str] = []
+        outer = region.parent
+        while outer is not None and outer.kind == CLASS:
+            classes = outer.names + classes
+            outer = outer.parent
+        if region.in_function and outer is not None and outer.kind == FUNCTION and outer.qual:
+            return outer.qual + classes, outer.caller
+        return region.scope, None
+
     def _add_function(self, region: Region) -> None:
         node = region.node
-        declarator = node.child_by_field_name("declarator")
-        while declarator is not None and declarator.type in _WRAPPERS:
-            inner = declarator.child_by_field_name("declarator")
-            if inner is None and declarator.named_child_count:
-                inner = declarator.named_children[-1]
-            declarator = inner
-        if declarator is None:
+        shape = describe(node, self.data)
+        if shape is None:
             return
+        scope, outer_caller = self._enclosing(region)
+        if region.in_function and outer_caller is None:
+            return  # nested in a function we could not name: its calls stay with that one
         attrs: dict[str, object] = {}
-        if declarator.type == "function_declarator":
-            name_node = declarator.child_by_field_name("declarator")
-            params = declarator.child_by_field_name("parameters")
-            if name_node is None or params is None:
-                return
-            name_start = name_node.start_byte
-            trailing = self.data[params.end_byte : declarator.end_byte]
-            signature = signature_key(self.text(params), "const" if _CONST.search(trailing) else "")
-            if name_node.type == "function_declarator":  # MACRO(args) (params) {...}
-                described = self._macro_function(region, name_node, attrs)
-            elif (
-                name_node.type == "identifier"
-                and node.child_by_field_name("type") is None
-                and is_macro_name(self.text(name_node))
-            ):
-                described = self._macro_block(region, self.text(name_node), params, attrs)
-            else:
-                components = split_qualified(self.text(name_node))
-                described = (
-                    (components[-1], region.scope + components, region.scope + components[:-1])
-                    if components
-                    else None
-                )
-        elif declarator.type in ("qualified_identifier", "operator_cast"):  # A::operator T()
-            text = self.text(declarator)
-            cut = text.find("(")
-            if cut < 0:
-                return
-            name_start = declarator.start_byte
-            signature = signature_key(
-                text[cut : text.rfind(")") + 1],
-                "const" if "const" in text[text.rfind(")") :] else "",
+        if shape.macro is not None:
+            name, components, scope_tail, attrs = macro_names(
+                shape, self.extractor.registration_macros
             )
-            components = split_qualified(text[:cut])
-            described = (
-                (components[-1], region.scope + components, region.scope + components[:-1])
-                if components
-                else None
-            )
+            qual = components if attrs.get("registration") else scope + components
+            ref_scope = scope + scope_tail
         else:
-            return
-        if described is None:
-            return
-        name, qual_components, ref_scope = described
-        qualname = "::".join(qual_components)
+            components = shape.components
+            name = components[-1]
+            qual = scope + components
+            ref_scope = scope + components[:-1]
+        region.qual = qual
+        qualname = "::".join(qual)
         kind = NodeKind.CPP_FUNCTION.value
         prepared = self.prepared
-        if prepared.global_at and self._marked(prepared.global_at, name_start):
+        if self._marked(prepared.global_at, shape.name_start):
             kind = NodeKind.CUDA_KERNEL.value
             self.kernel_names.add(name)
-        elif (prepared.device_at or prepared.host_device_at) and (
-            self._marked(prepared.device_at, name_start)
-            or self._marked(prepared.host_device_at, name_start)
-        ):
+        elif self._marked(prepared.device_at, shape.name_start):
             attrs["device"] = True
-            if self._marked(prepared.host_at, name_start) or self._marked(
-                prepared.host_device_at, name_start
-            ):
+            if self._marked(prepared.host_at, shape.name_start):
                 attrs["host"] = True
-        member = region.owner is not None or len(ref_scope) > len(region.scope)
+        elif self._marked(prepared.host_device_at, shape.name_start):
+            attrs["device"] = attrs["host"] = True
+        member = region.owner is not None or len(ref_scope) > len(scope)
         if (
             not member
-            and "macro" not in attrs
-            and _STATIC.search(self.data, node.start_byte, declarator.start_byte)
+            and shape.macro is None
+            and _STATIC.search(self.data, node.start_byte, shape.declarator_start)
         ):
             attrs["static"] = True  # internal linkage: visible from its own file only
-        parent_type = node.parent.type if node.parent is not None else ""
-        if parent_type == "template_declaration":
+        if region.end in self.template_ends:  # a template ends where its function ends
             attrs["template"] = True
         if region.owner is not None and region.owner.local:
             parent = region.owner.local
@@ -316,60 +286,35 @@ class _FileExtraction:
             parent = self.classes.get("::".join(ref_scope), FILE_NODE)
         else:
             parent = FILE_NODE
-        line = node.start_point[0] + 1
-        end_line = node.end_point[0] + 1
+        line = self.line(node.start_point[0])
+        end_line = line if self.line_map is not None else node.end_point[0] + 1
         this_class = "::".join(ref_scope) if member and ref_scope else None
-        local = self.defined.get((qualname, signature))
+        local = self.defined.get((qualname, shape.signature))
         if local is not None:
             # The same definition again in another #if branch: one function, several bodies.
             self.facts.nodes[local].attrs.setdefault("alt_lines", []).append([line, end_line])
-            self.functions.append(_Function(region, local, ref_scope, this_class))
-            return
-        local = self.facts.add_node(
-            kind, name, qualname, line, end_line, parent, signature=signature, **attrs
-        )
-        self.defined[(qualname, signature)] = local
-        self.facts.add_local_edge(parent, local, EdgeKind.CONTAINS.value, line)
-        self.functions.append(_Function(region, local, ref_scope, this_class))
-
-    def _macro_function(self, region: Region, name_node: Node, attrs: dict[str, object]):
-        """``TORCH_IMPL_FUNC(add_out) (...) {...}`` and other MACRO(args)(params) forms."""
-        macro_node = name_node.child_by_field_name("declarator")
-        arguments_node = name_node.child_by_field_name("parameters")
-        if macro_node is None or arguments_node is None:
-            return None
-        macro = self.text(macro_node)
-        arguments = macros.split_arguments(self.text(arguments_node)[1:-1])
-        attrs["macro"] = macro
-        expanded = macros.structured(macro, arguments)
-        if expanded is not None:
-            name, members = expanded
-            return name, region.scope + members, region.scope + members[:-1]
-        label = macros.macro_label(macro, arguments)
-        return label, [*region.scope, label], region.scope
-
-    def _macro_block(self, region: Region, macro: str, params: Node, attrs: dict[str, object]):
-        """``TORCH_LIBRARY_IMPL(aten, CPU, m) {...}``: a macro tree-sitter reads as a function.
-
-        Registration blocks are the bindings extractor's; their calls are still recorded,
-        from a node standing for the block, so no body is lost.
-        """
-        arguments = macros.split_arguments(self.text(params)[1:-1])
-        attrs["macro"] = macro
-        expanded = macros.structured(macro, arguments)
-        if expanded is not None:
-            name, members = expanded
-            return name, region.scope + members, region.scope + members[:-1]
-        if macro in self.extractor.registration_macros:
-            attrs["registration"] = True
-            label = macros.registration_label(macro, arguments)
-            return label, [label], region.scope
-        label = macros.macro_label(macro, arguments)
-        return label, [*region.scope, label], region.scope
+        else:
+            local = self.facts.add_node(
+                kind,
+                name,
+                qualname,
+                line,
+                end_line,
+                parent,
+                signature=shape.signature,
+                arity=list(shape.arity),
+                **attrs,
+            )
+            self.defined[(qualname, shape.signature)] = local
+            self.facts.add_local_edge(parent, local, EdgeKind.CONTAINS.value, line)
+        region.caller = Caller(region.start, region.end, local, ref_scope, this_class, outer_caller)
+        self.callers.append(region.caller)
 
     def _marked(self, offsets: list[int], name_start: int) -> bool:
         """Whether a blanked qualifier (``__global__``...) belongs to the declaration whose
         name starts at ``name_start``: nothing that ends a declaration lies between."""
+        if not offsets:
+            return False
         index = bisect_left(offsets, name_start) - 1
         if index < 0:
             return False
@@ -381,241 +326,64 @@ class _FileExtraction:
             and data.find(b"}", start, name_start) < 0
         )
 
-    # -- dispatch stubs --------------------------------------------------------------
+    # -- macro expansion -------------------------------------------------------------
 
-    def _dispatch_stubs(self, namespaces: list[Region]) -> None:
-        facts = self.facts
-        for use in macros.find_macro_uses(self.data, self.extractor.stub_pattern):
-            scope = namespace_at(namespaces, use.offset)
-            if use.macro == macros.DECLARE:
-                if len(use.arguments) < 2 or not use.arguments[-1].isidentifier():
-                    continue
-                name = use.arguments[-1]
-                local = facts.add_node(
-                    NodeKind.DISPATCH_STUB.value,
-                    name,
-                    "::".join([*scope, name]),
-                    use.line,
-                    use.line,
-                    FILE_NODE,
-                    macro=use.macro,
-                    fn_type=use.arguments[0],
-                )
-                facts.add_local_edge(FILE_NODE, local, EdgeKind.CONTAINS.value, use.line)
-            elif use.macro != macros.DEFINE and len(use.arguments) >= 2:
-                kernel = macros.callable_name(use.arguments[-1])
-                if kernel is None or not use.arguments[0].isidentifier():
-                    continue
-                usings = [name for start, end, name in self.usings if start < use.offset < end]
-                attrs: dict[str, object] = {
-                    "scope": scope,
-                    "stub": use.arguments[0],
-                    "macro": use.macro,
-                }
-                if usings:
-                    attrs["using"] = usings
-                facts.add_ref(FILE_NODE, EdgeKind.DISPATCHES.value, _CPP, kernel, use.line, **attrs)
-
-    # -- calls -----------------------------------------------------------------------
-
-    def _calls(self, captures: dict[str, list[Node]]) -> None:
-        callees = captures.get("callee")
-        if not callees or not self.functions:
-            return
-        functions = sorted(self.functions, key=lambda function: function.start)
-        starts = [function.start for function in functions]
-        ends = [function.end for function in functions]
-        data = self.data
-        add_ref = self.facts.add_ref
-        aliases = self.aliases
-        launch_ends = self._launch_ends()
-        variables = self.variables = self._variables(captures.get("var", ()))
-        for callee in callees:
-            start = callee.start_byte
-            index = bisect_right(starts, start) - 1
-            if index < 0 or start >= ends[index]:
-                continue  # namespace scope: macros and static initializers
-            function = functions[index]
-            end = callee.end_byte
-            kind = callee.type
-            attrs: dict[str, object] = {"scope": function.ref_scope}
-            if function.usings:
-                attrs["using"] = function.usings
-            launch = end in launch_ends if launch_ends else False
-            if kind == "identifier":
-                written = data[start:end]
-                target = written.decode("utf-8", "replace")
-                if is_macro_name(target):
-                    continue
-                if variables and not launch:
-                    receiver = self._variable_type(variables, written, start, function)
-                    if receiver is not None:  # an object called: its operator()
-                        attrs["receiver"] = receiver
-                        target = "operator()"
-            elif kind == "qualified_identifier" or kind == "template_function":
-                target = data[start:end].decode("utf-8", "replace")
-                if target.startswith(_CASTS):
-                    continue
-                if " " in target or "\n" in target:
-                    target = " ".join(target.split()).replace(" ::", "::").replace(":: ", "::")
-                if aliases:
-                    head, sep, rest = target.partition("::")
-                    if sep and head in aliases:
-                        target = f"{aliases[head]}::{rest}"
-            elif kind == "field_expression":
-                field = callee.child_by_field_name("field")
-                if field is None:
-                    continue
-                target = strip_templates(
-                    data[field.start_byte : field.end_byte].decode("utf-8", "replace")
-                )
-                target = (
-                    target.replace("template", "").strip()
-                    if target.startswith("template")
-                    else target
-                )
-                receiver_node = callee.child_by_field_name("argument")
-                receiver = None
-                if receiver_node is not None:
-                    receiver_kind = receiver_node.type
-                    if receiver_kind == "this":
-                        receiver = function.this_class
-                    elif receiver_kind == "identifier" and variables:
-                        receiver = self._variable_type(
-                            variables,
-                            data[receiver_node.start_byte : receiver_node.end_byte],
-                            start,
-                            function,
-                        )
-                if receiver is not None:
-                    attrs["receiver"] = receiver
-                else:
-                    attrs["member"] = True
-            else:
-                continue  # (*fn)(...), lambda(...)(...), f()(...): no name to resolve
-            line = callee.start_point[0] + 1
-            if launch:
-                attrs["want"] = _KERNEL_ONLY
-                add_ref(function.local, _LAUNCHES, _CPP, target, line, **attrs)
+    def _expand_macros(self, defines: list[Node], outer: list[Region]) -> None:
+        found = []
+        for node in defines:
+            name = node.child_by_field_name("name")
+            params = node.child_by_field_name("parameters")
+            value = node.child_by_field_name("value")
+            if name is None or params is None or value is None:
                 continue
-            add_ref(function.local, _CALLS, _CPP, target, line, **attrs)
-            if "karg" in captures and _LAUNCH_HELPER.search(target):
-                arguments = callee.next_named_sibling
-                if arguments is not None:
-                    self.helper_arguments.add(arguments.start_byte)
-        self._sorted_functions = functions
-
-    def _launch_ends(self) -> set[int]:
-        """Where the callee of each ``<<<...>>>`` launch ends (the launch config is blanked)."""
-        ends = set()
-        data = self.data
-        for offset in self.prepared.launch_at:
-            end = offset
-            while end > 0 and data[end - 1] in b" \t\r\n":
-                end -= 1
-            ends.add(end)
-        return ends
-
-    def _variables(self, nodes: list[Node]) -> dict[bytes, list[tuple[int, Node]]]:
-        data = self.data
-        variables: dict[bytes, list[tuple[int, Node]]] = {}
-        for node in nodes:
-            start = node.start_byte
-            variables.setdefault(data[start : node.end_byte], []).append((start, node))
-        return variables
-
-    def _variable_type(
-        self,
-        variables: dict[bytes, list[tuple[int, Node]]],
-        name: bytes,
-        at: int,
-        function: _Function,
-    ) -> str | None:
-        """The class a local variable or parameter of ``function`` was declared with."""
-        found = None
-        for start, node in variables.get(name, ()):
-            if function.start <= start < at:
-                found = node
-            elif start >= at:
-                break
-        if found is None:
-            return None
-        key = found.id
-        if key in self.var_types:
-            return self.var_types[key]
-        written = None
-        owner = found.parent
-        for _ in range(3):
-            if owner is None:
-                break
-            if owner.type in (
-                "declaration",
-                "parameter_declaration",
-                "optional_parameter_declaration",
-            ):
-                type_node = owner.child_by_field_name("type")
-                if type_node is not None:
-                    written = "::".join(split_qualified(self.text(type_node))) or None
-                break
-            owner = owner.parent
-        self.var_types[key] = written
-        return written
-
-    def _kernel_arguments(self, arguments: list[Node]) -> None:
-        """Kernels passed as arguments: ``launch_kernel(k<T>, ...)``, ``cudaLaunchKernel((void*)k)``."""
-        functions = getattr(self, "_sorted_functions", None)
-        if not functions:
-            return
-        starts = [function.start for function in functions]
-        helper_arguments = self.helper_arguments
-        for node in arguments:
-            start = node.start_byte
-            index = bisect_right(starts, start) - 1
-            if index < 0 or start >= functions[index].end:
-                continue
-            written = "".join(self.text(node).split())
-            name = split_qualified(written)[-1:] if written else []
-            if not name:
-                continue
-            if name[0] not in self.kernel_names:
-                # Passed to a launch helper: as its first argument, as a template
-                # instance, or cast / address-of, the way kernels are passed.
-                if not helper_arguments:
-                    continue
-                holder = node.parent
-                direct = holder is not None and holder.type == "argument_list"
-                if holder is not None and not direct:
-                    holder = holder.parent
-                if holder is None or holder.start_byte not in helper_arguments:
-                    continue
-                if (
-                    direct
-                    and node.type != "template_function"
-                    and node.prev_named_sibling is not None
-                ):
-                    continue
-                if any(
-                    functions[index].start <= at < start
-                    for at, _ in self.variables.get(written.encode(), ())
-                ):
-                    continue  # a local variable or parameter, not a kernel
-            function = functions[index]
-            attrs: dict[str, object] = {
-                "scope": function.ref_scope,
-                "want": _KERNEL_ONLY,
-                "via": "argument",
-            }
-            if function.usings:
-                attrs["using"] = function.usings
-            self.facts.add_ref(
-                function.local, _LAUNCHES, _CPP, written, node.start_point[0] + 1, **attrs
+            macro = definition(
+                self.text(name), self.text(params), self.text(value), node.start_byte
             )
+            if macro is not None:
+                found.append(macro)
+        if not found:
+            return
+        expander = Expander(found)
+        text = self.data.decode("latin-1")  # one character per byte: offsets stay byte offsets
+        lines: list[str] = []
+        line_map: list[int] = []
+        for start, _, expansion in expander.uses(text):
+            caller = self._caller_around(start)
+            if caller is not None:
+                continue  # a use inside a function body defines nothing at namespace scope
+            scope = _scope_at(outer, start, namespaces_only=False)
+            opening = "".join(
+                "namespace { " if part == ANONYMOUS else f"namespace {part} {{ " for part in scope
+            )
+            lines.append(opening + " ".join(expansion.split("\n")) + " }" * len(scope))
+            line_map.append(text.count("\n", 0, start) + 1)
+        if not lines:
+            return
+        synthetic = SourceFile(self.src.path, "\n".join(lines).encode("latin-1"), self.src.language)
+        _Extraction(self.extractor, synthetic, self.facts, line_map, self).run()
+
+    def _caller_around(self, offset: int) -> Caller | None:
+        for caller in self.callers:
+            if caller.start <= offset < caller.end:
+                return caller
+        return None
+
+
+def _scope_at(regions: list[Region], offset: int, namespaces_only: bool) -> list[str]:
+    """The namespace (and class) components enclosing a byte offset."""
+    scope: list[str] = []
+    for region in regions:
+        if region.start > offset:
+            break
+        if offset < region.end and (region.kind == NAMESPACE or not namespaces_only):
+            scope = region.scope + region.names
+    return scope
 
 
 def _outermost(errors: list[Node]) -> int:
     count = 0
     last_end = -1
-    for node in errors:
+    for node in sorted(errors, key=lambda node: node.start_byte):
         if node.start_byte >= last_end:
             count += 1
             last_end = node.end_byte

@@ -10,8 +10,11 @@ on their arguments) and read with a small balanced-parenthesis scanner.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from indexer.graph.facts import FILE_NODE, FileFacts
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 
 # macro -> (class-name suffix, member) of what it expands to.
 STRUCTURED = {
@@ -136,3 +139,49 @@ def macro_pattern(names: list[str]) -> re.Pattern[bytes] | None:
         re.escape(name.encode()) for name in sorted(names, key=len, reverse=True)
     )
     return re.compile(rb"\b(" + alternatives + rb")\s*\(")
+
+
+def add_dispatch_stubs(
+    facts: FileFacts,
+    data: bytes,
+    pattern: re.Pattern[bytes],
+    scope_at: Callable[[int], list[str]],
+    usings_at: Callable[[int], list[str]],
+    line_of: Callable[[MacroUse], int],
+) -> None:
+    """``DECLARE_DISPATCH(fn_t, add_stub)`` -> a dispatch_stub node;
+    ``REGISTER_DISPATCH(add_stub, &add_kernel)`` (and the per-architecture forms) -> a
+    ``dispatches`` ref naming the kernel, with the stub in ``attrs["stub"]``: the resolver
+    makes the edge stub -> kernel. One registration per line, whatever the CPU capability
+    the file is compiled for: one logical kernel."""
+    for use in find_macro_uses(data, pattern):
+        scope = scope_at(use.offset)
+        line = line_of(use)
+        if use.macro == DECLARE:
+            if len(use.arguments) < 2 or not use.arguments[-1].isidentifier():
+                continue
+            name = use.arguments[-1]
+            local = facts.add_node(
+                NodeKind.DISPATCH_STUB.value,
+                name,
+                "::".join([*scope, name]),
+                line,
+                line,
+                FILE_NODE,
+                macro=use.macro,
+                fn_type=use.arguments[0],
+            )
+            facts.add_local_edge(FILE_NODE, local, EdgeKind.CONTAINS.value, line)
+        elif use.macro != DEFINE and len(use.arguments) >= 2:
+            kernel = callable_name(use.arguments[-1])
+            if kernel is None or not use.arguments[0].isidentifier():
+                continue
+            attrs: dict[str, object] = {
+                "scope": scope,
+                "stub": use.arguments[0],
+                "macro": use.macro,
+            }
+            usings = usings_at(use.offset)
+            if usings:
+                attrs["using"] = usings
+            facts.add_ref(FILE_NODE, EdgeKind.DISPATCHES.value, "cpp", kernel, line, **attrs)

@@ -7,8 +7,11 @@ import re
 ANONYMOUS = "(anonymous)"
 
 _SPACES = re.compile(r"\s+")
+_COMMA = re.compile(r"\s*,\s*")
 _MACRO_NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# A parameter's name: an identifier after some type text, before ',' (or an array suffix).
+_PARAMETER_NAME = re.compile(r"(?<=[\w*&>\].])(\s*)\b([A-Za-z_]\w*)(\s*(?:\[[^\]]*\]\s*)*)(?=,)")
 _TRAILING_NAME = re.compile(r"(?<![:\w])([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)*)\Z")
 _TYPE_WORDS = frozenset(
     {
@@ -21,7 +24,7 @@ _TYPE_WORDS = frozenset(
 
 def is_macro_name(name: str) -> bool:
     """ALL_CAPS identifiers are macros by convention (AT_DISPATCH_..., TORCH_CHECK)."""
-    return len(name) > 1 and _MACRO_NAME.match(name) is not None
+    return name.isupper() and len(name) > 1 and _MACRO_NAME.match(name) is not None
 
 
 def strip_templates(text: str) -> str:
@@ -92,7 +95,13 @@ def _parameter_type(parameter: str) -> str:
     match = _TRAILING_NAME.search(parameter)
     if match and match.start() > 0 and match.group(1) not in _TYPE_WORDS:
         parameter = parameter[: match.start()] + match.group(2)
-    return _SPACES.sub(" ", parameter).strip().replace(" &", "&").replace(" *", "*")
+    parameter = _COMMA.sub(", ", _SPACES.sub(" ", parameter).strip())
+    return parameter.replace(" &", "&").replace(" *", "*")
+
+
+def _drop_name(match: re.Match[str]) -> str:
+    name = match.group(2)
+    return match.group(0) if name in _TYPE_WORDS else match.group(3)
 
 
 def signature_key(parameters: str, trailing: str = "") -> str:
@@ -108,6 +117,26 @@ def signature_key(parameters: str, trailing: str = "") -> str:
     inner = inner.strip()
     if not inner or inner == "void":
         key = "()"
-    else:
+    elif "=" in inner or "(" in inner:  # defaults or function types: one parameter at a time
         key = "(" + ", ".join(_parameter_type(part) for part in _split_top_level(inner)) + ")"
+    else:  # the common case: one pass drops every parameter name
+        key = _SPACES.sub(" ", _PARAMETER_NAME.sub(_drop_name, inner + ","))
+        key = _COMMA.sub(", ", key[:-1].strip()).replace(" &", "&").replace(" *", "*")
+        key = f"({key})"
     return key + (" " + trailing if trailing else "")
+
+
+def arity(parameters: str) -> tuple[int, int]:
+    """(fewest, most) arguments a parameter list accepts; most is -1 when variadic."""
+    inner = parameters.strip()
+    if inner.startswith("(") and inner.endswith(")"):
+        inner = inner[1:-1]
+    if "/" in inner:
+        inner = _COMMENTS.sub(" ", inner)
+    inner = inner.strip()
+    if not inner or inner == "void":
+        return 0, 0
+    parts = _split_top_level(inner) if ("<" in inner or "(" in inner) else inner.split(",")
+    most = len(parts)
+    fewest = sum(1 for part in parts if "=" not in part and "..." not in part)
+    return fewest, (-1 if "..." in parts[-1] else most)

@@ -14,64 +14,95 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_CUDA_QUALIFIERS = (
-    "__global__",
-    "__device__",
-    "__host__",
-    "__forceinline__",
-    "__noinline__",
-    "__shared__",
-    "__constant__",
-    "__managed__",
-    "__grid_constant__",
+# C10_* object-like macros that expand to attributes (or nothing).
+_C10_ATTRIBUTES = (
+    "HOST",
+    "ALWAYS_INLINE",
+    "ALWAYS_INLINE_ATTRIBUTE",
+    "ALWAYS_INLINE_UNLESS_MOBILE",
+    "NOINLINE",
+    "UNUSED",
+    "NODISCARD",
+    "EXPORT",
+    "IMPORT",
+    "HIDDEN",
+    "DEPRECATED",
+    "RESTRICT",
+    "HOST_CONSTEXPR",
+    "HOST_CONSTEXPR_VAR",
+    "HOST_CONSTEXPR_EXCEPT_WIN_CUDA",
+    "CONSTEXPR_EXCEPT_WIN_CUDA",
+    "LAUNCH_BOUNDS_0",
 )
-
-# Object-like macros that expand to attributes (or nothing) in PyTorch and its extensions.
-_ATTRIBUTE_MACROS = (
-    "C10_HOST",
-    "C10_ALWAYS_INLINE",
-    "C10_ALWAYS_INLINE_ATTRIBUTE",
-    "C10_NOINLINE",
-    "C10_UNUSED",
-    "C10_NODISCARD",
-    "C10_EXPORT",
-    "C10_IMPORT",
-    "C10_HIDDEN",
-    "C10_DEPRECATED",
-    "C10_RESTRICT",
-    "C10_HOST_CONSTEXPR",
-    "C10_HOST_CONSTEXPR_VAR",
-    "C10_HOST_CONSTEXPR_EXCEPT_WIN_CUDA",
-    "C10_CONSTEXPR_EXCEPT_WIN_CUDA",
-    "C10_LAUNCH_BOUNDS_0",
+# Other attribute macros of PyTorch and the CUDA libraries it builds on.
+_OTHER_ATTRIBUTES = (
     "GPU_LAMBDA",
     "RESTRICT",
-    "__at_align__",
-    "__ubsan_ignore_undefined__",
-    "__ubsan_ignore_signed_int_overflow__",
-    "__ubsan_ignore_float_divide_by_zero__",
-    "__ubsan_ignore_pointer_overflow__",
-    "__ubsan_ignore_function__",
+    "PYTORCH_QNNP_INTERNAL",
+    "TENSORIMPL_MAYBE_VIRTUAL",
+    "CUTLASS_HOST",
+    "CUTE_HOST",
 )
+# Macros that make a kernel or a device function, by what they mark.
+_MARKING = {
+    "CUTLASS_GLOBAL": "global",
+    "MAYBE_GLOBAL": "global",
+    "CUTLASS_DEVICE": "device",
+    "CUTE_DEVICE": "device",
+    "CUTLASS_HOST_DEVICE": "host_device",
+    "CUTE_HOST_DEVICE": "host_device",
+    "JITERATOR_HOST_DEVICE": "host_device",
+}
 
-# Function-like attribute macros: the name and its (possibly nested once) argument list.
-_ATTRIBUTE_CALLS = (
-    "__launch_bounds__",
-    "C10_LAUNCH_BOUNDS_1",
-    "C10_LAUNCH_BOUNDS_2",
-    "C10_DEPRECATED_MESSAGE",
-)
+# A macro's argument list: strings, and parentheses nested twice.
+_ARGUMENTS = rb'\((?:"(?:[^"\\\n]|\\.)*"|[^()"]|\((?:[^()]|\([^()]*\))*\))*\)'
 
-_BLANK = re.compile(
-    rb"(?<!define )\b(?:"
-    rb"(?P<cuda>" + "|".join((*_CUDA_QUALIFIERS, "C10_HOST_DEVICE", "C10_DEVICE")).encode() + rb")"
-    rb"|(?:" + "|".join(_ATTRIBUTE_CALLS).encode() + rb")\s*\((?:[^()]|\([^()]*\))*\)"
-    rb"|" + "|".join(_ATTRIBUTE_MACROS).encode() + rb"|[A-Z][A-Z0-9_]*_API"
-    rb")\b"
-    # A launch configuration; it never spans a statement or a block.
-    rb"|(?P<launch><<<)[^;{}]*?>>>"
+
+def _names(names) -> bytes:
+    return b"|".join(name.encode() for name in sorted(names, key=len, reverse=True))
+
+
+# (pattern, needles: run it only on files holding one). Each pattern starts with a literal
+# or a small set of first letters, which the regex engine scans for quickly.
+_PASSES = (
+    (
+        # CUDA qualifiers and __attribute-like__ names
+        re.compile(
+            rb"__(?:(?P<mark>global|device|host)|forceinline|noinline|shared|constant|managed"
+            rb"|grid_constant|at_align|ubsan_ignore_[a-z_]+?)__(?!\w)"
+            rb"|__launch_bounds__\s*" + _ARGUMENTS
+        ),
+        (b"__",),
+    ),
+    (
+        re.compile(
+            rb"C10_(?:(?P<mark>HOST_DEVICE|DEVICE)|" + _names(_C10_ATTRIBUTES) + rb")(?!\w)"
+            rb"|C10_(?:LAUNCH_BOUNDS_[12]|DEPRECATED_MESSAGE)\s*"
+            + _ARGUMENTS
+            # Diagnostic pragmas as macros: C10_CLANG_DIAGNOSTIC_PUSH(), ..._IGNORE("-W...")
+            + rb"|C10_(?:CLANG_)?DIAGNOSTIC_\w+(?:\s*"
+            + _ARGUMENTS
+            + rb")?"
+        ),
+        (b"C10_",),
+    ),
+    (
+        re.compile(
+            rb"(?:(?P<mark>" + _names(_MARKING) + rb")|" + _names(_OTHER_ATTRIBUTES) + rb")(?!\w)"
+        ),
+        (b"GPU_LAMBDA", b"RESTRICT", b"CUTLASS_", b"CUTE_", b"_GLOBAL", b"JITERATOR_", b"MAYBE_"),
+        # PYTORCH_QNNP_INTERNAL and TENSORIMPL_MAYBE_VIRTUAL are found by their needles too
+    ),
+    # Code-generation templates (TensorBody.h): ${tensor_method_declarations}
+    (re.compile(rb"\$\{\w+\}"), (b"${",)),
 )
-_NEEDLES = (b"__", b"_API", b"C10_", b"GPU_LAMBDA", b"RESTRICT", b"<<<")
+# Export macros (TORCH_API, C10_API, TORCH_CUDA_CPP_API, AOTI_TORCH_EXPORT...): found by
+# their tail, then extended back over the upper-case name.
+_EXPORT = re.compile(rb"_(?:API|EXPORT)(?!\w)")
+# Launch configurations never span a statement or a block.
+_LAUNCH = re.compile(rb"<<<[^;{}]*?>>>")
+_IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_UPPER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 @dataclass(slots=True)
@@ -79,36 +110,67 @@ class Prepared:
     """The bytes to parse, and the offsets of what was blanked in them."""
 
     data: bytes
-    global_at: list[int] = field(default_factory=list)  # offsets of `__global__`
-    device_at: list[int] = field(default_factory=list)  # offsets of `__device__`
-    host_at: list[int] = field(default_factory=list)  # offsets of `__host__`
-    host_device_at: list[int] = field(default_factory=list)  # offsets of `C10_HOST_DEVICE`
-    launch_at: list[int] = field(default_factory=list)  # offsets of `<<<`
+    global_at: list[int] = field(default_factory=list)  # `__global__`, CUTLASS_GLOBAL
+    device_at: list[int] = field(default_factory=list)  # `__device__`, C10_DEVICE
+    host_at: list[int] = field(default_factory=list)  # `__host__`
+    host_device_at: list[int] = field(default_factory=list)  # C10_HOST_DEVICE
+    launch_at: list[int] = field(default_factory=list)  # `<<<`
+
+
+def _free_standing(data: bytes, start: int) -> bool:
+    """Not the tail of a longer identifier, and not the name a #define defines."""
+    if start and data[start - 1] in _IDENTIFIER_BYTES:
+        return False
+    return data[max(0, start - 7) : start] != b"define "
 
 
 def prepare(data: bytes) -> Prepared:
     """Blank CUDA qualifiers, attribute macros and launch configurations to spaces."""
-    if not any(needle in data for needle in _NEEDLES):
-        return Prepared(data)
     prepared = Prepared(data)
-    kinds = {
-        b"__global__": prepared.global_at,
-        b"__device__": prepared.device_at,
-        b"__host__": prepared.host_at,
-        b"C10_DEVICE": prepared.device_at,
-        b"C10_HOST_DEVICE": prepared.host_device_at,
+    spans: list[tuple[int, int]] = []
+    marks = {
+        b"global": prepared.global_at,
+        b"device": prepared.device_at,
+        b"host": prepared.host_at,
+        b"DEVICE": prepared.device_at,
+        b"HOST_DEVICE": prepared.host_device_at,
+        **{name.encode(): getattr(prepared, f"{kind}_at") for name, kind in _MARKING.items()},
     }
-
-    def blank(match: re.Match[bytes]) -> bytes:
-        text = match.group(0)
-        if match.group("launch"):
+    for pattern, needles in _PASSES:
+        if not any(needle in data for needle in needles):
+            continue
+        for match in pattern.finditer(data):
+            start = match.start()
+            if not _free_standing(data, start):
+                continue
+            spans.append((start, match.end()))
+            mark = match.group("mark") if pattern.groups else None
+            if mark is not None:
+                marks[mark].append(start)
+    if b"_API" in data or b"_EXPORT" in data:
+        for match in _EXPORT.finditer(data):
+            start = match.start()
+            while start and data[start - 1] in _UPPER_BYTES:
+                start -= 1
+            if start < match.start() and 65 <= data[start] <= 90 and _free_standing(data, start):
+                spans.append((start, match.end()))
+    if b"<<<" in data:
+        for match in _LAUNCH.finditer(data):
             prepared.launch_at.append(match.start())
-        elif match.group("cuda"):
-            offsets = kinds.get(text)
-            if offsets is not None:
-                offsets.append(match.start())
+            spans.append((match.start(), match.end()))
+    if not spans:
+        return prepared
+    buffer = bytearray(data)
+    for start, end in spans:
+        text = data[start:end]
         # Newlines stay, so lines keep their numbers even when a blanked span wraps.
-        return re.sub(rb"[^\n]", b" ", text) if b"\n" in text else b" " * len(text)
-
-    prepared.data = _BLANK.sub(blank, data)
+        buffer[start:end] = re.sub(rb"[^\n]", b" ", text) if b"\n" in text else b" " * (end - start)
+    prepared.data = bytes(buffer)
+    for offsets in (
+        prepared.global_at,
+        prepared.device_at,
+        prepared.host_at,
+        prepared.host_device_at,
+    ):
+        offsets.sort()
     return prepared

@@ -42,6 +42,7 @@ CALLABLE = frozenset({_FUNCTION, _KERNEL, _STUB})
 STUBS = frozenset({_STUB})
 CLASSES = frozenset({_CLASS})
 _MAX_BASE_DEPTH = 4
+_STRUCTURED_BASES = ("at::TensorIteratorBase", "at::impl::MetaBase")
 
 
 class CppSymbols:
@@ -53,6 +54,9 @@ class CppSymbols:
         self.file_id = symbols.file_id
         self.by_key: dict[str, list[int]] = defaultdict(list)
         self.by_name: dict[str, list[int]] = defaultdict(list)
+        self.by_file_name: dict[tuple[int, str], list[int]] = defaultdict(list)
+        self.key_of: dict[int, str] = {}
+        self.arity: dict[int, tuple[int, int]] = {}
         self.local_only: set[int] = set()
         self.bases: dict[int, list[str]] = {}
         headers: dict[int, bool] = {}
@@ -64,9 +68,14 @@ class CppSymbols:
             if not components:
                 continue
             key = "::".join(components)
+            self.key_of[node_id] = key
             self.by_key[key].append(node_id)
             self.by_name[components[-1]].append(node_id)
+            self.by_file_name[(symbols.file_id[node_id], components[-1])].append(node_id)
             attrs = symbols.attrs(node_id)
+            if "arity" in attrs:
+                fewest, most = attrs["arity"]
+                self.arity[node_id] = (fewest, most)
             if kind == _CLASS and attrs.get("bases"):
                 self.bases[node_id] = attrs["bases"]
             if attrs.get("macro") in STRUCTURED and len(components) >= 2:
@@ -81,6 +90,15 @@ class CppSymbols:
                 if not header:
                     self.local_only.add(node_id)
         self._prefixes: dict[tuple[str, ...], list[str]] = {}
+        self._memo: dict[tuple, list[int]] = {}
+        self._suffixed: dict[str, list[int]] = {}
+        self._bases_resolved: dict[int, list[int]] = {}
+        self._structured_bases = [
+            node_id
+            for key in _STRUCTURED_BASES
+            for node_id in self.by_key.get(key, ())
+            if self.kind[node_id] == _CLASS
+        ]
 
     @classmethod
     def of(cls, symbols: SymbolTable) -> CppSymbols:
@@ -106,15 +124,34 @@ class CppSymbols:
         return found
 
     def _constructors(self, class_id: int, file_id: int, want: frozenset[str]) -> list[int]:
-        qualname = "::".join(
-            part for part in split_qualified(self.symbols.qualname[class_id]) if part != ANONYMOUS
-        )
         name = self.symbols.name[class_id]
         return [
             node_id
-            for node_id in self.by_key.get(f"{qualname}::{name}", ())
+            for node_id in self.by_key.get(f"{self.key_of[class_id]}::{name}", ())
             if self.kind[node_id] in want and self.kind[node_id] != _CLASS
         ]
+
+    def narrow(self, found: list[int], file_id: int, nargs: int | None) -> list[int]:
+        """Several candidates: keep the overloads that accept ``nargs`` arguments, then, when
+        all are one qualified name (template specializations, per-platform variants), the
+        definitions in the caller's own file."""
+        if nargs is not None:
+            arity = self.arity
+            fitting = []
+            for node_id in found:
+                bounds = arity.get(node_id)
+                if bounds is None or (bounds[0] <= nargs and (bounds[1] < 0 or nargs <= bounds[1])):
+                    fitting.append(node_id)
+            if fitting:
+                found = fitting
+        if len(found) > 1:
+            key_of = self.key_of
+            first = key_of[found[0]]
+            if all(key_of[node_id] == first for node_id in found):
+                own = [node_id for node_id in found if self.file_id[node_id] == file_id]
+                if own:
+                    found = own
+        return found
 
     def prefixes(self, scope: tuple[str, ...]) -> list[str]:
         """'a::b::', 'a::', '' for scope (a, b): innermost first."""
@@ -134,6 +171,20 @@ class CppSymbols:
         want: frozenset[str],
     ) -> list[int]:
         """Definitions ``written`` names from ``scope``, by the rules in the module docstring."""
+        memo_key = (written, scope, usings, file_id, want)
+        found = self._memo.get(memo_key)
+        if found is None:
+            found = self._memo[memo_key] = self._lookup(written, scope, usings, file_id, want)
+        return found
+
+    def _lookup(
+        self,
+        written: str,
+        scope: tuple[str, ...],
+        usings: tuple[str, ...],
+        file_id: int,
+        want: frozenset[str],
+    ) -> list[int]:
         components = split_qualified(written)
         if not components:
             return []
@@ -155,27 +206,28 @@ class CppSymbols:
                 found = self._visible(by_key.get(f"{prefix}{using}::{key}", []), file_id, want)
                 if found:
                     return found
+        if len(components) == 1 and scope:
+            found = self._inherited(key, scope, file_id, want)
+            if found:
+                return found
         return self._fallback(components, key, file_id, want)
 
     def _fallback(
         self, components: list[str], key: str, file_id: int, want: frozenset[str]
     ) -> list[int]:
-        candidates = self.by_name.get(components[-1])
-        if not candidates:
-            return []
         if len(components) > 1:
-            suffix = "::" + key
-            qualname = self.symbols.qualname
-            matching = [
-                node_id
-                for node_id in candidates
-                if "::".join(
-                    part for part in split_qualified(qualname[node_id]) if part != ANONYMOUS
-                ).endswith(suffix)
-            ]
+            matching = self._suffixed.get(key)
+            if matching is None:
+                suffix = "::" + key
+                key_of = self.key_of
+                matching = [
+                    node_id
+                    for node_id in self.by_name.get(components[-1], ())
+                    if key_of[node_id].endswith(suffix)
+                ]
+                self._suffixed[key] = matching
             return self._visible(matching, file_id, want)
-        same_file = [node_id for node_id in candidates if self.file_id[node_id] == file_id]
-        return self._visible(same_file, file_id, want)
+        return self._visible(self.by_file_name.get((file_id, key), []), file_id, want)
 
     def member(
         self,
@@ -191,27 +243,60 @@ class CppSymbols:
         if found:
             return found
         classes = self.lookup(receiver, scope, usings, file_id, CLASSES)
+        return self._in_classes(classes, name, file_id, want)
+
+    def _in_classes(
+        self, classes: list[int], name: str, file_id: int, want: frozenset[str]
+    ) -> list[int]:
+        """``name`` as a member of these classes, else of their bases, nearest first."""
         seen: set[int] = set()
+        found: list[int] = []
         for _ in range(_MAX_BASE_DEPTH):
             bases: list[int] = []
             for class_id in classes:
                 if class_id in seen:
                     continue
                 seen.add(class_id)
-                class_scope = tuple(
-                    part
-                    for part in split_qualified(self.symbols.qualname[class_id])
-                    if part != ANONYMOUS
-                )
                 found += self._visible(
-                    self.by_key.get("::".join((*class_scope, name)), []), file_id, want
+                    self.by_key.get(f"{self.key_of[class_id]}::{name}", []), file_id, want
                 )
-                for base in self.bases.get(class_id, ()):
-                    bases += self.lookup(base, class_scope[:-1], (), file_id, CLASSES)
+                bases += self._base_classes(class_id, file_id)
             if found or not bases:
                 return found
             classes = bases
         return found
+
+    def _base_classes(self, class_id: int, file_id: int) -> list[int]:
+        cached = self._bases_resolved.get(class_id)
+        if cached is None:
+            outer = tuple(self.key_of[class_id].split("::")[:-1])
+            cached = []
+            for base in self.bases.get(class_id, ()):
+                cached += self.lookup(base, outer, (), file_id, CLASSES)
+            self._bases_resolved[class_id] = cached
+        return cached
+
+    def _inherited(
+        self, key: str, scope: tuple[str, ...], file_id: int, want: frozenset[str]
+    ) -> list[int]:
+        """An unqualified name used in a method: a member of a base of its class.
+
+        The classes TORCH_META_FUNC / TORCH_IMPL_FUNC declare (``structured_add_out``)
+        are generated; they derive from TensorIteratorBase or MetaBase.
+        """
+        for level in range(len(scope), 0, -1):
+            owner = "::".join(scope[:level])
+            classes = [
+                node_id for node_id in self.by_key.get(owner, ()) if self.kind[node_id] == _CLASS
+            ]
+            bases = [base for class_id in classes for base in self._base_classes(class_id, file_id)]
+            if not classes and scope[level - 1].startswith("structured_"):
+                bases = self._structured_bases
+            if bases:
+                found = self._in_classes(bases, key, file_id, want)
+                if found:
+                    return found
+        return []
 
 
 def _using_levels(usings: tuple[str, ...], scope: tuple[str, ...]) -> list[tuple[int, str]]:
@@ -257,5 +342,7 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
             found = index.lookup(ref.target, scope, usings, ref.file_id, want)
         # A dispatch key (bindings' dispatches refs) stays on the edge.
         carried = {"key": attrs["key"]} if "key" in attrs else None
+        if len(found) > 1:
+            found = index.narrow(found, ref.file_id, attrs.get("nargs"))
         for node_id in found:
             yield Resolution(ref.id, node_id, carried)

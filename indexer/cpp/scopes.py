@@ -8,7 +8,7 @@ without walking the rest of the tree in Python.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from indexer.cpp.names import ANONYMOUS, split_qualified
 
@@ -26,9 +26,12 @@ class Region:
     node: Node
     names: list[str] = field(default_factory=list)  # components it adds to the scope
     scope: list[str] = field(default_factory=list)  # the scope outside it
+    parent: Region | None = None  # the innermost region around it
     owner: Region | None = None  # innermost enclosing class, for members
-    in_function: bool = False  # nested in a function body: belongs to that function
+    in_function: bool = False  # nested in a function body (a local class's method)
     local: int = 0  # node index in the file's facts (classes, functions)
+    qual: list[str] | None = None  # a function's qualified name, once known
+    caller: Any = None  # a function's calls.Caller, once known
 
 
 def _text(data: bytes, node: Node | None) -> str:
@@ -51,6 +54,7 @@ def nest(
             stack.pop()
         if stack:
             outer = stack[-1]
+            region.parent = outer
             region.scope = outer.scope + outer.names
             region.in_function = outer.in_function or outer.kind == FUNCTION
             region.owner = outer if outer.kind == CLASS else outer.owner

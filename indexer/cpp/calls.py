@@ -1,0 +1,285 @@
+"""Call sites: every callee the query found becomes a ``calls`` or ``launches`` ref from the
+innermost function definition around it.
+
+Lambdas are not definitions, so a call in an ``AT_DISPATCH_*`` lambda or a ``gpu_kernel``
+functor belongs to the function that wrote it. A launch is a callee followed by a
+blanked ``<<<...>>>``; a kernel passed to a launch helper (``cudaLaunchKernel((void*)k)``,
+``launch_kernel(k<float>, ...)``) or any argument naming a kernel of the file is a
+launch too. Receivers are typed from the declarations of locals and parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from typing import TYPE_CHECKING
+
+from indexer.cpp.names import is_macro_name, split_qualified, strip_templates
+from indexer.graph.facts import FileFacts, RefFact
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
+
+_CPP = "cpp"
+_CALLS = EdgeKind.CALLS.value
+_LAUNCHES = EdgeKind.LAUNCHES.value
+_KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
+_LAUNCH_HELPER = re.compile(r"launch", re.I)
+_CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
+_DECLARATIONS = ("declaration", "parameter_declaration", "optional_parameter_declaration")
+
+
+class Caller:
+    """A function definition that owns calls: its node and the scope its body sees.
+
+    Attribute dicts are shared by its refs where they are equal (never mutated): fewer
+    objects to build, and pickling sends each once.
+    """
+
+    __slots__ = (
+        "_by_receiver",
+        "_launch",
+        "end",
+        "local",
+        "member",
+        "outer",
+        "plain",
+        "start",
+        "this_class",
+    )
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        local: int,
+        ref_scope: list[str],
+        this_class: str | None,
+        outer: Caller | None,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.local = local
+        self.this_class = this_class
+        self.outer = outer  # the function around a local class's method
+        self.plain: dict[str, object] = {"scope": ref_scope}
+        self.member: dict[str, object] = {**self.plain, "member": True}
+        self._launch: dict[str, object] | None = None
+        self._by_receiver: dict[str, dict[str, object]] = {}
+
+    def set_usings(self, usings: list[str]) -> None:
+        if usings:
+            self.plain["using"] = usings
+        self.member = {**self.plain, "member": True}
+
+    def receiver(self, receiver: str) -> dict[str, object]:
+        attrs = self._by_receiver.get(receiver)
+        if attrs is None:
+            attrs = self._by_receiver[receiver] = {**self.plain, "receiver": receiver}
+        return attrs
+
+    def launch(self) -> dict[str, object]:
+        if self._launch is None:
+            self._launch = {**self.plain, "want": _KERNEL_ONLY}
+        return self._launch
+
+
+class CallSites:
+    """The calls and launches of one parsed buffer."""
+
+    def __init__(
+        self,
+        data: bytes,
+        facts: FileFacts,
+        callers: list[Caller],
+        aliases: dict[str, str],
+        launch_at: list[int],
+        line_map: list[int] | None,
+    ) -> None:
+        self.data = data
+        self.facts = facts
+        self.callers = sorted(callers, key=lambda caller: caller.start)
+        self.starts = [caller.start for caller in self.callers]
+        self.aliases = aliases
+        self.launch_ends = self._launch_ends(launch_at)
+        self.line_map = line_map
+        self.variables: dict[bytes, list[tuple[int, Node]]] = {}
+        self.variable_types: dict[int, str | None] = {}
+        self.helper_arguments: set[int] = set()
+
+    def line(self, node: Node) -> int:
+        row = node.start_point[0]
+        return self.line_map[row] if self.line_map is not None else row + 1
+
+    def caller_at(self, offset: int) -> Caller | None:
+        """The innermost definition around ``offset``."""
+        index = bisect_right(self.starts, offset) - 1
+        if index < 0:
+            return None
+        caller: Caller | None = self.callers[index]
+        while caller is not None and offset >= caller.end:
+            caller = caller.outer
+        return caller
+
+    def _launch_ends(self, launch_at: list[int]) -> set[int]:
+        """Where the callee of each ``<<<...>>>`` ends (its launch configuration is blanked)."""
+        ends = set()
+        data = self.data
+        for offset in launch_at:
+            end = offset
+            while end > 0 and data[end - 1] in b" \t\r\n":
+                end -= 1
+            ends.add(end)
+        return ends
+
+    def add_variables(self, nodes: list[Node]) -> None:
+        data = self.data
+        variables = self.variables
+        for node in nodes:
+            start = node.start_byte
+            variables.setdefault(data[start : node.end_byte], []).append((start, node))
+        for declared in variables.values():  # captures do not come in document order
+            if len(declared) > 1:
+                declared.sort(key=lambda item: item[0])
+
+    def variable_type(self, name: bytes, at: int, caller: Caller) -> str | None:
+        """The class a local variable or parameter of ``caller`` was declared with."""
+        found = None
+        for start, node in self.variables.get(name, ()):
+            if caller.start <= start < at:
+                found = node
+            elif start >= at:
+                break
+        if found is None:
+            return None
+        key = found.id
+        if key in self.variable_types:
+            return self.variable_types[key]
+        written = None
+        owner = found.parent
+        for _ in range(3):
+            if owner is None:
+                break
+            if owner.type in _DECLARATIONS:
+                type_node = owner.child_by_field_name("type")
+                if type_node is not None:
+                    text = self.data[type_node.start_byte : type_node.end_byte]
+                    written = "::".join(split_qualified(text.decode("utf-8", "replace"))) or None
+                break
+            owner = owner.parent
+        self.variable_types[key] = written
+        return written
+
+    def add_calls(self, callees: list[Node], kernel_helpers: bool) -> None:
+        data = self.data
+        refs = self.facts.refs
+        aliases = self.aliases
+        launch_ends = self.launch_ends
+        variables = self.variables
+        line_map = self.line_map
+        for callee in callees:
+            start = callee.start_byte
+            caller = self.caller_at(start)
+            if caller is None:
+                continue  # namespace scope: macros and static initializers
+            end = callee.end_byte
+            kind = callee.type
+            launch = end in launch_ends if launch_ends else False
+            attrs = caller.plain
+            if kind == "identifier":
+                written = data[start:end]
+                target = written.decode("utf-8", "replace")
+                if is_macro_name(target):
+                    continue
+                if not launch and written in variables:
+                    receiver = self.variable_type(written, start, caller)
+                    if receiver is not None:  # an object called: its operator()
+                        attrs = caller.receiver(receiver)
+                        target = "operator()"
+            elif kind == "qualified_identifier" or kind == "template_function":
+                target = data[start:end].decode("utf-8", "replace")
+                if target.startswith(_CASTS):
+                    continue
+                if " " in target or "\n" in target:
+                    target = " ".join(target.split()).replace(" ::", "::").replace(":: ", "::")
+                if aliases:
+                    head, sep, rest = target.partition("::")
+                    if sep and head in aliases:
+                        target = f"{aliases[head]}::{rest}"
+            elif kind == "field_expression":
+                field = callee.child_by_field_name("field")
+                if field is None:
+                    continue
+                target = data[field.start_byte : field.end_byte].decode("utf-8", "replace")
+                if "<" in target:
+                    target = strip_templates(target)
+                if target.startswith("template"):
+                    target = target[8:].strip()
+                receiver_node = callee.child_by_field_name("argument")
+                receiver = None
+                if receiver_node is not None:
+                    receiver_kind = receiver_node.type
+                    if receiver_kind == "this":
+                        receiver = caller.this_class
+                    elif receiver_kind == "identifier":
+                        name = data[receiver_node.start_byte : receiver_node.end_byte]
+                        if name in variables:
+                            receiver = self.variable_type(name, start, caller)
+                attrs = caller.receiver(receiver) if receiver is not None else caller.member
+            else:
+                continue  # (*fn)(...), lambda(...)(...), f()(...): no name to resolve
+            row = callee.start_point[0]
+            line = line_map[row] if line_map is not None else row + 1
+            if launch:
+                refs.append(
+                    RefFact(caller.local, _LAUNCHES, _CPP, target, line, None, caller.launch())
+                )
+                continue
+            arguments = callee.next_named_sibling
+            if arguments is not None:
+                # The argument count picks among overloads at link time.
+                attrs = {**attrs, "nargs": arguments.named_child_count}
+                if kernel_helpers and _LAUNCH_HELPER.search(target):
+                    self.helper_arguments.add(arguments.start_byte)
+            refs.append(RefFact(caller.local, _CALLS, _CPP, target, line, None, attrs))
+
+    def add_kernel_arguments(self, arguments: list[Node], kernel_names: set[str]) -> None:
+        """Kernels passed as arguments: ``launch_kernel(k<T>, ...)``, ``cudaLaunchKernel((void*)k)``."""
+        helper_arguments = self.helper_arguments
+        if not kernel_names and not helper_arguments:
+            return
+        for node in arguments:
+            start = node.start_byte
+            caller = self.caller_at(start)
+            if caller is None:
+                continue
+            written = "".join(self.data[start : node.end_byte].decode("utf-8", "replace").split())
+            name = split_qualified(written)[-1:] if written else []
+            if not name:
+                continue
+            if name[0] not in kernel_names:
+                # Passed to a launch helper: as its first argument, as a template
+                # instance, or cast / address-of, the way kernels are passed.
+                if not helper_arguments:
+                    continue
+                holder = node.parent
+                direct = holder is not None and holder.type == "argument_list"
+                if holder is not None and not direct:
+                    holder = holder.parent
+                if holder is None or holder.start_byte not in helper_arguments:
+                    continue
+                if (
+                    direct
+                    and node.type != "template_function"
+                    and node.prev_named_sibling is not None
+                ):
+                    continue
+                if any(
+                    caller.start <= at < start for at, _ in self.variables.get(written.encode(), ())
+                ):
+                    continue  # a local variable or parameter, not a kernel
+            attrs = {**caller.launch(), "via": "argument"}
+            self.facts.refs.append(
+                RefFact(caller.local, _LAUNCHES, _CPP, written, self.line(node), None, attrs)
+            )

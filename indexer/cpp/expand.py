@@ -1,0 +1,173 @@
+"""Expanding a file's own function-like macros that define functions.
+
+ATen writes families of definitions with a macro defined in the same file
+(``CREATE_UNARY_TORCH_IMPL_FUNC(abs_out, abs_stub)``, ``DEFINE_BINARY_OP(add)``); their
+bodies are preprocessor text that tree-sitter does not parse. A namespace-scope use of
+such a macro is expanded here the way the preprocessor would (parameters, ``#`` and
+``##``, ``__VA_ARGS__``, the file's other macros rescanned, nested a few levels), so the
+definitions it makes are indexed at the line of the use. Macros from other files are not
+expanded: extraction reads one file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_MAX_DEPTH = 4
+_MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
+_TOKEN = re.compile(r"##|#\s*[A-Za-z_]\w*|[A-Za-z_]\w*|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+_PASTE = re.compile(r"\s*##\s*")
+_CONTINUATION = re.compile(r"\\\r?\n")
+
+
+@dataclass(slots=True)
+class Macro:
+    name: str
+    params: list[str]
+    variadic: bool
+    body: str
+    offset: int  # where it is defined: a use sees the latest definition before it
+
+
+def definition(name: str, params: str, body: str, offset: int) -> Macro | None:
+    """A function-like macro worth expanding: one whose body defines something ('{')."""
+    body = _CONTINUATION.sub(" ", body).strip()
+    if "{" not in body:
+        return None
+    names = [param.strip() for param in params.strip()[1:-1].split(",") if param.strip()]
+    variadic = bool(names) and names[-1].endswith("...")
+    if variadic:
+        last = names.pop()[:-3].strip()
+        if last:  # GNU named variadic parameter: args...
+            names.append(last)
+    return Macro(name, names, variadic, body, offset)
+
+
+def split_arguments(text: str) -> list[str]:
+    """Arguments of a macro use, split as the preprocessor does: on commas outside
+    parentheses (angle brackets do not group)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    in_string = ""
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if in_string:
+            if char == "\\":
+                i += 1
+            elif char == in_string:
+                in_string = ""
+        elif char in "\"'":
+            in_string = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    parts.append(text[start:].strip())
+    return [] if parts == [""] else parts
+
+
+def closing_paren(text: str, open_at: int) -> int:
+    depth = 0
+    in_string = ""
+    i = open_at
+    while i < len(text):
+        char = text[i]
+        if in_string:
+            if char == "\\":
+                i += 1
+            elif char == in_string:
+                in_string = ""
+        elif char in "\"'":
+            in_string = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _substitute(macro: Macro, arguments: list[str]) -> str:
+    values = dict(zip(macro.params, arguments, strict=False))
+    if macro.variadic:
+        values["__VA_ARGS__"] = ", ".join(arguments[len(macro.params) :])
+
+    def replace(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token[0] == "#" and token != "##":
+            name = token[1:].strip()
+            if name in values:
+                return '"' + values[name].replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return token
+        return values.get(token, token)
+
+    return _PASTE.sub("", _TOKEN.sub(replace, macro.body))
+
+
+class Expander:
+    """The expandable macros of one file and their uses."""
+
+    def __init__(self, macros: list[Macro]) -> None:
+        self.by_name: dict[str, list[Macro]] = {}
+        for macro in sorted(macros, key=lambda macro: macro.offset):
+            self.by_name.setdefault(macro.name, []).append(macro)
+        names = sorted(self.by_name, key=len, reverse=True)
+        self.pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\s*\(")
+
+    def _macro(self, name: str, offset: int) -> Macro | None:
+        found = None
+        for macro in self.by_name.get(name, ()):
+            if macro.offset < offset:
+                found = macro
+        return found
+
+    def expand(self, text: str, offset: int, depth: int = 0) -> str:
+        """``text`` with every use of the file's macros expanded (as seen from ``offset``)."""
+        if depth >= _MAX_DEPTH:
+            return text
+        out: list[str] = []
+        position = 0
+        for match in self.pattern.finditer(text):
+            if match.start() < position:
+                continue
+            macro = self._macro(match.group(1), offset)
+            close = closing_paren(text, match.end() - 1)
+            if macro is None or close < 0:
+                continue
+            arguments = split_arguments(text[match.end() : close])
+            expanded = self.expand(_substitute(macro, arguments), offset, depth + 1)
+            out.append(text[position : match.start()])
+            out.append(expanded)
+            position = close + 1
+            if sum(map(len, out)) > _MAX_EXPANSION:
+                break
+        out.append(text[position:])
+        return "".join(out)
+
+    def uses(self, text: str) -> Iterator[tuple[int, int, str]]:
+        """(offset, end, expansion) of every use in ``text`` outside #define lines."""
+        for match in self.pattern.finditer(text):
+            start = match.start()
+            line_start = text.rfind("\n", 0, start) + 1
+            prefix = text[line_start:start].lstrip()
+            if prefix.startswith(("#", "//", "*", "/*")):
+                continue
+            previous = text[max(0, line_start - 3) : line_start].rstrip()
+            if previous.endswith("\\"):
+                continue  # inside a multi-line #define
+            macro = self._macro(match.group(1), start)
+            close = closing_paren(text, match.end() - 1)
+            if macro is None or close < 0:
+                continue
+            arguments = split_arguments(text[match.end() : close])
+            yield start, close + 1, self.expand(_substitute(macro, arguments), start, 1)
