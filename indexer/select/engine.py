@@ -80,13 +80,10 @@ def select_tests(
         return selection
     try:
         index = _ensure_fresh(workspace, index, diff, selection, update)
-        selection.test_files_total = sum(
-            1
-            for (path,) in index.conn.execute("SELECT path FROM files")
-            if is_test_file(path, workspace.manifest)
-        )
+        tests = test_files(index, workspace.manifest)
+        selection.test_files_total = len(tests)
         if not selection.everything:
-            _select(workspace, index, diff, selection)
+            _select(workspace, index, diff, selection, tests)
     finally:
         index.close()
     timings["total_s"] = time.perf_counter() - started
@@ -121,7 +118,18 @@ def _ensure_fresh(
     return index
 
 
-def _select(workspace: Workspace, index: Index, diff: Diff, selection: Selection) -> None:
+def test_files(index: Index, manifest) -> dict[int, str]:
+    """file id -> path of every indexed test file (the manifest's dirs and patterns)."""
+    return {
+        file_id: path
+        for file_id, path in index.conn.execute("SELECT id, path FROM files")
+        if is_test_file(path, manifest)
+    }
+
+
+def _select(
+    workspace: Workspace, index: Index, diff: Diff, selection: Selection, tests: dict[int, str]
+) -> None:
     manifest = workspace.manifest
     phase = time.perf_counter()
     placer = Placer(diff, index, manifest)
@@ -141,12 +149,12 @@ def _select(workspace: Workspace, index: Index, diff: Diff, selection: Selection
     phase = time.perf_counter()
     walker = ImpactWalker(index)
     reach = walker.walk(_starts(selection.entities))
-    _fallbacks(index, walker, reach, placer, selection)
+    _fallbacks(index, walker, reach, placer, selection, set(tests))
     selection.timings["impact_s"] = time.perf_counter() - phase
     if selection.everything:
         return
     phase = time.perf_counter()
-    _collect(workspace, index, reach, selection, direct)
+    _collect(index, reach, selection, direct, tests)
     selection.timings["granularity_s"] = time.perf_counter() - phase
 
 
@@ -156,14 +164,6 @@ def _starts(entities: list[Entity]) -> dict[int, int]:
         for node_id in entity.node_ids:
             starts.setdefault(node_id, position)
     return starts
-
-
-def _test_file_ids(index: Index, manifest) -> set[int]:
-    return {
-        file_id
-        for file_id, path in index.conn.execute("SELECT id, path FROM files")
-        if is_test_file(path, manifest)
-    }
 
 
 def _reaches_tests(walker: ImpactWalker, entity: Entity, position: int, tests: set[int]) -> bool:
@@ -177,11 +177,15 @@ def _reaches_tests(walker: ImpactWalker, entity: Entity, position: int, tests: s
 
 
 def _fallbacks(
-    index: Index, walker: ImpactWalker, reach: Reach, placer: Placer, selection: Selection
+    index: Index,
+    walker: ImpactWalker,
+    reach: Reach,
+    placer: Placer,
+    selection: Selection,
+    tests: set[int],
 ) -> None:
     """Entities no test reaches: a Python definition falls back to its module and its
     importers; anything else means the index cannot see its users, so run everything."""
-    tests = _test_file_ids(index, placer.manifest)
     credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
     for _ in range(2):  # the module fallback is walked once more
         added = []
@@ -238,15 +242,17 @@ def _kind(nodes: dict[int, object], node_id: int) -> str:
 
 
 def _collect(
-    workspace: Workspace, index: Index, reach: Reach, selection: Selection, direct: dict[str, str]
+    index: Index,
+    reach: Reach,
+    selection: Selection,
+    direct: dict[str, str],
+    tests: dict[int, str],
 ) -> None:
-    manifest = workspace.manifest
     paths = dict(index.conn.execute("SELECT id, path FROM files"))
     by_file: dict[str, list[int]] = {}
     for node_id, file_id in reach.file_id.items():
-        path = paths.get(file_id)
-        if path is not None and is_test_file(path, manifest):
-            by_file.setdefault(path, []).append(node_id)
+        if file_id in tests:
+            by_file.setdefault(tests[file_id], []).append(node_id)
     cuda_only = bool(selection.entities) and all(e.cuda for e in selection.entities)
     for path, reason in direct.items():
         selected = selection.files.setdefault(path, SelectedFile(path))

@@ -11,22 +11,21 @@ file selects everything. Comment- and whitespace-only hunks select nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from indexer.extract.discover import is_test_file, wanted_language
-from indexer.extract.source import cpp_parser
 from indexer.graph.facts import NodeFact
-from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.graph.vocabulary import NodeKind
 from indexer.harness import Manifest
-from indexer.paths import is_header, language_of, matches_any
+from indexer.paths import language_of, matches_any
 from indexer.query.index import Index, Node
-from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
+from indexer.select.cpp_placement import CppPlacement
 from indexer.select.diff import Diff, FileChange, Hunk
 from indexer.select.model import ChangedFile, Entity
 from indexer.select.oldside import OldFile, OldSide
+from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN, FilePlacement, innermost
 from indexer.select.tokens import Untokenizable, hunk_changes_code, tokens_for
 
-FUNCTION_KINDS = frozenset({NodeKind.CPP_FUNCTION.value, NodeKind.CUDA_KERNEL.value})
+__all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
+
 PYTHON_DEF_KINDS = frozenset(
     {
         NodeKind.PYTHON_FUNCTION.value,
@@ -40,8 +39,6 @@ PYTHON_DEF_KINDS = frozenset(
 MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
 CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
-MEMBERS_SHOWN = 20
-HEADER_EVERYTHING_FILES = 1000  # includers beyond which a header change runs everything  # qualnames listed for a group entity in reports
 
 # Run-everything outranks code outranks nothing, when a rename spans two categories.
 _RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yaml": 2, "test": 1}
@@ -49,16 +46,6 @@ _RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yam
 
 def is_cuda_path(path: str) -> bool:
     return language_of(path) == "cuda" or bool(CUDA_DIRS.intersection(path.split("/")[:-1]))
-
-
-@dataclass
-class FilePlacement:
-    changed: ChangedFile
-    entities: list[Entity] = field(default_factory=list)
-    test_files: list[str] = field(default_factory=list)  # test files selected as such
-    everything: str | None = None  # why this file selects every test
-    notes: list[str] = field(default_factory=list)
-    mapped: set[tuple] = field(default_factory=set)  # base definitions already placed
 
 
 def categorize(path: str, manifest: Manifest) -> tuple[str, str]:
@@ -97,17 +84,7 @@ def _yaml_code_line(line: bytes) -> bool:
     return bool(stripped) and not stripped.startswith(b"#")
 
 
-def _innermost(nodes: list, line: int):
-    best = None
-    for node in nodes:
-        if node.line <= line <= node.end_line and (
-            best is None or node.end_line - node.line < best.end_line - best.line
-        ):
-            best = node
-    return best
-
-
-class Placer:
+class Placer(CppPlacement):
     """Places the changed files of one diff onto one index."""
 
     def __init__(self, diff: Diff, index: Index, manifest: Manifest) -> None:
@@ -187,7 +164,8 @@ class Placer:
         if not change.exists_after:
             new_lines = []
         if language in ("cpp", "cuda"):
-            self._place_cpp(change, old, new, old_lines, new_lines, result)
+            self._old_tokens = getattr(self, "_old_tokens", None) if code is not hunks else None
+            self._place_cpp(change, old, new, old_lines, new_lines, result, code)
         elif language == "python":
             self._place_python(change, old, old_lines, new_lines, result)
         else:
@@ -217,6 +195,7 @@ class Placer:
         try:
             old_tokens = tokens_for(language, old) if old is not None else []
             new_tokens = tokens_for(language, new) if new is not None else []
+            self._old_tokens = old_tokens
         except Untokenizable as exc:
             result.notes.append(f"cannot tokenize {result.changed.path} ({exc}): every hunk counts")
             return hunks
@@ -290,205 +269,6 @@ class Placer:
 
     # --- C++ and CUDA -----------------------------------------------------------------
 
-    def _place_cpp(
-        self,
-        change: FileChange,
-        old: bytes | None,
-        new: bytes | None,
-        old_lines: list[int],
-        new_lines: list[int],
-        result: FilePlacement,
-    ) -> None:
-        path = change.path
-        scope = Scope()
-        file_wide: list[str] = []
-        outside_new: set[int] = set()
-        new_nodes: list[Node] = []
-        if new_lines and new is not None:
-            new_nodes = self.index.nodes_in_file(path)
-            functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
-            tree = cpp_parser().parse(new)
-            broken = error_lines(tree, new)
-            for line in new_lines:
-                function = _innermost(functions, line)
-                if line in broken or (
-                    function is not None
-                    and broken.intersection(range(function.line, function.end_line + 1))
-                ):
-                    file_wide.append(f"line {line} is in code tree-sitter cannot fully parse")
-                if function is not None:
-                    self._add(result, [function], path, line, f"changed line {line} is in its body")
-                else:
-                    outside_new.add(line)
-            if outside_new:
-                scope.merge(outside_scope(tree, outside_new))
-                self._at_lines(path, new_nodes, outside_new, result)
-        if old_lines and old is not None:
-            language = language_of(change.old_path or path)
-            old_file = self._old_file(change, language, old)
-            old_tree = cpp_parser().parse(old)
-            broken = error_lines(old_tree, old)
-            if old_file.error:
-                file_wide.append(f"the base version could not be extracted ({old_file.error})")
-            functions = [fact for fact in old_file.nodes[1:] if fact.kind in FUNCTION_KINDS]
-            outside_old: set[int] = set()
-            for line in old_lines:
-                fact = _innermost(functions, line)
-                if line in broken or (
-                    fact is not None and broken.intersection(range(fact.line, fact.end_line + 1))
-                ):
-                    file_wide.append(f"base line {line} is in code tree-sitter cannot fully parse")
-                if fact is not None:
-                    self._map_old(change, fact, line, result, "deleted or replaced line")
-                else:
-                    outside_old.add(line)
-            if outside_old:
-                scope.merge(outside_scope(old_tree, outside_old))
-                for fact in old_file.nodes[1:]:
-                    if fact.kind not in FUNCTION_KINDS and any(
-                        fact.line <= line <= fact.end_line for line in outside_old
-                    ):
-                        self._map_old(change, fact, fact.line, result, "changed definition")
-        if (
-            not (outside_new or scope.names or scope.undecidable or scope.unplaced)
-            and not file_wide
-        ):
-            return
-        lines_outside = sorted(outside_new) or old_lines
-        first = lines_outside[0] if lines_outside else 1
-        file_wide += scope.undecidable
-        if scope.unplaced and not result.entities:
-            file_wide.append(f"namespace-scope statement at line {scope.unplaced[0]}")
-        if is_header(path):
-            self._header(change, scope, file_wide, first, new_nodes, result)
-            return
-        if file_wide:
-            self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), first, result)
-            return
-        self._mentions(path, new, scope.names, first, new_nodes, result)
-
-    def _at_lines(
-        self, path: str, nodes: list[Node], lines: set[int], result: FilePlacement
-    ) -> None:
-        """Definitions made on changed namespace-scope lines (a stub, an op schema, a
-        binding) and the users of edges evidenced there (a registration's op or stub)."""
-        for node in nodes:
-            if node.kind in FUNCTION_KINDS or node.kind == "file":
-                continue
-            hit = [line for line in lines if node.line <= line <= node.end_line]
-            if hit:
-                self._add(result, [node], path, hit[0], f"changed line {hit[0]} defines it")
-        file_id = self.files[path][0]
-        ordered = sorted(lines)
-        for start in range(0, len(ordered), 900):
-            batch = ordered[start : start + 900]
-            rows = self.index.conn.execute(
-                "SELECT DISTINCT e.src_id, e.line, e.kind FROM edges e"
-                f" WHERE e.file_id = ? AND e.line IN ({','.join('?' * len(batch))})",
-                [file_id, *batch],
-            ).fetchall()
-            srcs = self.index.nodes(row[0] for row in rows)
-            line_of = {row[0]: (row[1], row[2]) for row in rows}
-            for node in srcs:
-                if node.kind == "file":
-                    continue
-                line, kind = line_of[node.id]
-                self._add(
-                    result, [node], path, line, f"its {kind} edge is made at changed line {line}"
-                )
-
-    def _mentions(
-        self,
-        path: str,
-        new: bytes | None,
-        names: set[str],
-        line: int,
-        nodes: list[Node],
-        result: FilePlacement,
-    ) -> list[Node]:
-        """Functions of ``path`` that mention one of ``names``."""
-        if not names or new is None:
-            return []
-        text = new.split(b"\n")
-        users = []
-        for node in nodes or self.index.nodes_in_file(path):
-            if node.kind not in FUNCTION_KINDS:
-                continue
-            body = b"\n".join(text[node.line - 1 : node.end_line])
-            if names & identifiers(body):
-                users.append(node)
-        shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
-        if users:
-            self._add(result, users, path, line, f"mentions {shown}, changed at line {line}")
-        elif not is_header(path):  # a header's names are its includers' business
-            result.notes.append(
-                f"{path}:{line}: the changed names ({shown}) are used by no function of the file"
-            )
-        return users
-
-    def _header(
-        self,
-        change: FileChange,
-        scope: Scope,
-        file_wide: list[str],
-        line: int,
-        nodes: list[Node],
-        result: FilePlacement,
-    ) -> None:
-        path = change.path
-        if file_wide:
-            self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), line, result)
-        else:
-            self._mentions(path, self.diff.new_side(change), scope.names, line, nodes, result)
-        includers = self._includers(path)
-        if len(includers) > HEADER_EVERYTHING_FILES:
-            result.everything = (
-                f"{path} is a header changed outside any function and {len(includers)} files "
-                f"include it (more than {HEADER_EVERYTHING_FILES}): running everything rather "
-                "than walking from all of them"
-            )
-            return
-        if not includers:
-            result.everything = (
-                f"{path} is a header changed outside any function and no indexed file "
-                "includes it: its users are outside the index"
-            )
-            return
-        ids = self._ids_in_files(includers)
-        result.entities.append(
-            Entity(
-                f"everything in {len(includers)} files including {path}",
-                "group",
-                f"{path}:{line}",
-                "header changed outside any function: every file that includes it, "
-                f"transitively (e.g. {', '.join(sorted(includers)[:3])})",
-                ids,
-                members=sorted(includers)[:MEMBERS_SHOWN],
-            )
-        )
-
-    def _includers(self, path: str) -> set[str]:
-        """Files including ``path``, transitively (reverse ``includes`` edges)."""
-        file_nodes = [n.id for n in self.index.nodes_in_file(path, ["file"])]
-        reached = self.index.walk(file_nodes, "in", [EdgeKind.INCLUDES.value])
-        nodes = self.index.nodes(node_id for node_id in reached if node_id not in file_nodes)
-        return {node.path for node in nodes}
-
-    def _ids_in_files(self, paths: set[str]) -> list[int]:
-        ids: list[int] = []
-        ordered = sorted(paths)
-        for start in range(0, len(ordered), 900):
-            batch = ordered[start : start + 900]
-            ids.extend(
-                row[0]
-                for row in self.index.conn.execute(
-                    "SELECT n.id FROM nodes n JOIN files f ON f.id = n.file_id"
-                    f" WHERE n.kind != 'file' AND f.path IN ({','.join('?' * len(batch))})",
-                    batch,
-                )
-            )
-        return ids
-
     # --- Python -----------------------------------------------------------------------
 
     def _modules(self, path: str) -> list[Node]:
@@ -515,7 +295,7 @@ class Placer:
                 module_level.append(new_lines[0])
                 result.notes.append(f"{path} has syntax errors: its whole module counts")
             for line in new_lines:
-                node = _innermost(defs, line)
+                node = innermost(defs, line)
                 if node is not None and not (row is not None and row[3]):
                     self._add(result, [node], path, line, f"changed line {line} is in it")
                 else:
@@ -524,7 +304,7 @@ class Placer:
             old_file = self._old_file(change, "python", old)
             defs_old = [fact for fact in old_file.nodes[1:] if fact.kind in PYTHON_DEF_KINDS]
             for line in old_lines:
-                fact = _innermost(defs_old, line) if not old_file.error else None
+                fact = innermost(defs_old, line) if not old_file.error else None
                 if fact is not None:
                     self._map_old(change, fact, line, result, "deleted or replaced line")
                 elif change.exists_after:

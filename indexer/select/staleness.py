@@ -75,9 +75,10 @@ def _written_since(source: Path, built_at: str | None, rows: list[tuple]) -> lis
     except ValueError:
         return [row[0] for row in rows]
     recent = []
+    root = str(source) + os.sep
     for path, _, _ in rows:
         try:
-            if os.stat(source / path).st_mtime >= cutoff:
+            if os.stat(root + path).st_mtime >= cutoff:
                 recent.append(path)
         except OSError:
             recent.append(path)  # gone: the comparison below says so

@@ -1,0 +1,248 @@
+"""Steps the graph does not hold as edges, bridged by name at walk time.
+
+Calls through code the index never sees (generated at build time), and Python's untyped
+method calls and decorator registries, stay unresolved refs in the index. The walk
+(:class:`indexer.select.impact.ImpactWalker`, which mixes this class in and provides
+``index``) crosses them here, each with the ref's file:line as its evidence:
+
+- an aten op -> C++ calling its generated API (``at::addmm(...)``, ``self.t()``) and
+  Python calling its generated bindings (``torch._C._VariableFunctions.add``);
+- a Python method called by name -> the ``obj.m()`` calls that may be calls of it;
+- a decorated Python function -> the registry its decorator fills.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+
+if TYPE_CHECKING:
+    from indexer.query.index import Index
+    from indexer.select.impact import Reach
+
+IMPLICIT_METHODS = frozenset({"forward"})  # nn.Module.__call__ runs forward
+PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
+DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
+REGISTERS = "registers"  # a decorated definition -> the registry its decorator fills
+RARE_METHOD_DEFINITIONS = 3  # a method name defined this rarely is matched by name alone
+BATCH = 900
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """How a node was first reached: the edge, and the node it was reached from."""
+
+    prev: int
+    kind: str
+    src: int
+    dst: int
+    file_id: int | None
+    line: int
+
+
+def placeholders(values: list) -> str:
+    return ",".join("?" * len(values))
+
+
+class Bridges:
+    """Name-matched steps of the impact walk (see the module docstring)."""
+
+    index: Index
+
+    def __init__(self) -> None:
+        self._method_names: dict[str, int] = {}  # method name -> how many define it
+        self._users_of_file: dict[int, set[int]] = {}  # file -> files with edges into it
+
+    def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
+        """A decorated Python function registers itself somewhere (``@op.register_impl``,
+        ``@register_decomposition(aten.add)``): whoever calls through that registry runs
+        it. The registry is what the decorator names before its last attribute
+        (``vllm.ir.ops.rms_norm`` of ``vllm.ir.ops.rms_norm.register_impl``), or an op
+        the decorator's arguments name; impact flows forward to it."""
+        ids = [n for n in frontier if reach.kind.get(n) in DECORATED_KINDS]
+        found = []
+        conn = self.index.conn
+        decorated: dict[int, dict[int, int]] = {}  # file id -> node id -> its def line
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
+            for node_id, line, file_id in conn.execute(
+                f"SELECT id, line, file_id FROM nodes WHERE id IN ({placeholders(batch)})"
+                " AND attrs LIKE '%\"decorators\"%'",
+                batch,
+            ):
+                decorated.setdefault(file_id, {})[node_id] = line
+        for file_id, lines in decorated.items():
+            for node_id, line in lines.items():
+                for dst, ref_line, dst_kind, dst_file in conn.execute(
+                    "SELECT e.dst_id, e.line, d.kind, d.file_id FROM edges e"
+                    " JOIN nodes d ON d.id = e.dst_id"
+                    " WHERE e.src_id = ? AND e.line < ? AND d.kind = 'op'",
+                    (node_id, line),
+                ):
+                    step = Step(node_id, REGISTERS, node_id, dst, file_id, ref_line)
+                    found.append((dst, step, dst_kind, dst_file))
+            # refs has no index on src_id: read the file's unresolved dotted refs once.
+            for src, target, ref_line in conn.execute(
+                "SELECT r.src_id, r.target, r.line FROM refs r WHERE r.file_id = ?"
+                " AND r.scheme = 'py' AND r.target LIKE '%.%'"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                (file_id,),
+            ):
+                if src not in lines or ref_line >= lines[src]:
+                    continue  # not a decorator line of a reached definition
+                for dst, dst_kind, dst_file in self._registry_nodes(target):
+                    step = Step(src, REGISTERS, src, dst, file_id, ref_line)
+                    found.append((dst, step, dst_kind, dst_file))
+        return found
+
+    def _registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
+        """Definitions a decorator's dotted base may name: exactly, or re-exported from a
+        submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``)."""
+        base = target.rsplit(".", 1)[0]
+        if "." not in base:
+            return []
+        rows = self.index.conn.execute(
+            "SELECT id, kind, file_id FROM nodes WHERE qualname = ? AND kind != 'file'", (base,)
+        ).fetchall()
+        if rows:
+            return rows
+        package, _, name = base.rpartition(".")
+        return [
+            (node_id, kind, file_id)
+            for node_id, kind, file_id, qualname in self.index.conn.execute(
+                "SELECT id, kind, file_id, qualname FROM nodes WHERE name = ?"
+                " AND kind IN ('python_function', 'python_class')",
+                (name,),
+            )
+            if qualname.startswith(package + ".") and qualname.count(".") == base.count(".") + 1
+        ]
+
+    def _explicit_methods(self, frontier: list[int], reach: Reach) -> dict[int, str]:
+        """Python methods of the frontier that run only when called by name (``obj.m()``),
+        id -> name. The others run implicitly, through their class: dunders (``C(...)``
+        runs ``__init__``, ``c(...)`` runs ``__call__``), ``forward`` (``module(x)``),
+        properties."""
+        ids = [n for n in frontier if reach.kind.get(n) == NodeKind.PYTHON_FUNCTION.value]
+        explicit: dict[int, str] = {}
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
+            for node_id, name, attrs in self.index.conn.execute(
+                f"SELECT id, name, attrs FROM nodes WHERE id IN ({placeholders(batch)})"
+                " AND attrs LIKE '%\"method\":true%'",
+                batch,
+            ):
+                data = json.loads(attrs)
+                decorators = {d.rsplit(".", 1)[-1] for d in data.get("decorators") or ()}
+                implicit = (
+                    (name.startswith("__") and name.endswith("__"))
+                    or name in IMPLICIT_METHODS
+                    or bool(decorators & PROPERTY_DECORATORS)
+                )
+                if data.get("method") and not implicit:
+                    explicit[node_id] = name
+        return explicit
+
+    def _method_callers(self, methods: dict[int, str]) -> list[tuple[int, Step, str, int]]:
+        """Callers of methods by name: ``obj.m(...)`` with a receiver the index cannot
+        type stays an unresolved ``py`` ref ``.m``. Such a call is attributed to a method
+        ``m`` of class C when the calling file can see C: it is C's own file, or it uses
+        C's module (an import, reference or cover edge into that file), or few classes
+        define an ``m`` at all (a distinctive name)."""
+        found = []
+        conn = self.index.conn
+        for method_id, name in methods.items():
+            method_file = conn.execute(
+                "SELECT file_id FROM nodes WHERE id = ?", (method_id,)
+            ).fetchone()[0]
+            rare = self._definitions_named(name) <= RARE_METHOD_DEFINITIONS
+            users = None if rare else self._files_using(method_file)
+            for src, file_id, line, src_kind, src_file in conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target = ?"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                (name, f".{name}"),
+            ):
+                if users is not None and src_file != method_file and src_file not in users:
+                    continue
+                step = Step(method_id, EdgeKind.CALLS.value, src, method_id, file_id, line)
+                found.append((src, step, src_kind, src_file))
+        return found
+
+    def _definitions_named(self, name: str) -> int:
+        if name not in self._method_names:
+            self._method_names[name] = self.index.conn.execute(
+                "SELECT COUNT(*) FROM nodes WHERE name = ? AND kind = 'python_function'"
+                " AND attrs LIKE '%\"method\":true%'",
+                (name,),
+            ).fetchone()[0]
+        return self._method_names[name]
+
+    def _files_using(self, file_id: int) -> set[int]:
+        """Files with an edge into ``file_id``'s definitions (importing, naming, testing)."""
+        if file_id not in self._users_of_file:
+            self._users_of_file[file_id] = {
+                row[0]
+                for row in self.index.conn.execute(
+                    "SELECT DISTINCT e.file_id FROM edges e JOIN nodes d ON d.id = e.dst_id"
+                    " WHERE d.file_id = ? AND e.kind IN ('imports', 'references', 'covers',"
+                    " 'calls')",
+                    (file_id,),
+                )
+            }
+        return self._users_of_file[file_id]
+
+    def _dispatcher_callers(self, op_ids: list[int]) -> list[tuple[int, Step, str, int]]:
+        """Code calling aten ops through generated bindings the index never sees: C++'s
+        ``at::addmm(...)`` / ``self.t()`` (generated headers) and Python's
+        ``torch._C._VariableFunctions.add`` / ``torch._C.add`` / ``torch._VF.add``
+        (generated bindings). Such calls stay unresolved refs; they are matched to the
+        op by name."""
+        found = []
+        conn = self.index.conn
+        for op in self.index.nodes(op_ids):
+            if not op.qualname.startswith("aten::"):
+                continue
+            keys = [op.name, f"{op.name}_out", f"{op.name}_outf"]
+            for src, file_id, line, scheme, target, attrs, src_kind, src_file in conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, r.scheme, r.target, r.attrs, n.kind,"
+                " n.file_id FROM refs r JOIN nodes n ON n.id = r.src_id"
+                f" WHERE r.target_key IN ({placeholders(keys)}) AND r.scheme IN ('cpp', 'py')"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                keys,
+            ):
+                if scheme == "cpp" and _calls_op_api(target, attrs, keys):
+                    kind = EdgeKind.CALLS.value
+                elif scheme == "py" and target.endswith(_python_bindings(op.name)):
+                    kind = EdgeKind.REFERENCES.value
+                else:
+                    continue
+                found.append(
+                    (src, Step(op.id, kind, src, op.id, file_id, line), src_kind, src_file)
+                )
+        return found
+
+
+def _python_bindings(name: str) -> tuple[str, ...]:
+    return (f"._C.{name}", f"._C._VariableFunctions.{name}", f"._VF.{name}")
+
+
+_API_PREFIXES = ("at::", "torch::", "::at::", "c10::")
+_TENSOR_TYPES = frozenset({"Tensor", "TensorBase", "Tensor&", "TensorBase&"})
+
+
+def _calls_op_api(target: str, attrs: str | None, keys: list[str]) -> bool:
+    """Whether an unresolved call ``target`` may be the generated API of an op."""
+    head, _, last = target.rpartition("::")
+    if last.split("<", 1)[0] not in keys:
+        return False
+    if head:
+        return (head + "::").startswith(_API_PREFIXES)
+    receiver = json.loads(attrs).get("receiver") if attrs else None
+    if receiver is None:
+        return True  # an unqualified call or a method on an unknown type: may be the op
+    receiver = receiver.replace("const ", "").replace("at::", "").strip()
+    return receiver in _TENSOR_TYPES

@@ -1,0 +1,272 @@
+"""Placing C++ and CUDA changes: function bodies, namespace-scope lines, headers.
+
+A mixin of :class:`indexer.select.placement.Placer`, which provides ``index``,
+``files``, ``diff`` and the shared helpers (``_add``, ``_old_file``, ``_map_old``,
+``_everything_in``); this module holds what only C++ needs.
+"""
+
+from __future__ import annotations
+
+from indexer.extract.source import cpp_parser
+from indexer.graph.vocabulary import EdgeKind
+from indexer.paths import is_header, language_of
+from indexer.query.index import Node
+from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
+from indexer.select.diff import FileChange, Hunk
+from indexer.select.model import Entity
+from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN, FilePlacement, innermost
+
+HEADER_EVERYTHING_FILES = 1000  # includers beyond which a header change runs everything
+
+
+def _balanced(tokens: list, start: int, count: int) -> bool:
+    """Whether the code tokens on lines [start, start + count) never close more braces
+    than they open, and close all they open."""
+    depth = 0
+    for token in tokens:
+        if token.comment or token.start < start or token.end >= start + count:
+            continue
+        depth += (token.text == "{") - (token.text == "}")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+class CppPlacement:
+    """C++/CUDA placement (see the module docstring for what the host class provides)."""
+
+    _old_tokens: list | None = None
+
+    def _place_cpp(
+        self,
+        change: FileChange,
+        old: bytes | None,
+        new: bytes | None,
+        old_lines: list[int],
+        new_lines: list[int],
+        result: FilePlacement,
+        code: list[Hunk] | None = None,
+    ) -> None:
+        path = change.path
+        scope = Scope()
+        file_wide: list[str] = []
+        outside_new: set[int] = set()
+        new_nodes: list[Node] = []
+        if new_lines and new is not None:
+            new_nodes = self.index.nodes_in_file(path)
+            functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
+            tree = cpp_parser().parse(new)
+            broken = error_lines(tree, new)
+            for line in new_lines:
+                function = innermost(functions, line)
+                if line in broken or (
+                    function is not None
+                    and broken.intersection(range(function.line, function.end_line + 1))
+                ):
+                    file_wide.append(f"line {line} is in code tree-sitter cannot fully parse")
+                if function is not None:
+                    self._add(result, [function], path, line, f"changed line {line} is in its body")
+                else:
+                    outside_new.add(line)
+            if outside_new:
+                scope.merge(outside_scope(tree, outside_new))
+                self._at_lines(path, new_nodes, outside_new, result)
+            old_lines = self._outside_kept_bodies(path, functions, code or [], old_lines, result)
+        if old_lines and old is not None:
+            language = language_of(change.old_path or path)
+            old_file = self._old_file(change, language, old)
+            old_tree = cpp_parser().parse(old)
+            broken = error_lines(old_tree, old)
+            if old_file.error:
+                file_wide.append(f"the base version could not be extracted ({old_file.error})")
+            functions = [fact for fact in old_file.nodes[1:] if fact.kind in FUNCTION_KINDS]
+            outside_old: set[int] = set()
+            for line in old_lines:
+                fact = innermost(functions, line)
+                if line in broken or (
+                    fact is not None and broken.intersection(range(fact.line, fact.end_line + 1))
+                ):
+                    file_wide.append(f"base line {line} is in code tree-sitter cannot fully parse")
+                if fact is not None:
+                    self._map_old(change, fact, line, result, "deleted or replaced line")
+                else:
+                    outside_old.add(line)
+            if outside_old:
+                scope.merge(outside_scope(old_tree, outside_old))
+                for fact in old_file.nodes[1:]:
+                    if fact.kind not in FUNCTION_KINDS and any(
+                        fact.line <= line <= fact.end_line for line in outside_old
+                    ):
+                        self._map_old(change, fact, fact.line, result, "changed definition")
+        if (
+            not (outside_new or scope.names or scope.undecidable or scope.unplaced)
+            and not file_wide
+        ):
+            return
+        lines_outside = sorted(outside_new) or old_lines
+        first = lines_outside[0] if lines_outside else 1
+        file_wide += scope.undecidable
+        if scope.unplaced and not result.entities:
+            file_wide.append(f"namespace-scope statement at line {scope.unplaced[0]}")
+        if is_header(path):
+            self._header(change, scope, file_wide, first, new_nodes, result)
+            return
+        if file_wide:
+            self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), first, result)
+            return
+        self._mentions(path, new, scope.names, first, new_nodes, result)
+
+    def _outside_kept_bodies(
+        self,
+        path: str,
+        functions: list[Node],
+        code: list[Hunk],
+        old_lines: list[int],
+        result: FilePlacement,
+    ) -> list[int]:
+        """The old lines that need the base version extracted.
+
+        A hunk strictly inside a function body on the new side (its header before the
+        hunk and its closing brace after it, both unchanged) was inside the same body at
+        the base too, provided its old side keeps the braces balanced: those old lines
+        are that function, no base extraction needed (the costly part on big files).
+        """
+        tokens = self._old_tokens
+        if tokens is None:
+            return old_lines
+        settled: set[int] = set()
+        for hunk in code:
+            if not hunk.old_count:
+                continue
+            first = hunk.new_start if hunk.new_count else hunk.new_start + 1
+            last = hunk.new_start + hunk.new_count - 1 if hunk.new_count else hunk.new_start
+            body = [f for f in functions if f.line < first and last < f.end_line]
+            if not body or not _balanced(tokens, hunk.old_start, hunk.old_count):
+                continue
+            function = min(body, key=lambda f: f.end_line - f.line)
+            settled.update(hunk.old_lines)
+            reason = f"base lines {hunk.old_start}-{hunk.old_start + hunk.old_count - 1} in its body changed"
+            self._add(result, [function], path, function.line, reason)
+        return [line for line in old_lines if line not in settled]
+
+    def _at_lines(
+        self, path: str, nodes: list[Node], lines: set[int], result: FilePlacement
+    ) -> None:
+        """Definitions made on changed namespace-scope lines (a stub, an op schema, a
+        binding) and the users of edges evidenced there (a registration's op or stub)."""
+        for node in nodes:
+            if node.kind in FUNCTION_KINDS or node.kind == "file":
+                continue
+            hit = [line for line in lines if node.line <= line <= node.end_line]
+            if hit:
+                self._add(result, [node], path, hit[0], f"changed line {hit[0]} defines it")
+        file_id = self.files[path][0]
+        ordered = sorted(lines)
+        for start in range(0, len(ordered), 900):
+            batch = ordered[start : start + 900]
+            rows = self.index.conn.execute(
+                "SELECT DISTINCT e.src_id, e.line, e.kind FROM edges e"
+                f" WHERE e.file_id = ? AND e.line IN ({','.join('?' * len(batch))})",
+                [file_id, *batch],
+            ).fetchall()
+            srcs = self.index.nodes(row[0] for row in rows)
+            line_of = {row[0]: (row[1], row[2]) for row in rows}
+            for node in srcs:
+                if node.kind == "file":
+                    continue
+                line, kind = line_of[node.id]
+                self._add(
+                    result, [node], path, line, f"its {kind} edge is made at changed line {line}"
+                )
+
+    def _mentions(
+        self,
+        path: str,
+        new: bytes | None,
+        names: set[str],
+        line: int,
+        nodes: list[Node],
+        result: FilePlacement,
+    ) -> list[Node]:
+        """Functions of ``path`` that mention one of ``names``."""
+        if not names or new is None:
+            return []
+        text = new.split(b"\n")
+        users = []
+        for node in nodes or self.index.nodes_in_file(path):
+            if node.kind not in FUNCTION_KINDS:
+                continue
+            body = b"\n".join(text[node.line - 1 : node.end_line])
+            if names & identifiers(body):
+                users.append(node)
+        shown = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
+        if users:
+            self._add(result, users, path, line, f"mentions {shown}, changed at line {line}")
+        elif not is_header(path):  # a header's names are its includers' business
+            result.notes.append(
+                f"{path}:{line}: the changed names ({shown}) are used by no function of the file"
+            )
+        return users
+
+    def _header(
+        self,
+        change: FileChange,
+        scope: Scope,
+        file_wide: list[str],
+        line: int,
+        nodes: list[Node],
+        result: FilePlacement,
+    ) -> None:
+        path = change.path
+        if file_wide:
+            self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), line, result)
+        else:
+            self._mentions(path, self.diff.new_side(change), scope.names, line, nodes, result)
+        includers = self._includers(path)
+        if len(includers) > HEADER_EVERYTHING_FILES:
+            result.everything = (
+                f"{path} is a header changed outside any function and {len(includers)} files "
+                f"include it (more than {HEADER_EVERYTHING_FILES}): running everything rather "
+                "than walking from all of them"
+            )
+            return
+        if not includers:
+            result.everything = (
+                f"{path} is a header changed outside any function and no indexed file "
+                "includes it: its users are outside the index"
+            )
+            return
+        ids = self._ids_in_files(includers)
+        result.entities.append(
+            Entity(
+                f"everything in {len(includers)} files including {path}",
+                "group",
+                f"{path}:{line}",
+                "header changed outside any function: every file that includes it, "
+                f"transitively (e.g. {', '.join(sorted(includers)[:3])})",
+                ids,
+                members=sorted(includers)[:MEMBERS_SHOWN],
+            )
+        )
+
+    def _includers(self, path: str) -> set[str]:
+        """Files including ``path``, transitively (reverse ``includes`` edges)."""
+        file_nodes = [n.id for n in self.index.nodes_in_file(path, ["file"])]
+        reached = self.index.walk(file_nodes, "in", [EdgeKind.INCLUDES.value])
+        nodes = self.index.nodes(node_id for node_id in reached if node_id not in file_nodes)
+        return {node.path for node in nodes}
+
+    def _ids_in_files(self, paths: set[str]) -> list[int]:
+        ids: list[int] = []
+        ordered = sorted(paths)
+        for start in range(0, len(ordered), 900):
+            batch = ordered[start : start + 900]
+            ids.extend(
+                row[0]
+                for row in self.index.conn.execute(
+                    "SELECT n.id FROM nodes n JOIN files f ON f.id = n.file_id"
+                    f" WHERE n.kind != 'file' AND f.path IN ({','.join('?' * len(batch))})",
+                    batch,
+                )
+            )
+        return ids

@@ -1,0 +1,31 @@
+"""What placing one changed file yields, and the span lookups placement uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from indexer.graph.vocabulary import NodeKind
+from indexer.select.model import ChangedFile, Entity
+
+FUNCTION_KINDS = frozenset({NodeKind.CPP_FUNCTION.value, NodeKind.CUDA_KERNEL.value})
+MEMBERS_SHOWN = 20  # qualnames listed for a group entity in reports
+
+
+@dataclass
+class FilePlacement:
+    changed: ChangedFile
+    entities: list[Entity] = field(default_factory=list)
+    test_files: list[str] = field(default_factory=list)  # test files selected as such
+    everything: str | None = None  # why this file selects every test
+    notes: list[str] = field(default_factory=list)
+    mapped: set[tuple] = field(default_factory=set)  # base definitions already placed
+
+
+def innermost(nodes: list, line: int):
+    best = None
+    for node in nodes:
+        if node.line <= line <= node.end_line and (
+            best is None or node.end_line - node.line < best.end_line - best.line
+        ):
+            best = node
+    return best
