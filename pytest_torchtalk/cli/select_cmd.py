@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from indexer.select.engine import select_tests
-from indexer.select.report import chain_text, selection_to_dict, summary_lines
-from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
 
 
@@ -31,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every torchtalk command builds the parser, only this one selects.
+    from indexer.select.engine import select_tests
+    from indexer.select.report import chain_text, selection_to_dict, summary_lines
+    from indexer.workspace import Workspace
+
     workspace = Workspace.resolve(args.source, args.harness)
     selection = select_tests(workspace, args.base, update=not args.no_update)
     if args.json:
