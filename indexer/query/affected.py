@@ -94,7 +94,7 @@ def affected(index: Index, funcs: Iterable[str] | str, depth: int | None = None)
         f"(of {len(tests)} test files)"
     )
     for path in sorted(by_file):
-        first = min(by_file[path], key=lambda n: len(reach.chain(n)))
+        first = min(by_file[path], key=lambda n: reach.depth.get(n, 0))
         reason = reason_for(index, reach, first, entities, paths)
         answer.items.append(
             Item(

@@ -222,13 +222,7 @@ def _fallbacks(
             return
         first = len(selection.entities)
         selection.entities += added
-        more = walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids})
-        for node_id, step in more.steps.items():
-            if node_id not in reach.steps:
-                reach.steps[node_id] = step
-                reach.origin[node_id] = more.origin[node_id]
-                reach.kind[node_id] = more.kind[node_id]
-                reach.file_id[node_id] = more.file_id[node_id]
+        reach.merge(walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids}))
         credited |= {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
 
 
@@ -259,7 +253,7 @@ def _collect(
         selected.reasons.append(Reason(path, f"{path}:1", note=reason))
     for path, node_ids in sorted(by_file.items()):
         selected = selection.files.setdefault(path, SelectedFile(path))
-        first = min(node_ids, key=lambda n: len(reach.chain(n)))
+        first = min(node_ids, key=lambda n: reach.depth.get(n, 0))
         selected.reasons.append(reason_for(index, reach, first, selection.entities, paths))
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))

@@ -64,6 +64,25 @@ class Reach:
     # Modules whose import runs changed code: changed at module level, or importing one
     # that is. A module merely naming a changed definition affects its names' users only.
     import_live: set[int] = field(default_factory=set)
+    depth: dict[int, int] = field(default_factory=dict)  # hops from a start (absent: 0)
+
+    def merge(self, other: Reach) -> None:
+        """Add what ``other`` reached and this did not; chains stay paths of real steps."""
+        for node_id, step in other.steps.items():
+            if node_id in self.steps:
+                continue
+            self.steps[node_id] = step
+            self.kind[node_id] = other.kind[node_id]
+            self.file_id[node_id] = other.file_id[node_id]
+            self.depth[node_id] = other.depth.get(node_id, 0)
+            self.origin[node_id] = other.origin[node_id]
+        for node_id in other.steps:
+            # A chain now runs through this walk's steps where the two meet: credit it
+            # to the entity it really starts from.
+            chain = self.chain(node_id)
+            start = chain[0].prev if chain else node_id
+            self.origin[node_id] = self.origin.get(start, self.origin[node_id])
+        self.import_live |= other.import_live
 
     def chain(self, node_id: int) -> list[Step]:
         """The steps from a start node out to ``node_id``."""
@@ -164,6 +183,7 @@ class ImpactWalker(Bridges):
                 if node_id in reach.steps:
                     continue
                 reach.steps[node_id] = step
+                reach.depth[node_id] = depth
                 reach.origin[node_id] = reach.origin[step.prev]
                 reach.kind[node_id] = kind
                 reach.file_id[node_id] = file_id
