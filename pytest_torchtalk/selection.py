@@ -97,9 +97,12 @@ class AffectedSelection:
 
     def _compute(self) -> Selection:
         config = self.config
-        source = _option(config, "--torchtalk-source", "torchtalk_source") or str(config.rootpath)
-        if not os.path.isabs(source):
-            source = str(config.rootpath / source)
+        # --torchtalk-source is relative to where pytest runs, the ini value to the rootdir.
+        option = config.getoption("--torchtalk-source")
+        if option:
+            source = str(config.invocation_params.dir / option)
+        else:
+            source = str(config.rootpath / (config.getini("torchtalk_source") or "."))
         harness = _option(config, "--torchtalk-harness", "torchtalk_harness")
         base = _option(config, "--torchtalk-base", "torchtalk_base")
         try:

@@ -59,6 +59,8 @@ class TestScope:
     or None for every variant.
     """
 
+    __test__ = False  # not a pytest test class, despite its name
+
     cls: str | None
     function: str | None
     opinfos: list[str] | None = None
