@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from indexer.build import build_index, build_lock, count_by_kind, files_fingerprint
+from indexer.build import build_index, build_lock, files_fingerprint
 from indexer.extract.discover import SourceEntry, discover
 from indexer.extract.pipeline import content_hash, extract_all
 from indexer.gitinfo import head_commit
@@ -45,6 +45,7 @@ from indexer.store.db import (
     read_meta,
     write_meta,
 )
+from indexer.update_counts import Ledger
 from indexer.workspace import Workspace
 
 INCLUDE_EDGE = "includes"
@@ -176,27 +177,6 @@ def _ids(conn: sqlite3.Connection, sql: str, values: list) -> set[int]:
     return found
 
 
-def link_stats_sql(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-    """The linker's per-scheme counts, recomputed from the tables: a ref with no edge is
-    unresolved, one whose edges carry an ``ambiguous`` mark is ambiguous (as the linker
-    marks them), any other resolved."""
-    stats: dict[str, dict[str, int]] = {}
-    for scheme, refs, resolved, ambiguous, unresolved in conn.execute(
-        "SELECT r.scheme, COUNT(*), SUM(d.amb = 0), SUM(d.amb > 0), SUM(d.amb IS NULL)"
-        " FROM refs r LEFT JOIN (SELECT ref_id,"
-        " MAX(COALESCE(instr(attrs, '\"ambiguous\":'), 0)) AS amb FROM edges"
-        " WHERE ref_id IS NOT NULL GROUP BY ref_id) d ON d.ref_id = r.id"
-        " WHERE r.target_id IS NULL GROUP BY r.scheme ORDER BY r.scheme"
-    ):
-        stats[scheme] = {
-            "refs": refs,
-            "resolved": resolved or 0,
-            "ambiguous": ambiguous or 0,
-            "unresolved": unresolved or 0,
-        }
-    return stats
-
-
 def _orphan_warning(orphans: set[str]) -> str:
     sample = sorted(orphans)[:SAMPLE_PATHS]
     more = f" (and {len(orphans) - len(sample)} more)" if len(orphans) > len(sample) else ""
@@ -303,9 +283,12 @@ def update_index(
                 conn = connect_writable(tmp)
                 try:
                     conn.execute("BEGIN")
+                    ledger = Ledger(meta)
                     if changes:
-                        _apply(conn, workspace, meta, changes, result, jobs, show_progress, lap)
-                    _refresh_meta(conn, workspace, meta, head, result)
+                        _apply(
+                            conn, workspace, meta, ledger, changes, result, jobs, show_progress, lap
+                        )
+                    _refresh_meta(conn, workspace, meta, head, result, ledger)
                     conn.execute("COMMIT")
                 finally:
                     conn.close()
@@ -324,6 +307,7 @@ def _apply(
     conn: sqlite3.Connection,
     workspace: Workspace,
     meta: dict[str, str],
+    ledger: Ledger,
     changes: Changes,
     result: UpdateResult,
     jobs: int | None,
@@ -342,6 +326,7 @@ def _apply(
     old_ids = list(_file_ids(conn, evict).values())
     changed.collect(conn, old_ids, watch)
     touching = refs_touching(conn, old_ids)
+    ledger.before_evict(conn, old_ids, touching)
     for path in evict:
         evict_file(conn, path)
     lap("evict_s")
@@ -364,11 +349,13 @@ def _apply(
         conn, "SELECT id FROM refs WHERE target_id IS NULL AND id IN ({})", sorted(touching)
     )
     redo -= relink
+    ledger.before_unlink(conn, redo, touching)
     for batch in batches(sorted(redo)):
         conn.execute(f"DELETE FROM edges WHERE ref_id IN ({','.join('?' * len(batch))})", batch)
     relink |= redo
     lap("unlink_s")
     link(conn, sorted(relink))
+    ledger.after_link(conn, new_ids, relink)
     result.relinked_refs = len(relink)
     result.full_relink_schemes = whole
     lap("link_s")
@@ -387,8 +374,10 @@ def _refresh_meta(
     old: dict[str, str],
     head: str,
     result: UpdateResult,
+    ledger: Ledger,
 ) -> None:
     shas = list(conn.execute("SELECT path, sha FROM files"))
+    counts, link_stats = ledger.result(conn)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_meta(
         conn,
@@ -399,11 +388,8 @@ def _refresh_meta(
             "git_commit": head,
             "files_fingerprint": files_fingerprint(shas),
             "built_at": now,
-            "counts": {
-                "nodes": count_by_kind(conn, "nodes"),
-                "edges": count_by_kind(conn, "edges"),
-            },
-            "link_stats": link_stats_sql(conn),
+            "counts": counts,
+            "link_stats": link_stats,
             "files": len(shas),
             "file_errors": conn.execute(
                 "SELECT COUNT(*) FROM files WHERE error IS NOT NULL"

@@ -187,7 +187,13 @@ def _parse_sums(path: Path) -> dict[str, str]:
 def _unpack(archive: Path, staged: Path) -> None:
     seen: set[str] = set()
     hashes: dict[str, str] = {}
-    with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz", bufsize=_CHUNK) as tar:
+    # gzip.GzipFile decompresses in bounded pieces; tarfile's own "r|gz" re-slices one
+    # large decompressed buffer per read, which is quadratic on a big member.
+    with (
+        open(archive, "rb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="rb") as unzipped,
+        tarfile.open(fileobj=unzipped, mode="r|", bufsize=_CHUNK) as tar,
+    ):
         for member in tar:
             name = _check_member(member, seen)
             stream = tar.extractfile(member)
