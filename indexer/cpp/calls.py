@@ -15,6 +15,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from indexer.cpp.names import is_macro_name, split_qualified, strip_templates
+from indexer.extract.source import cpp_parser
 from indexer.graph.facts import FileFacts, RefFact
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 
@@ -28,6 +29,13 @@ _KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
 _LAUNCH_HELPER = re.compile(r"launch", re.I)
 _CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
 _DECLARATIONS = ("declaration", "parameter_declaration", "optional_parameter_declaration")
+_NEWLINE = re.compile(rb"\n")
+_BLANKS = (b" ", b"\t", b"\n", b"\r")
+_LANGUAGE = cpp_parser().language
+_IDENTIFIER = _LANGUAGE.id_for_node_kind("identifier", True)
+_QUALIFIED = _LANGUAGE.id_for_node_kind("qualified_identifier", True)
+_TEMPLATE_FUNCTION = _LANGUAGE.id_for_node_kind("template_function", True)
+_FIELD = _LANGUAGE.id_for_node_kind("field_expression", True)
 
 
 class Caller:
@@ -38,6 +46,7 @@ class Caller:
     """
 
     __slots__ = (
+        "_by_nargs",
         "_by_receiver",
         "_launch",
         "end",
@@ -67,6 +76,7 @@ class Caller:
         self.member: dict[str, object] = {**self.plain, "member": True}
         self._launch: dict[str, object] | None = None
         self._by_receiver: dict[str, dict[str, object]] = {}
+        self._by_nargs: dict[tuple[int, int], dict[str, object]] = {}
 
     def set_usings(self, usings: list[str]) -> None:
         if usings:
@@ -78,6 +88,13 @@ class Caller:
         if attrs is None:
             attrs = self._by_receiver[receiver] = {**self.plain, "receiver": receiver}
         return attrs
+
+    def with_nargs(self, attrs: dict[str, object], nargs: int) -> dict[str, object]:
+        key = (id(attrs), nargs)
+        counted = self._by_nargs.get(key)
+        if counted is None:
+            counted = self._by_nargs[key] = {**attrs, "nargs": nargs}
+        return counted
 
     def launch(self) -> dict[str, object]:
         if self._launch is None:
@@ -171,33 +188,48 @@ class CallSites:
         self.variable_types[key] = written
         return written
 
-    def add_calls(self, callees: list[Node], kernel_helpers: bool) -> None:
+    def add_calls(
+        self, callees: list[Node], argument_lists: list[Node], kernel_helpers: bool
+    ) -> None:
+        """One ref per callee. Node attributes are costly from Python (``type`` builds a
+        string, siblings are found from the parent), so kinds are compared by id, member
+        expressions are read from the text, argument lists come from the query, and lines
+        from a table of newline offsets."""
         data = self.data
         refs = self.facts.refs
         aliases = self.aliases
         launch_ends = self.launch_ends
         variables = self.variables
         line_map = self.line_map
+        callers = self.callers
+        starts = self.starts
+        newlines = [match.start() for match in _NEWLINE.finditer(data)]
+        arguments_at = {node.start_byte: node for node in argument_lists}
         for callee in callees:
             start = callee.start_byte
-            caller = self.caller_at(start)
+            index = bisect_right(starts, start) - 1
+            if index < 0:
+                continue
+            caller: Caller | None = callers[index]
+            while caller is not None and start >= caller.end:
+                caller = caller.outer
             if caller is None:
                 continue  # namespace scope: macros and static initializers
             end = callee.end_byte
-            kind = callee.type
+            kind = callee.kind_id
             launch = end in launch_ends if launch_ends else False
             attrs = caller.plain
-            if kind == "identifier":
+            if kind == _IDENTIFIER:
                 written = data[start:end]
                 target = written.decode("utf-8", "replace")
-                if is_macro_name(target):
+                if target.isupper() and is_macro_name(target):
                     continue
                 if not launch and written in variables:
                     receiver = self.variable_type(written, start, caller)
                     if receiver is not None:  # an object called: its operator()
                         attrs = caller.receiver(receiver)
                         target = "operator()"
-            elif kind == "qualified_identifier" or kind == "template_function":
+            elif kind in (_QUALIFIED, _TEMPLATE_FUNCTION):
                 target = data[start:end].decode("utf-8", "replace")
                 if target.startswith(_CASTS):
                     continue
@@ -207,41 +239,48 @@ class CallSites:
                     head, sep, rest = target.partition("::")
                     if sep and head in aliases:
                         target = f"{aliases[head]}::{rest}"
-            elif kind == "field_expression":
-                field = callee.child_by_field_name("field")
-                if field is None:
+            elif kind == _FIELD:
+                text = data[start:end].decode("utf-8", "replace")
+                dot = text.rfind(".")
+                arrow = text.rfind("->")
+                if arrow > dot:
+                    object_text, target = text[:arrow], text[arrow + 2 :]
+                elif dot >= 0:
+                    object_text, target = text[:dot], text[dot + 1 :]
+                else:
                     continue
-                target = data[field.start_byte : field.end_byte].decode("utf-8", "replace")
-                if "<" in target:
-                    target = strip_templates(target)
+                target = target.strip()
                 if target.startswith("template"):
                     target = target[8:].strip()
-                receiver_node = callee.child_by_field_name("argument")
+                if "<" in target:
+                    target = strip_templates(target)
+                object_text = object_text.strip()
                 receiver = None
-                if receiver_node is not None:
-                    receiver_kind = receiver_node.type
-                    if receiver_kind == "this":
-                        receiver = caller.this_class
-                    elif receiver_kind == "identifier":
-                        name = data[receiver_node.start_byte : receiver_node.end_byte]
-                        if name in variables:
-                            receiver = self.variable_type(name, start, caller)
+                if object_text == "this":
+                    receiver = caller.this_class
+                elif variables and object_text.isidentifier():
+                    name = object_text.encode()
+                    if name in variables:
+                        receiver = self.variable_type(name, start, caller)
                 attrs = caller.receiver(receiver) if receiver is not None else caller.member
             else:
                 continue  # (*fn)(...), lambda(...)(...), f()(...): no name to resolve
-            row = callee.start_point[0]
+            row = bisect_right(newlines, start)
             line = line_map[row] if line_map is not None else row + 1
             if launch:
                 refs.append(
                     RefFact(caller.local, _LAUNCHES, _CPP, target, line, None, caller.launch())
                 )
                 continue
-            arguments = callee.next_named_sibling
+            after = end
+            while data[after : after + 1] in _BLANKS:
+                after += 1
+            arguments = arguments_at.get(after)
             if arguments is not None:
                 # The argument count picks among overloads at link time.
-                attrs = {**attrs, "nargs": arguments.named_child_count}
+                attrs = caller.with_nargs(attrs, arguments.named_child_count)
                 if kernel_helpers and _LAUNCH_HELPER.search(target):
-                    self.helper_arguments.add(arguments.start_byte)
+                    self.helper_arguments.add(after)
             refs.append(RefFact(caller.local, _CALLS, _CPP, target, line, None, attrs))
 
     def add_kernel_arguments(self, arguments: list[Node], kernel_names: set[str]) -> None:

@@ -11,9 +11,10 @@ extracted from a second, synthetic buffer whose lines map back to the uses.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from tree_sitter import Query, QueryCursor
@@ -37,10 +38,9 @@ _QUERY = """
 (namespace_definition) @ns
 (class_specifier body: (_)) @cls
 (struct_specifier body: (_)) @cls
-(union_specifier body: (_)) @cls
 (function_definition) @fn
-(template_declaration (function_definition)) @template
 (call_expression function: (_) @callee)
+(call_expression arguments: (argument_list) @args)
 (using_declaration "namespace" (_) @using)
 (namespace_alias_definition) @alias
 (preproc_include path: (_) @include)
@@ -66,6 +66,7 @@ _queries: dict[bool, Query] = {}
 _queries_lock = threading.Lock()
 _STATIC = re.compile(rb"\bstatic\b")
 _DISPATCH = b"DISPATCH"
+_NEWLINE = re.compile(rb"\n")
 
 
 def _query(cuda: bool) -> Query:
@@ -98,7 +99,8 @@ class CppExtractor:
         return src.language in ("cpp", "cuda")
 
     def extract(self, src: SourceFile, facts: FileFacts) -> None:
-        src.text  # noqa: B018 - decoding records a non-UTF-8 file on src.decode_error
+        if not src.data.isascii():
+            src.text  # noqa: B018 - decoding records a non-UTF-8 file on src.decode_error
         _Extraction(self, src, facts).run()
 
 
@@ -125,9 +127,10 @@ class _Extraction:
         self.usings: list[tuple[int, int, str]] = []  # (start, end of its scope, namespace)
         self.aliases: dict[str, str] = {}
         # Shared with the file's own extraction when expanding its macros.
-        self.defined: dict[tuple[str, str], int] = parent.defined if parent else {}
+        # (qualname, signature, specialization) -> node: a definition seen again (in another
+        # #if branch) is the same function.
+        self.defined: dict[tuple[str, str, str | None], int] = parent.defined if parent else {}
         self.classes: dict[str, int] = parent.classes if parent else {}
-        self.template_ends: set[int] = set()
 
     def text(self, node: Node) -> str:
         return self.data[node.start_byte : node.end_byte].decode("utf-8", "replace")
@@ -147,7 +150,6 @@ class _Extraction:
                 add_include_ref(
                     self.facts, self.text(node), node.start_point[0] + 1, self.extractor.roots
                 )
-        self.template_ends = {node.end_byte for node in captures.get("template", ())}
         regions = nest(
             self.data, captures.get("ns", []), captures.get("cls", []), captures.get("fn", [])
         )
@@ -173,7 +175,7 @@ class _Extraction:
             self.data, self.facts, self.callers, self.aliases, prepared.launch_at, self.line_map
         )
         sites.add_variables(captures.get("var", []))
-        sites.add_calls(captures.get("callee", []), "karg" in captures)
+        sites.add_calls(captures.get("callee", []), captures.get("args", []), "karg" in captures)
         if "karg" in captures:
             sites.add_kernel_arguments(captures["karg"], self.kernel_names)
         if not expansion and "define" in captures:
@@ -278,7 +280,7 @@ class _Extraction:
             and _STATIC.search(self.data, node.start_byte, shape.declarator_start)
         ):
             attrs["static"] = True  # internal linkage: visible from its own file only
-        if region.end in self.template_ends:  # a template ends where its function ends
+        if self._after_template_parameters(node.start_byte):
             attrs["template"] = True
         if region.owner is not None and region.owner.local:
             parent = region.owner.local
@@ -289,7 +291,15 @@ class _Extraction:
         line = self.line(node.start_point[0])
         end_line = line if self.line_map is not None else node.end_point[0] + 1
         this_class = "::".join(ref_scope) if member and ref_scope else None
-        local = self.defined.get((qualname, shape.signature))
+        specialization = shape.specialization
+        owner = region.owner
+        while owner is not None and specialization is None:
+            specialization = owner.specialization
+            owner = owner.owner
+        if specialization:
+            attrs["specialization"] = specialization
+        identity = (qualname, shape.signature, specialization)
+        local = self.defined.get(identity)
         if local is not None:
             # The same definition again in another #if branch: one function, several bodies.
             self.facts.nodes[local].attrs.setdefault("alt_lines", []).append([line, end_line])
@@ -305,10 +315,20 @@ class _Extraction:
                 arity=list(shape.arity),
                 **attrs,
             )
-            self.defined[(qualname, shape.signature)] = local
+            self.defined[identity] = local
             self.facts.add_local_edge(parent, local, EdgeKind.CONTAINS.value, line)
         region.caller = Caller(region.start, region.end, local, ref_scope, this_class, outer_caller)
         self.callers.append(region.caller)
+
+    def _after_template_parameters(self, start: int) -> bool:
+        """Whether a definition follows ``template <...>`` (cheaper than asking the tree)."""
+        data = self.data
+        while start > 0 and data[start - 1] in b" \t\r\n":
+            start -= 1
+        if start == 0 or data[start - 1] != 62:  # '>'
+            return False
+        line = data[data.rfind(b"\n", 0, start) + 1 : start].lstrip()
+        return not line.startswith((b"#", b"//"))  # not `#include <x.h>` or a comment
 
     def _marked(self, offsets: list[int], name_start: int) -> bool:
         """Whether a blanked qualifier (``__global__``...) belongs to the declaration whose
@@ -347,26 +367,24 @@ class _Extraction:
         text = self.data.decode("latin-1")  # one character per byte: offsets stay byte offsets
         lines: list[str] = []
         line_map: list[int] = []
+        bodies = sorted((caller.start, caller.end) for caller in self.callers)
+        body_starts = [start for start, _ in bodies]
+        reach = list(itertools.accumulate((end for _, end in bodies), max))
+        newlines = [match.start() for match in _NEWLINE.finditer(self.data)]
         for start, _, expansion in expander.uses(text):
-            caller = self._caller_around(start)
-            if caller is not None:
+            index = bisect_right(body_starts, start) - 1
+            if index >= 0 and start < reach[index]:
                 continue  # a use inside a function body defines nothing at namespace scope
             scope = _scope_at(outer, start, namespaces_only=False)
             opening = "".join(
                 "namespace { " if part == ANONYMOUS else f"namespace {part} {{ " for part in scope
             )
             lines.append(opening + " ".join(expansion.split("\n")) + " }" * len(scope))
-            line_map.append(text.count("\n", 0, start) + 1)
+            line_map.append(bisect_right(newlines, start) + 1)
         if not lines:
             return
         synthetic = SourceFile(self.src.path, "\n".join(lines).encode("latin-1"), self.src.language)
         _Extraction(self.extractor, synthetic, self.facts, line_map, self).run()
-
-    def _caller_around(self, offset: int) -> Caller | None:
-        for caller in self.callers:
-            if caller.start <= offset < caller.end:
-                return caller
-        return None
 
 
 def _scope_at(regions: list[Region], offset: int, namespaces_only: bool) -> list[str]:

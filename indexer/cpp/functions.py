@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from indexer.cpp import macros
-from indexer.cpp.names import arity, is_macro_name, signature_key, split_qualified
+from indexer.cpp.names import is_macro_name, parameters, split_qualified
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -41,6 +41,7 @@ class Shape:
     declarator_start: int
     macro: str | None = None  # the macro that wrote it, if any
     macro_arguments: list[str] | None = None
+    specialization: str | None = None  # the name with its template arguments, if written
 
 
 def _text(data: bytes, node: Node) -> str:
@@ -67,14 +68,8 @@ def describe(node: Node, data: bytes) -> Shape | None:
         components = split_qualified(text[:cut])
         if not components:
             return None
-        constness = "const" if "const" in text[close:] else ""
-        return Shape(
-            components,
-            signature_key(params, constness),
-            arity(params),
-            declarator.start_byte,
-            declarator.start_byte,
-        )
+        signature, bounds = parameters(params, "const" if "const" in text[close:] else "")
+        return Shape(components, signature, bounds, declarator.start_byte, declarator.start_byte)
     if declarator.type != "function_declarator":
         return None
     name_node = declarator.child_by_field_name("declarator")
@@ -83,13 +78,8 @@ def describe(node: Node, data: bytes) -> Shape | None:
         return None
     params = _text(data, params_node)
     trailing = data[params_node.end_byte : declarator.end_byte]
-    shape = Shape(
-        [],
-        signature_key(params, "const" if _CONST.search(trailing) else ""),
-        arity(params),
-        name_node.start_byte,
-        declarator.start_byte,
-    )
+    signature, bounds = parameters(params, "const" if _CONST.search(trailing) else "")
+    shape = Shape([], signature, bounds, name_node.start_byte, declarator.start_byte)
     if name_node.type == "function_declarator":  # MACRO(args) (params) {...}
         macro_node = name_node.child_by_field_name("declarator")
         arguments_node = name_node.child_by_field_name("parameters")
@@ -108,6 +98,8 @@ def describe(node: Node, data: bytes) -> Shape | None:
         shape.macro_arguments = macros.split_arguments(params[1:-1])
         return shape
     shape.components = split_qualified(name)
+    if "<" in name and not shape.components[-1].startswith("operator"):
+        shape.specialization = " ".join(name.split())  # Vectorized<float>::loadu
     return shape if shape.components else None
 
 

@@ -8,6 +8,7 @@ ANONYMOUS = "(anonymous)"
 
 _SPACES = re.compile(r"\s+")
 _COMMA = re.compile(r"\s*,\s*")
+_GROUPING = re.compile(r"[<>()\[\]{},]")
 _MACRO_NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 # A parameter's name: an identifier after some type text, before ',' (or an array suffix).
@@ -78,14 +79,16 @@ def _split_top_level(text: str) -> list[str]:
     parts: list[str] = []
     depth = 0
     start = 0
-    for i, char in enumerate(text):
-        if char in "<([{":
+    for match in _GROUPING.finditer(text):
+        char = match.group()
+        if char == ",":
+            if depth == 0:
+                parts.append(text[start : match.start()])
+                start = match.end()
+        elif char in "<([{":
             depth += 1
-        elif char in ">)]}":
+        else:
             depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
     parts.append(text[start:])
     return parts
 
@@ -140,3 +143,38 @@ def arity(parameters: str) -> tuple[int, int]:
     most = len(parts)
     fewest = sum(1 for part in parts if "=" not in part and "..." not in part)
     return fewest, (-1 if "..." in parts[-1] else most)
+
+
+_NOT_SIMPLE = frozenset("<([{=/\"'")
+
+
+def parameters(text: str, trailing: str = "") -> tuple[str, tuple[int, int]]:
+    """(signature_key, arity) of a parameter list, with a fast path for plain lists (no
+    templates, defaults, function types, arrays or comments), most of them."""
+    inner = text.strip()
+    if inner[:1] == "(" and inner[-1:] == ")":
+        inner = inner[1:-1]
+    if not _NOT_SIMPLE.isdisjoint(inner):
+        return signature_key(text, trailing), arity(text)
+    suffix = " " + trailing if trailing else ""
+    stripped = inner.strip()
+    if not stripped or stripped == "void":
+        return "()" + suffix, (0, 0)
+    parts = inner.split(",")
+    most = -1 if "..." in parts[-1] else len(parts)
+    fewest = len(parts) - (1 if most < 0 else 0)
+    return "(" + ", ".join(map(_simple_type, parts)) + ")" + suffix, (fewest, most)
+
+
+def _simple_type(parameter: str) -> str:
+    words = parameter.split()
+    if not words:
+        return ""
+    last = words[-1]
+    cut = len(last)
+    while cut and (last[cut - 1].isalnum() or last[cut - 1] == "_"):
+        cut -= 1
+    name = last[cut:]
+    if name and not name[0].isdigit() and name not in _TYPE_WORDS and (cut or len(words) > 1):
+        words = words[:-1] + ([last[:cut]] if cut else [])
+    return " ".join(words).replace(" &", "&").replace(" *", "*")

@@ -11,6 +11,7 @@ prepared bytes reports positions of the original file. What was blanked is remem
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -86,12 +87,15 @@ _PASSES = (
         ),
         (b"C10_",),
     ),
-    (
-        re.compile(
-            rb"(?:(?P<mark>" + _names(_MARKING) + rb")|" + _names(_OTHER_ATTRIBUTES) + rb")(?!\w)"
-        ),
-        (b"GPU_LAMBDA", b"RESTRICT", b"CUTLASS_", b"CUTE_", b"_GLOBAL", b"JITERATOR_", b"MAYBE_"),
-        # PYTORCH_QNNP_INTERNAL and TENSORIMPL_MAYBE_VIRTUAL are found by their needles too
+    # Each of the other attribute macros is a literal of its own: a single alternation
+    # of names with no common prefix would be tried at every byte.
+    *(
+        (re.compile(rb"(?P<mark>" + name.encode() + rb")(?!\w)"), (name.encode(),))
+        for name in _MARKING
+    ),
+    *(
+        (re.compile(rb"(?P<mark>)" + name.encode() + rb"(?!\w)"), (name.encode(),))
+        for name in _OTHER_ATTRIBUTES
     ),
     # Code-generation templates (TensorBody.h): ${tensor_method_declarations}
     (re.compile(rb"\$\{\w+\}"), (b"${",)),
@@ -101,6 +105,7 @@ _PASSES = (
 _EXPORT = re.compile(rb"_(?:API|EXPORT)(?!\w)")
 # Launch configurations never span a statement or a block.
 _LAUNCH = re.compile(rb"<<<[^;{}]*?>>>")
+_DIRECTIVE = re.compile(rb"#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b")
 _IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _UPPER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
@@ -124,6 +129,36 @@ def _free_standing(data: bytes, start: int) -> bool:
     return data[max(0, start - 7) : start] != b"define "
 
 
+def _split_brace_branches(data: bytes) -> list[tuple[int, int]]:
+    """The #elif/#else branches of conditionals whose branches open or close braces they
+    do not close or open, e.g. two spellings of one ``struct X {`` header: tree-sitter
+    cannot parse both, so only the first branch is kept."""
+    spans: list[tuple[int, int]] = []
+    stack: list[list[re.Match[bytes]]] = []
+    for match in _DIRECTIVE.finditer(data):
+        line_start = data.rfind(b"\n", 0, match.start()) + 1
+        if data[line_start : match.start()].strip():
+            continue  # not at the start of a line
+        kind = match.group(1)
+        if kind in (b"if", b"ifdef", b"ifndef"):
+            stack.append([match])
+        elif not stack:
+            continue
+        elif kind != b"endif":
+            stack[-1].append(match)
+        else:
+            group = stack.pop()
+            if len(group) < 2:
+                continue
+            group.append(match)
+            for opening, closing in itertools.pairwise(group):
+                start, end = opening.end(), closing.start()
+                if data.count(b"{", start, end) != data.count(b"}", start, end):
+                    spans.append((group[1].start(), match.start()))
+                    break
+    return spans
+
+
 def prepare(data: bytes) -> Prepared:
     """Blank CUDA qualifiers, attribute macros and launch configurations to spaces."""
     prepared = Prepared(data)
@@ -145,7 +180,7 @@ def prepare(data: bytes) -> Prepared:
                 continue
             spans.append((start, match.end()))
             mark = match.group("mark") if pattern.groups else None
-            if mark is not None:
+            if mark:
                 marks[mark].append(start)
     if b"_API" in data or b"_EXPORT" in data:
         for match in _EXPORT.finditer(data):
@@ -158,6 +193,8 @@ def prepare(data: bytes) -> Prepared:
         for match in _LAUNCH.finditer(data):
             prepared.launch_at.append(match.start())
             spans.append((match.start(), match.end()))
+    if b"#el" in data:
+        spans += _split_brace_branches(data)
     if not spans:
         return prepared
     buffer = bytearray(data)

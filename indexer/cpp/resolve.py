@@ -9,7 +9,10 @@ What text allows of C++ name lookup, with dict lookups only:
   enclosing both the caller and U;
 * anonymous namespaces are transparent, but what they hold (and ``static`` functions) is
   visible only from its own file unless it is defined in a header;
-* a member call with a known receiver class looks in that class, then its bases;
+* a member call with a known receiver class looks in that class, then its bases; an
+  unqualified call in a method looks in the bases of the method's class too (and the
+  classes TORCH_META_FUNC / TORCH_IMPL_FUNC generate derive from TensorIteratorBase or
+  MetaBase);
 * a call naming a class calls its constructors;
 * ``TORCH_IMPL_FUNC(add_out)`` is found as ``at::native::add_out`` too (how
   native_functions.yaml names it);
@@ -18,8 +21,11 @@ What text allows of C++ name lookup, with dict lookups only:
 
 Names found nowhere by these rules fall back to definitions of the same qualified suffix
 (``detail::foo``) or, unqualified, of the same name in the caller's own file. Several
-candidates are all returned; the linker marks them ambiguous. Member calls on a receiver
-of unknown class stay unresolved rather than guessed.
+candidates are narrowed by the call's argument count against each overload's arity, then
+(when all share one qualified name: template specializations, per-platform variants) to
+those in the caller's own file; what remains is returned, and the linker marks it
+ambiguous. Member calls on a receiver of unknown class stay unresolved rather than
+guessed. Lookups are dict gets, memoized per (name, scope, usings, file, kinds).
 """
 
 from __future__ import annotations

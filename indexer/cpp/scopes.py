@@ -31,6 +31,7 @@ class Region:
     in_function: bool = False  # nested in a function body (a local class's method)
     local: int = 0  # node index in the file's facts (classes, functions)
     qual: list[str] | None = None  # a function's qualified name, once known
+    specialization: str | None = None  # a class's name with template arguments, if written
     caller: Any = None  # a function's calls.Caller, once known
 
 
@@ -63,7 +64,10 @@ def nest(
             region.names = split_qualified(_text(data, name)) if name is not None else [ANONYMOUS]
         elif region.kind == CLASS:
             name = region.node.child_by_field_name("name")
-            region.names = split_qualified(_text(data, name))[-1:] if name is not None else []
+            written = _text(data, name) if name is not None else ""
+            region.names = split_qualified(written)[-1:] if written else []
+            if "<" in written:  # template <> struct Vectorized<float> {...}
+                region.specialization = " ".join(written.split())
         stack.append(region)
     return regions
 
