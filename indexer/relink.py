@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,13 +105,30 @@ def _names_in(value: Any) -> Iterator[str]:
 
 @dataclass
 class Changed:
-    """What the changed files held before and hold after: names, kinds, files."""
+    """The nodes of the changed files before and after, by identity (everything a resolver
+    can read of a node but its row id and lines); only identities that came or went can
+    change how a ref elsewhere resolves. A function whose body changed keeps its identity.
+    """
 
-    names: set[str] = field(default_factory=lambda: {"default"})  # aten.add.default -> add
+    before: Counter = field(default_factory=Counter)
+    after: Counter = field(default_factory=Counter)
+    names: set[str] = field(default_factory=set)
     kinds: set[str] = field(default_factory=set)
     files: set[str] = field(default_factory=set)
-    # (kind, qualname, attribute) -> values seen before and after, for Policy.whole_if
-    watched: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    attrs_changed: set[str] = field(default_factory=set)  # attribute keys of those nodes
+
+    def collect(self, conn: sqlite3.Connection, file_ids: list[int], *, after: bool) -> None:
+        into = self.after if after else self.before
+        for batch in batches(file_ids):
+            into.update(
+                conn.execute(
+                    "SELECT n.kind, n.name, n.qualname, f.path, COALESCE(n.attrs, ''),"
+                    " p.kind, p.qualname FROM nodes n JOIN files f ON f.id = n.file_id"
+                    " LEFT JOIN nodes p ON p.id = n.parent_id"
+                    f" WHERE n.file_id IN ({','.join('?' * len(batch))})",
+                    batch,
+                )
+            )
 
     def add_name(self, text: str | None) -> None:
         if text:
@@ -119,36 +137,23 @@ class Changed:
             if key:
                 self.names.add(key)
 
-    def collect(self, conn: sqlite3.Connection, file_ids: list[int], watch: set[str]) -> None:
-        for batch in batches(file_ids):
-            marks = ",".join("?" * len(batch))
-            for kind, name, qualname, attrs in conn.execute(
-                f"SELECT kind, name, qualname, attrs FROM nodes WHERE file_id IN ({marks})",
-                batch,
-            ):
-                self.kinds.add(kind)
-                if kind == FILE_KIND:
-                    self.files.add(qualname)
-                    continue
-                self.add_name(name)
-                self.add_name(qualname)
-                if not attrs:
-                    continue
+    def finish(self) -> None:
+        """Derive names, kinds and files from the identities that differ."""
+        differing = (self.before - self.after) + (self.after - self.before)
+        if any(kind in _OPS for kind, *_ in differing):
+            self.names.add("default")  # torch.ops.aten.add.default names aten::add
+        for kind, name, qualname, _, attrs, _, _ in differing:
+            self.kinds.add(kind)
+            if kind == FILE_KIND:
+                self.files.add(qualname)
+                continue
+            self.add_name(name)
+            self.add_name(qualname)
+            if attrs:
                 values = json.loads(attrs)
+                self.attrs_changed.update(values)
                 for text in _names_in(values):
                     self.add_name(text)
-                for attr in watch:
-                    if attr in values:
-                        seen = self.watched.setdefault((kind, qualname, attr), [])
-                        seen.append(json.dumps(values[attr], sort_keys=True))
-
-    def watched_changed(self, attr: str) -> bool:
-        """Whether some node's ``attr`` differs before and after (or the node came or went)."""
-        return any(
-            len(values) != 2 or values[0] != values[1]
-            for (_, _, name), values in self.watched.items()
-            if name == attr
-        )
 
 
 def refs_touching(conn: sqlite3.Connection, file_ids: list[int]) -> set[int]:
@@ -190,7 +195,7 @@ def refs_to_relink(
         rule = policy(scheme)
         if scheme == "local" or (rule.reads is not None and not rule.reads & changed.kinds):
             continue
-        if rule.targeted and not any(changed.watched_changed(attr) for attr in rule.whole_if):
+        if rule.targeted and not changed.attrs_changed & set(rule.whole_if):
             targeted.append(scheme)
         else:
             whole.append(scheme)

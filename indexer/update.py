@@ -36,7 +36,7 @@ from indexer.harness import Manifest
 from indexer.link import link
 from indexer.paths import is_header, language_of
 from indexer.progress import Progress
-from indexer.relink import POLICIES, Changed, batches, refs_to_relink, refs_touching
+from indexer.relink import Changed, batches, refs_to_relink, refs_touching
 from indexer.store.db import (
     SCHEMA_VERSION,
     connect_writable,
@@ -321,10 +321,9 @@ def _apply(
     lap("includes_s")
 
     evict = sorted({*changes.modified, *changes.removed, *dependents})
-    watch = {attr for rule in POLICIES.values() for attr in rule.whole_if}
     changed = Changed()
     old_ids = list(_file_ids(conn, evict).values())
-    changed.collect(conn, old_ids, watch)
+    changed.collect(conn, old_ids, after=False)
     touching = refs_touching(conn, old_ids)
     ledger.before_evict(conn, old_ids, touching)
     for path in evict:
@@ -339,7 +338,8 @@ def _apply(
         new_ids.append(insert_file_facts(conn, facts))
         progress.advance()
     progress.close(f"re-extracted {len(extract)} files")
-    changed.collect(conn, new_ids, watch)
+    changed.collect(conn, new_ids, after=True)
+    changed.finish()
     lap("extract_s")
 
     relink = _ids(conn, "SELECT id FROM refs WHERE file_id IN ({})", new_ids)
