@@ -36,7 +36,8 @@ FILE_KIND = "file"
 class Policy:
     reads: frozenset[str] | None  # node kinds the resolver looks at; None: any
     targeted: bool  # resolution depends only on nodes named like the ref (see module doc)
-    secondary: tuple[str, ...] = ()  # ref attributes that also name a node
+    # ref attribute -> the node kinds it names (a call's receiver class, a dispatch stub)
+    secondary: tuple[tuple[str, frozenset[str]], ...] = ()
     whole_if: tuple[str, ...] = ()  # node attributes whose change re-links the whole scheme
 
 
@@ -58,7 +59,12 @@ _PYTHON = frozenset(
 
 POLICIES: dict[str, Policy] = {
     # Scope lookups by qualname and last name; member calls walk class bases.
-    "cpp": Policy(_CPP, True, secondary=("receiver", "stub"), whole_if=("bases",)),
+    "cpp": Policy(
+        _CPP,
+        True,
+        secondary=(("receiver", frozenset({"cpp_class"})), ("stub", frozenset({"dispatch_stub"}))),
+        whole_if=("bases",),
+    ),
     # Files by path: relative, rooted, or by path suffix.
     "include": Policy(frozenset({FILE_KIND}), True),
     # Ops, registrations, derivatives, bindings by qualname / (namespace, name) / name.
@@ -215,7 +221,12 @@ def refs_to_relink(
             found.add(ref_id)
     if "include" in wanted or policy("include").reads is None:
         found |= _refs_naming_files(conn, changed.files, wanted)
-    secondary = {attr for scheme in targeted for attr in policy(scheme).secondary}
+    secondary = {
+        attr
+        for scheme in targeted
+        for attr, kinds in policy(scheme).secondary
+        if kinds & changed.kinds
+    }
     if secondary:
         found |= _refs_by_secondary(conn, changed.names, wanted, secondary)
     return found, sorted(whole)
