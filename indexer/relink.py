@@ -58,9 +58,10 @@ _PYTHON = frozenset(
 )
 
 POLICIES: dict[str, Policy] = {
-    # Scope lookups by qualname and last name; member calls walk class bases.
+    # Scope lookups by qualname and last name; member calls walk class bases; calls with
+    # no C++ definition fall back to aten ops by name (indexer/cpp/aten_api.py).
     "cpp": Policy(
-        _CPP,
+        _CPP | {"op"},
         True,
         secondary=(("receiver", frozenset({"cpp_class"})), ("stub", frozenset({"dispatch_stub"}))),
         whole_if=("bases",),

@@ -62,6 +62,29 @@ def test_anonymous_namespace_helper_and_qualified_calls(built: tuple[Path, Index
     assert "at::native::alpha_check" in called(index, meta)
 
 
+def test_calls_into_the_generated_aten_api_reach_the_op(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / NATIVE / "LinearAlgebra.cpp"
+    impl = one(index, "at::native::(anonymous)::_matmul_impl")
+    to_ops = {
+        (index.node(e.dst).qualname, e.line)
+        for e in index.out_edges(impl.id, ["calls"])
+        if index.node(e.dst).kind == "op"
+    }
+    # at::mm(...) (function variant) and tensor1.mm(...) (method variant): not C++ in
+    # the tree, but the op aten::mm is.
+    assert to_ops == {
+        ("aten::mm", line_of(path, "return at::mm(tensor1, tensor2);")),
+        ("aten::mm", line_of(path, "return tensor1.mm(tensor2);")),
+    }
+    # A name with a definition in the tree stays a call to that definition.
+    assert "aten::mm" not in {
+        index.node(e.dst).qualname
+        for e in index.out_edges(impl.id, ["calls"])
+        if e.line == line_of(path, "at::native::mm_cpu(")
+    }
+
+
 def test_overloads_are_narrowed_by_argument_count(built: tuple[Path, Index]) -> None:
     _, index = built
     caller = one(index, "at::native::addmm_impl_cpu_")

@@ -80,6 +80,8 @@ namespace detail = ::c10::impl;
 
 int via_alias() { return detail::helper(); }
 
+int via_pointer(std::shared_ptr<Base> owner) { return owner->count(); }
+
 } // namespace c10
 
 namespace c10::impl {
@@ -187,6 +189,13 @@ def test_if_variants_of_one_function_are_one_node(built: tuple[Path, Index]) -> 
 def test_namespace_alias_is_expanded(built: tuple[Path, Index]) -> None:
     _, index = built
     assert "c10::impl::helper" in called(index, one(index, "c10::via_alias"))
+
+
+def test_member_call_through_a_smart_pointer(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    assert called(index, one(index, "c10::via_pointer")) == {
+        "c10::Base::count": line_of(repo / "csrc/Attributes.h", "return owner->count();")
+    }
 
 
 def test_blanking_keeps_every_offset() -> None:

@@ -30,6 +30,9 @@ _LAUNCH_HELPER = re.compile(r"launch", re.I)
 _CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
 _DECLARATIONS = ("declaration", "parameter_declaration", "optional_parameter_declaration")
 _NEWLINE = re.compile(rb"\n")
+_SMART_POINTERS = frozenset(
+    {"shared_ptr", "unique_ptr", "weak_ptr", "intrusive_ptr", "weak_intrusive_ptr", "MaybeOwned"}
+)
 _BLANKS = (b" ", b"\t", b"\n", b"\r")
 _LANGUAGE = cpp_parser().language
 _IDENTIFIER = _LANGUAGE.id_for_node_kind("identifier", True)
@@ -122,7 +125,7 @@ class CallSites:
         self.launch_ends = self._launch_ends(launch_at)
         self.line_map = line_map
         self.variables: dict[bytes, list[tuple[int, Node]]] = {}
-        self.variable_types: dict[int, str | None] = {}
+        self.variable_types: dict[int, str | None] = {}  # declaration -> its type as written
         self.helper_arguments: set[int] = set()
 
     def line(self, node: Node) -> int:
@@ -160,8 +163,11 @@ class CallSites:
             if len(declared) > 1:
                 declared.sort(key=lambda item: item[0])
 
-    def variable_type(self, name: bytes, at: int, caller: Caller) -> str | None:
-        """The class a local variable or parameter of ``caller`` was declared with."""
+    def variable_type(
+        self, name: bytes, at: int, caller: Caller, arrow: bool = False
+    ) -> str | None:
+        """The class a local variable or parameter of ``caller`` was declared with; through
+        ``->``, the class a smart pointer of that type points to."""
         found = None
         for start, node in self.variables.get(name, ()):
             if caller.start <= start < at:
@@ -171,8 +177,21 @@ class CallSites:
         if found is None:
             return None
         key = found.id
-        if key in self.variable_types:
-            return self.variable_types[key]
+        if key not in self.variable_types:
+            self.variable_types[key] = self._declared_type(found)
+        written = self.variable_types[key]
+        if written is None:
+            return None
+        if "<" not in written:
+            return written
+        if arrow:
+            head, _, inner = written.partition("<")
+            if head.rsplit("::", 1)[-1] in _SMART_POINTERS:
+                inner = inner.rsplit(">", 1)[0]
+                return "::".join(split_qualified(inner)) or None
+        return "::".join(split_qualified(written)) or None
+
+    def _declared_type(self, found: Node) -> str | None:
         written = None
         owner = found.parent
         for _ in range(3):
@@ -182,10 +201,9 @@ class CallSites:
                 type_node = owner.child_by_field_name("type")
                 if type_node is not None:
                     text = self.data[type_node.start_byte : type_node.end_byte]
-                    written = "::".join(split_qualified(text.decode("utf-8", "replace"))) or None
+                    written = " ".join(text.decode("utf-8", "replace").split()) or None
                 break
             owner = owner.parent
-        self.variable_types[key] = written
         return written
 
     def add_calls(
@@ -261,7 +279,7 @@ class CallSites:
                 elif variables and object_text.isidentifier():
                     name = object_text.encode()
                     if name in variables:
-                        receiver = self.variable_type(name, start, caller)
+                        receiver = self.variable_type(name, start, caller, arrow > dot)
                 attrs = caller.receiver(receiver) if receiver is not None else caller.member
             else:
                 continue  # (*fn)(...), lambda(...)(...), f()(...): no name to resolve

@@ -19,6 +19,9 @@ What text allows of C++ name lookup, with dict lookups only:
 * a ``dispatches`` ref from ``REGISTER_DISPATCH(stub, &kernel)`` resolves both names and
   makes the edge stub -> kernel.
 
+A call that finds no C++ definition and names ATen's generated API (``at::mm(...)``, a
+method on a Tensor) resolves to the aten op (indexer/cpp/aten_api.py).
+
 Names found nowhere by these rules fall back to definitions of the same qualified suffix
 (``detail::foo``) or, unqualified, of the same name in the caller's own file. Several
 candidates are narrowed by the call's argument count against each overload's arity, then
@@ -33,9 +36,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from indexer.cpp.aten_api import AtenOps
 from indexer.cpp.macros import STRUCTURED
 from indexer.cpp.names import ANONYMOUS, split_qualified
-from indexer.graph.vocabulary import NodeKind
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 from indexer.paths import is_header
 
@@ -47,6 +51,8 @@ CPP_KINDS = frozenset({_FUNCTION, _KERNEL, _STUB, _CLASS})
 CALLABLE = frozenset({_FUNCTION, _KERNEL, _STUB})
 STUBS = frozenset({_STUB})
 CLASSES = frozenset({_CLASS})
+_CALLS = EdgeKind.CALLS.value
+_VIA_OP = {"via": "aten_api"}
 _MAX_BASE_DEPTH = 4
 _STRUCTURED_BASES = ("at::TensorIteratorBase", "at::impl::MetaBase")
 
@@ -97,6 +103,7 @@ class CppSymbols:
                     self.local_only.add(node_id)
         self._prefixes: dict[tuple[str, ...], list[str]] = {}
         self._memo: dict[tuple, list[int]] = {}
+        self.aten = AtenOps(symbols)
         self._suffixed: dict[str, list[int]] = {}
         self._bases_resolved: dict[int, list[int]] = {}
         self._structured_bases = [
@@ -346,6 +353,15 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
             continue
         else:
             found = index.lookup(ref.target, scope, usings, ref.file_id, want)
+        if not found and ref.kind == _CALLS:
+            # Not defined in the tree: ATen's generated API, an edge to the op it calls.
+            if receiver is not None:
+                ops = index.aten.method(receiver, ref.target, attrs.get("nargs"))
+            else:
+                ops = index.aten.function(split_qualified(ref.target), attrs.get("nargs"))
+            for node_id in ops:
+                yield Resolution(ref.id, node_id, _VIA_OP)
+            continue
         # A dispatch key (bindings' dispatches refs) stays on the edge.
         carried = {"key": attrs["key"]} if "key" in attrs else None
         if len(found) > 1:

@@ -1,0 +1,63 @@
+"""Calls into ATen's generated C++ API, resolved to the op they stand for.
+
+``at::mm(a, b)`` and ``self.add(other)`` call functions and Tensor methods that the build
+generates from native_functions.yaml (ATen/Functions.h, TensorBody.h); they are not in the
+source tree, but the op is: a call with no C++ definition in the tree that names an op of
+namespace ``aten`` (as a function variant, or as a method on a Tensor) becomes an edge to
+the op. Overloads are narrowed by the call's argument count (every schema argument is
+positional in C++; defaulted ones may be left out); what remains is kept, ambiguous.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from indexer.graph.vocabulary import NodeKind
+from indexer.link.symbols import SymbolTable
+
+TENSOR_CLASSES = frozenset(
+    {"Tensor", "at::Tensor", "TensorBase", "at::TensorBase", "torch::Tensor", "Variable"}
+)
+# Namespaces whose two-part names (at::mm, torch::zeros) are the generated API.
+API_NAMESPACES = frozenset({"at", "torch"})
+
+
+class AtenOps:
+    """Ops of namespace aten by name, as functions and as Tensor methods, with arities."""
+
+    def __init__(self, symbols: SymbolTable) -> None:
+        self.functions: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        self.methods: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        for node_id, kind in symbols.kind.items():
+            if kind != NodeKind.OP.value or not symbols.qualname[node_id].startswith("aten::"):
+                continue
+            attrs = symbols.attrs(node_id)
+            arguments = attrs.get("arguments") or []
+            most = len(arguments)
+            fewest = sum(1 for argument in arguments if "default" not in argument)
+            variants = attrs.get("variants") or ["function"]
+            name = symbols.name[node_id]
+            if "function" in variants:
+                self.functions[name].append((node_id, fewest, most))
+            if "method" in variants and arguments:
+                self.methods[name].append((node_id, max(fewest - 1, 0), most - 1))
+
+    @staticmethod
+    def _fitting(candidates: list[tuple[int, int, int]], nargs: int | None) -> list[int]:
+        if nargs is not None:
+            fitting = [node for node, fewest, most in candidates if fewest <= nargs <= most]
+            if fitting:
+                return fitting
+        return [node for node, _, _ in candidates]
+
+    def function(self, components: list[str], nargs: int | None) -> list[int]:
+        """``at::mm`` / ``torch::zeros`` -> the aten ops it can call."""
+        if len(components) != 2 or components[0] not in API_NAMESPACES:
+            return []
+        return self._fitting(self.functions.get(components[1], []), nargs)
+
+    def method(self, receiver: str, name: str, nargs: int | None) -> list[int]:
+        """``tensor.add(other)`` -> the aten ops with a method variant of that name."""
+        if receiver not in TENSOR_CLASSES:
+            return []
+        return self._fitting(self.methods.get(name, []), nargs)
