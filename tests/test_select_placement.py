@@ -280,3 +280,11 @@ def test_renamed_file_counts_both_sides(tree: IndexedTree) -> None:
     assert {"at::native::sum", "at::native::sum_dim"} <= members(selection)
     assert not selection.run_everything
     assert "test/test_tensor.py" in selected(selection)
+
+
+def test_deleted_test_file_selects_nothing_and_says_why(tree: IndexedTree) -> None:
+    tree.path("test/test_unrelated.py").unlink()
+    selection = tree.select()
+    assert not selection.files and not selection.run_everything
+    assert selection.empty_reason.startswith("nothing that changed is used by a test")
+    assert "test/test_unrelated.py: test file deleted: nothing left to run in it" in selection.notes

@@ -115,6 +115,15 @@ class Selection:
             return None
         if not self.changed_files:
             return "no change since the base"
-        if not self.entities:
+        if all(
+            change.category == "never-affects"
+            or (change.category in CODE and not change.code_hunks)
+            for change in self.changed_files
+        ):
             return "the changes touch no code that tests run (comments, docs, whitespace)"
-        return "no test reaches the changed code"
+        return (
+            "nothing that changed is used by a test (deleted tests, code nothing names; see notes)"
+        )
+
+
+CODE = frozenset({"cpp", "cuda", "python", "yaml"})

@@ -131,6 +131,7 @@ class Placer(CppPlacement):
                 )
         else:
             result.changed.note = "test file deleted: nothing left to run in it"
+            result.notes.append(f"{change.path}: {result.changed.note}")
 
     # --- code -------------------------------------------------------------------------
 
