@@ -124,7 +124,22 @@ def _add_file(repo: Path) -> None:
         "namespace at::native {\n\n"
         "void scale_(int64_t n, double alpha, double* x) {\n  alpha_check(x, alpha);\n}\n\n"
         "Tensor extra_relu(const Tensor& self) {\n  return relu_quantized_cpu(self);\n}\n\n"
+        "Tensor use_derived(const Tensor& self) {\n  Derived d;\n  return d.run(self);\n}\n\n"
         "} // namespace at::native\n",
+        encoding="utf-8",
+    )
+    # A class hierarchy over two headers that Extra.cpp does not include: a member call
+    # resolved through a base class defined in another file than the derived class.
+    (repo / NATIVE / "Helpers.h").write_text(
+        "#pragma once\nnamespace at::native {\n"
+        "struct BaseA {\n  Tensor run(const Tensor& x) const { return x; }\n};\n"
+        "struct BaseB {\n  Tensor run(const Tensor& x) const { return x; }\n};\n"
+        "} // namespace at::native\n",
+        encoding="utf-8",
+    )
+    (repo / NATIVE / "Derived.h").write_text(
+        '#pragma once\n#include "Helpers.h"\nnamespace at::native {\n'
+        "struct Derived : public BaseA {};\n} // namespace at::native\n",
         encoding="utf-8",
     )
 
@@ -148,6 +163,14 @@ def _header_edit(repo: Path) -> None:
     )
     cuh = repo / NATIVE / "cuda" / "Relu.cuh"
     edit(cuh, "relu_threshold(", "relu_threshold_v2(")
+
+
+def _bases_edit(repo: Path) -> None:
+    edit(
+        repo / NATIVE / "Derived.h",
+        "struct Derived : public BaseA",
+        "struct Derived : public BaseB",
+    )
 
 
 def _yaml_edit(repo: Path) -> None:
@@ -196,6 +219,7 @@ STEPS: list[tuple[str, Callable[[Path], None], bool]] = [
     ("delete a file", _delete_file, True),
     ("rename a file (staged)", _rename_file, False),
     ("header edit", _header_edit, True),
+    ("base class edit", _bases_edit, False),
     ("YAML edit", _yaml_edit, False),
     ("Python edit", _python_edit, True),
     ("test edit", _test_edit, False),
