@@ -62,6 +62,11 @@ def change_files(repo: Path, paths: list[str]) -> None:
         )
 
 
+def resolve_nothing(refs, symbols):
+    """Stand-in resolver for ``--skip-scheme``."""
+    return iter(())
+
+
 def timed(label: str, fn, results: dict[str, float]):
     started = time.perf_counter()
     value = fn()
@@ -80,6 +85,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     parser.add_argument("--verify", action="store_true", help="also compare with a rebuild")
+    parser.add_argument(
+        "--skip-scheme",
+        action="append",
+        default=[],
+        metavar="SCHEME",
+        help="leave this ref scheme unresolved in every build and update of the run (to "
+        "measure around a resolver that is too slow to wait for)",
+    )
     args = parser.parse_args()
     if not (args.source / "aten/src/ATen/native/native_functions.yaml").is_file():
         print(f"bench: no PyTorch tree at {args.source}", file=sys.stderr)
@@ -100,6 +113,12 @@ def main() -> int:
     from indexer.update import update_index
     from indexer.workspace import Workspace
 
+    if args.skip_scheme:
+        from indexer.link import linker
+
+        for scheme in args.skip_scheme:
+            linker.RESOLVERS[scheme] = "bench.snapshot:resolve_nothing"
+        print(f"note: refs of scheme(s) {', '.join(args.skip_scheme)} left unresolved")
     results: dict[str, float] = {}
     try:
         clone = work / "pytorch"
@@ -149,6 +168,7 @@ def main() -> int:
             f"{', '.join(updated.full_relink_schemes) or 'none'}"
         )
         print(f"update phases: {updated.timings}")
+        print(f"full build phases: { {k: round(v, 1) for k, v in built.timings.items()} }")
         for warning in updated.warnings:
             print(f"update warning: {warning}")
         if args.verify:
