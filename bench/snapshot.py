@@ -176,7 +176,7 @@ def main() -> int:
             from tests.test_update_equals_rebuild import assert_same_graph
 
             copy = work / "rebuild"
-            shutil.copytree(clone, copy, ignore=shutil.ignore_patterns(".git"))
+            shutil.copytree(clone, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             rebuilt = timed(
                 "verify: full rebuild",
                 lambda: build_index(Workspace.resolve(copy), jobs=args.jobs, show_progress=False),
