@@ -19,6 +19,7 @@ from typing import Any
 
 from indexer.store.db import connect_readonly, read_meta
 
+SUGGEST_POOL = 400  # names difflib compares a missing name against
 _NODE_COLUMNS = "n.id, n.kind, n.name, n.qualname, f.path, n.line, n.end_line, n.parent_id, n.attrs"
 _EDGE_COLUMNS = "e.src_id, e.dst_id, e.kind, f.path, e.line, e.attrs"
 
@@ -165,11 +166,27 @@ class Index:
             )
         ]
 
+    @cached_property
+    def _all_names_lower(self) -> list[str]:
+        return [name.lower() for name in self._all_names]
+
     def suggest(self, name: str, limit: int = 5) -> list[str]:
-        """Known names closest to ``name``, for a 'not found' answer."""
+        """Known names closest to ``name``, for a 'not found' answer.
+
+        difflib compares against a bounded shortlist (names containing the last component,
+        else names sharing its first or last letters; those closest in length first): over
+        every name of a PyTorch index it takes tens of seconds.
+        """
         tail = name.replace("::", ".").rsplit(".", 1)[-1].lower()
-        containing = [n for n in self._all_names if tail and tail in n.lower()]
-        pool = containing if 0 < len(containing) <= 5000 else self._all_names
+        names, lowered = self._all_names, self._all_names_lower
+        containing = [n for n, low in zip(names, lowered, strict=True) if tail and tail in low]
+        if containing:
+            pool = containing
+        else:
+            head, end = tail[:4], tail[-4:]
+            pool = [n for n, low in zip(names, lowered, strict=True) if head in low or end in low]
+        if len(pool) > SUGGEST_POOL:
+            pool = sorted(pool, key=lambda n: abs(len(n) - len(name)))[:SUGGEST_POOL]
         close = difflib.get_close_matches(name, pool, n=limit, cutoff=0.5)
         extra = sorted(containing, key=len)[: limit - len(close)] if containing else []
         return list(dict.fromkeys(close + extra))[:limit]
