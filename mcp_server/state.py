@@ -17,6 +17,7 @@ and requests still holding the old one finish on its (still open) snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -78,6 +79,13 @@ def quick_selector(workspace: Workspace) -> Callable[[Any], bool]:
         return any(needle in data for needle in needles)
 
     return select
+
+
+def _warm(index: Index) -> None:
+    """Load the name list 'not found' answers search (about a second on PyTorch), so the
+    first unknown name an agent asks about is answered as fast as the rest."""
+    with contextlib.suppress(Exception):  # a head start only: requests report problems
+        index._all_names_lower  # noqa: B018 - a cached property, computed for later
 
 
 class ServerState:
@@ -257,6 +265,9 @@ class ServerState:
             if self._index is None or (inode is not None and inode != self._index_inode):
                 self._index = Index(path)
                 self._index_inode = inode
+                threading.Thread(
+                    target=_warm, args=(self._index,), name="torchtalk-warm", daemon=True
+                ).start()
             return self._index
 
     def readiness(self) -> dict[str, str]:
