@@ -138,13 +138,15 @@ def _unique(nodes: list[Node]) -> list[Node]:
 
 
 def primary_order(ops: list[Node]) -> list[Node]:
-    """Functional overloads first, then in-place, then out= variants; by name within."""
+    """Functional overloads first, then in-place, then out= variants; within each the
+    default overload, then ``Tensor``, then by name."""
 
-    def rank(node: Node) -> tuple[int, str]:
-        qualname = node.qualname
+    def rank(node: Node) -> tuple[int, int, str]:
         overload = node.attrs.get("overload") or ""
         is_out = overload == "out" or overload.endswith("_out") or "out" in overload.split("_")
         inplace = node.name.endswith("_") and not node.name.endswith("__")
-        return (2 if is_out else 1 if inplace else 0, qualname)
+        # The default overload, then the Tensor one (torch.add(t, u)), then the others.
+        usual = 0 if overload == "" else 1 if overload == "Tensor" else 2
+        return (2 if is_out else 1 if inplace else 0, usual, node.qualname)
 
     return sorted(ops, key=rank)

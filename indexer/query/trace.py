@@ -237,6 +237,8 @@ def _missing(
     label = f"{', '.join(keys) or '?'}: {missing.target}"
     candidates = op_chain.same_name(run.index, missing.target)
     detail = "no definition found in the index"
+    if keys and all(key.startswith("MPS") for key in keys):
+        detail += " (MPS kernels are Objective-C++ .mm files, which are not indexed)"
     if candidates:
         detail = "not linked by C++ scope rules; definitions of that name below"
     run.add(label, missing.evidence, detail, depth, keys=keys)
@@ -270,9 +272,19 @@ def _implementation_chain(
         stubs = [(hop.node, hop) for hop in reach.hops]
         stubs.extend((node, None) for node in functions if node.kind == "dispatch_stub")
         for stub, hop in _unique_nodes(stubs):
-            where = f"called at {hop.evidence}" if hop else "dispatched to directly"
-            run.add(stub.qualname, stub.evidence, f"DispatchStub, {where}", depth)
-            for kernel in op_chain.stub_kernels(index, stub)[:MAX_LISTED]:
+            registered = op_chain.stub_kernels(index, stub)
+            if hop is not None:
+                run.add(
+                    stub.qualname, stub.evidence, f"DispatchStub, called at {hop.evidence}", depth
+                )
+            if not registered:
+                run.add(
+                    f"no REGISTER_DISPATCH for {stub.name} in the source",
+                    stub.evidence,
+                    "its kernels are generated at build time or registered elsewhere",
+                    depth + 1,
+                )
+            for kernel in registered[:MAX_LISTED]:
                 if run.focus.cuda_only and not _is_cuda(kernel):
                     continue
                 kernels.append(kernel)
