@@ -35,11 +35,13 @@ sys.path.insert(0, str(ROOT))
 CORPORA = Path.home() / ".cache" / "torchtalk-corpora"
 
 
-def open_index(source: Path, cache: Path | None, name: str):
+def open_index(source: Path, cache: Path | None, name: str, db: Path | None = None):
     from indexer.build import build_index
     from indexer.query.index import Index
     from indexer.workspace import Workspace
 
+    if db is not None:  # an index built elsewhere (e.g. by a previous run)
+        return Workspace.resolve(source), Index(db)
     if cache is None:
         from tests.helpers import corpus_index
 
@@ -86,7 +88,9 @@ def bindings_extraction_seconds(workspace) -> tuple[float, int]:
 def figures(index) -> dict:
     conn = index.conn
     ops = Counter(
-        node.attrs.get("source") or ("autogen" if node.attrs.get("autogen_from") else "?")
+        ("autogen (native_functions.yaml)" if node.attrs.get("autogen_from") else None)
+        or node.attrs.get("source")
+        or "?"
         for node in index.nodes_of_kind("op")
     )
     bindings = Counter(node.attrs.get("form", "?") for node in index.nodes_of_kind("binding"))
@@ -98,8 +102,11 @@ def figures(index) -> dict:
         " AND r.kind IN ('dispatches', 'binds')"
     ).fetchall()
     by_role: dict[str, list[int]] = {}
+    unresolved_keys: Counter[str] = Counter()
     for kind, raw, resolved in rows:
         attrs = json.loads(raw) if raw else {}
+        if kind == "dispatches" and not resolved:
+            unresolved_keys[str(attrs.get("key"))] += 1
         if kind == "binds":
             role = "binds (pybind11 / PyMethodDef)"
         elif attrs.get("role"):
@@ -128,6 +135,7 @@ def figures(index) -> dict:
         "dispatch_resolved": dispatch_resolved,
         "dispatch_total": dispatch_total,
         "by_role": by_role,
+        "unresolved_keys": unresolved_keys,
         "op_link": link.get("op"),
         "op_impl_link": link.get("op_impl"),
         "extract_s": index.meta_json("timings", {}).get("extract_s"),
@@ -147,8 +155,8 @@ def trace_latency(index, count: int) -> tuple[float, float, int]:
     return statistics.median(times), max(times), len(times)
 
 
-def report(name: str, source: Path, cache: Path | None, traces: int) -> None:
-    workspace, index = open_index(source, cache, name)
+def report(name: str, source: Path, cache: Path | None, traces: int, db: Path | None) -> None:
+    workspace, index = open_index(source, cache, name, db)
     data = figures(index)
     own, files = bindings_extraction_seconds(workspace)
     median, worst, sampled = trace_latency(index, traces)
@@ -166,14 +174,25 @@ def report(name: str, source: Path, cache: Path | None, traces: int) -> None:
     total, resolved = data["dispatch_total"], data["dispatch_resolved"]
     rate = resolved / total if total else 0.0
     print(f"dispatch targets resolved to a definition: {resolved}/{total} = {rate:.1%}")
+    mps = data["unresolved_keys"].get("MPS", 0)
+    if mps:
+        rate = resolved / (total - mps)
+        print(
+            f"  without MPS targets (.mm files, not indexed): {resolved}/{total - mps} = {rate:.1%}"
+        )
+    top = ", ".join(f"{key} {count}" for key, count in data["unresolved_keys"].most_common(8))
+    print(f"  unresolved by dispatch key: {top}")
     for role, (all_refs, ok) in sorted(data["by_role"].items()):
         print(f"  {role}: {ok}/{all_refs} = {ok / all_refs:.1%}")
     print(f"op refs: {data['op_link']}  op_impl refs: {data['op_impl_link']}")
-    share = own / data["extract_s"] if data["extract_s"] else float("nan")
-    print(
-        f"bindings extractors: {own:.2f} s on {files} files, "
-        f"{share:.1%} of the build's extraction time ({data['extract_s']} s, parallel)"
-    )
+    if data["extract_s"]:
+        share = own / data["extract_s"]
+        print(
+            f"bindings extractors: {own:.2f} s on {files} files, "
+            f"{share:.1%} of the build's extraction time ({data['extract_s']} s, parallel)"
+        )
+    else:
+        print(f"bindings extractors: {own:.2f} s on {files} files (no build timings recorded)")
     print(
         f"trace latency over {sampled} ops: median {median * 1000:.1f} ms, worst {worst * 1000:.0f} ms"
     )
@@ -188,11 +207,13 @@ def main() -> None:
     parser.add_argument("--skip-pytorch", action="store_true")
     parser.add_argument("--cache", type=Path, help="TORCHTALK_CACHE_DIR for the indexes")
     parser.add_argument("--traces", type=int, default=200)
+    parser.add_argument("--pytorch-db", type=Path, help="use this index of the PyTorch tree")
+    parser.add_argument("--vllm-db", type=Path, help="use this index of the vLLM tree")
     args = parser.parse_args()
     if not args.skip_pytorch:
-        report("pytorch", args.pytorch, args.cache, args.traces)
+        report("pytorch", args.pytorch, args.cache, args.traces, args.pytorch_db)
     if not args.skip_vllm:
-        report("vllm", args.vllm, args.cache, args.traces)
+        report("vllm", args.vllm, args.cache, args.traces, args.vllm_db)
 
 
 if __name__ == "__main__":

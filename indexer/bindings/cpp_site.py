@@ -38,6 +38,7 @@ WRAPPERS = frozenset(
     }
 )
 # Identifiers that are never a callable argument (flags, keys, values).
+_MACRO = re.compile(r"^[A-Z][A-Z0-9_]*$")  # TORCH_CHECK, EXPECT_TRUE: macros, not functions
 _NOT_CALLABLE = re.compile(r"^(METH_\w+|k[A-Z]\w*|nullptr|NULL|true|false)$")
 
 
@@ -196,7 +197,13 @@ def callees_in_body(body: tree_sitter.Node, via: str = "lambda") -> list[Callee]
         ):
             continue
         name = plain_name(function)
-        if name and name.split("::")[-1] not in WRAPPERS and not name.startswith("std::"):
+        last = name.split("::")[-1]
+        if (
+            name
+            and last not in WRAPPERS
+            and not _MACRO.match(last)
+            and not name.startswith("std::")
+        ):
             found.append(Callee(name, line(node), via))
     return found
 
