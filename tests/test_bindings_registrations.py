@@ -150,6 +150,7 @@ def test_pybind11_module_submodules_and_class_chain(minitorch: tuple[Path, Index
     assert {"minitorch::Generator::get_state", "minitorch::Generator::set_state"} <= set(prop)
     field = one(index, "minitorch._C.Generator.offset", "binding")
     assert field.attrs["form"] == "pybind_field"
+    assert field.attrs["member"] == "Generator::offset"  # a data member: named, not linked
     assert field.attrs["python_names"] == ["minitorch._C.Generator.offset"]
 
 

@@ -38,6 +38,8 @@ WRAPPERS = frozenset(
     }
 )
 # Identifiers that are never a callable argument (flags, keys, values).
+# Libraries outside any indexed tree: a lambda's calls into them name nothing to link.
+_EXTERNAL = re.compile(r"^(?:std|py|pybind11|fmt)::")
 _MACRO = re.compile(r"^[A-Z][A-Z0-9_]*$")  # TORCH_CHECK, EXPECT_TRUE: macros, not functions
 _NOT_CALLABLE = re.compile(r"^(METH_\w+|k[A-Z]\w*|nullptr|NULL|true|false)$")
 
@@ -198,12 +200,7 @@ def callees_in_body(body: tree_sitter.Node, via: str = "lambda") -> list[Callee]
             continue
         name = plain_name(function)
         last = name.split("::")[-1]
-        if (
-            name
-            and last not in WRAPPERS
-            and not _MACRO.match(last)
-            and not name.startswith("std::")
-        ):
+        if name and last not in WRAPPERS and not _MACRO.match(last) and not _EXTERNAL.match(name):
             found.append(Callee(name, line(node), via))
     return found
 

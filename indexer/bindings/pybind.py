@@ -275,7 +275,11 @@ class PybindReader:
                 self._binding(f"{class_name}.__init__", arguments[0], "pybind_init", cpp_class)
             return target
         qualname = f"{class_name}.{name}"
-        self._binding(qualname, arguments[0], form, cpp_class)
+        node = self._binding(qualname, arguments[0], form, cpp_class)
+        if form == "pybind_field":  # a data member: no callable to link, only its name
+            if len(arguments) > 1:
+                self.facts.nodes[node].attrs["member"] = plain_name(arguments[1]).lstrip("&")
+            return target
         targets = arguments[1:3] if form == "pybind_property" else arguments[1:2]
         self._binds(qualname, targets, receiver=cpp_class)
         return target
