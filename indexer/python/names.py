@@ -94,6 +94,11 @@ def _walk(source: NameSource, target: str, memo: dict[str, Result], active: set[
             if bound and bound != nested:
                 return _resolve(source, ".".join([bound, *rest]), memo, active)
             for star in attrs.get("stars", ()):
+                # A star import from a module the index has no file for (torch._C is
+                # compiled) cannot supply the name; following it would re-enter this
+                # module with an ever longer name (torch._C._C._C.float32).
+                if source.module(star) is None:
+                    continue
                 result = _resolve(source, ".".join([star, *parts[position:]]), memo, active)
                 if result:
                     return result
