@@ -30,7 +30,6 @@ class NodeKind(str, Enum):
     TEST_FUNCTION = "test_function"
     TEST_UTILITY = "test_utility"  # helper under a testing package, or a conftest fixture
     EXTERNAL_SYMBOL = "external_symbol"  # a name imported from a depended-on harness's package
-    EXTERNAL_SYMBOL = "external_symbol"  # a name imported from a depended-on harness's package
 
     def __str__(self) -> str:
         return self.value
