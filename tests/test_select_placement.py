@@ -125,8 +125,20 @@ def test_header_function_body_is_that_function_only(tree: IndexedTree) -> None:
         "return x > scalar_t(0) ? x : scalar_t(0.0);",
     )
     selection = tree.select()
-    assert labels(selection) == ["at::native::relu_scalar"]
+    assert labels(selection)[0] == "at::native::relu_scalar"
     assert not any(e.label.startswith("everything in") for e in selection.entities)
+    # The templated call relu_scalar<scalar_t>(...) is not resolved, so the fallback
+    # widens to its possible users (the definitions of the files including the header);
+    # in the fixture those reach no op either (relu_cuda_launch is registered nowhere),
+    # so everything runs, naming them.
+    widened = selection.entities[1]
+    assert widened.label == "possible users of at::native::relu_scalar"
+    assert "at::native::relu_kernel" in widened.members
+    assert selection.everything == [
+        "nothing in the index reaches possible users of at::native::relu_scalar (changed at "
+        f"{RELU_CUH}:{tree.line(RELU_CUH, 'scalar_t(0.0)')}): its users are invisible to the "
+        "index (generated code, function pointers, dynamic lookup), so any test may reach it"
+    ]
 
 
 def test_native_functions_entry_is_its_op(tree: IndexedTree) -> None:

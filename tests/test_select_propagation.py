@@ -142,3 +142,33 @@ def test_cycles_and_depth_are_not_capped(tree: IndexedTree) -> None:
     selection = tree.select()
     assert [e.label for e in selection.entities] == ["at::native::check_dim_size"]
     assert {"test/test_linalg.py", "test/test_nn.py"} <= selected(selection)
+
+
+def test_function_no_resolved_call_reaches_widens_to_its_possible_users(tree: IndexedTree) -> None:
+    """A method called through a template parameter (``counter.count(t)``) is a call the
+    resolver cannot type: the selection widens to the calls naming it and the file's other
+    definitions, and runs their tests rather than everything."""
+    tree.replace(
+        LINALG,
+        "Tensor mm_cpu(const Tensor& self, const Tensor& mat2) {\n",
+        "struct RowCounter {\n"
+        "  int64_t count(const Tensor& t) const { return t.size(0); }\n"
+        "};\n\n"
+        "template <typename Counter>\n"
+        "static int64_t rows_of(const Counter& counter, const Tensor& t) {\n"
+        "  return counter.count(t);\n"
+        "}\n\n"
+        "Tensor mm_cpu(const Tensor& self, const Tensor& mat2) {\n"
+        "  (void)rows_of(RowCounter{}, self);\n",
+    )
+    tree.commit("a helper called through a template")
+    tree.replace(LINALG, "return t.size(0); }", "return t.size(0) + 0; }")
+    selection = tree.select()
+    assert [e.label for e in selection.entities] == [
+        "at::native::RowCounter::count",
+        "possible users of at::native::RowCounter::count",
+    ]
+    assert "at::native::mm_cpu" in selection.entities[1].members
+    assert not selection.run_everything
+    assert {"test/test_linalg.py", "test/test_tensor.py"} <= selected(selection)
+    assert "test/test_unrelated.py" not in selected(selection)

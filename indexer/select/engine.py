@@ -8,20 +8,15 @@ from pathlib import Path
 
 from indexer.errors import IndexMissingError
 from indexer.extract.discover import is_test_file
-from indexer.graph.vocabulary import NodeKind
 from indexer.query.index import Index
 from indexer.select.diff import Diff, read_diff
+from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
 from indexer.select.impact import ImpactWalker, Reach
 from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
 from indexer.select.staleness import check_freshness, try_update
 from indexer.workspace import Workspace
-
-# Python definitions whose users the index may not see by name fall back to their module.
-_PYTHON_DEFS = frozenset(
-    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
-)
 
 
 def _base_info(diff: Diff) -> dict:
@@ -149,7 +144,7 @@ def _select(
     phase = time.perf_counter()
     walker = ImpactWalker(index)
     reach = walker.walk(_starts(selection.entities))
-    _fallbacks(index, walker, reach, placer, selection, set(tests))
+    apply_fallbacks(index, walker, reach, placer, selection, set(tests))
     selection.timings["impact_s"] = time.perf_counter() - phase
     if selection.everything:
         return
@@ -164,66 +159,6 @@ def _starts(entities: list[Entity]) -> dict[int, int]:
         for node_id in entity.node_ids:
             starts.setdefault(node_id, position)
     return starts
-
-
-def _reaches_tests(walker: ImpactWalker, entity: Entity, position: int, tests: set[int]) -> bool:
-    """Whether any test reaches ``entity``. The shared walk credits each node to the first
-    entity that reached it, so an entity whose closure overlaps an earlier one's is asked
-    again on its own (stopping at the first test)."""
-    if not entity.node_ids:
-        return False
-    alone = walker.walk(dict.fromkeys(entity.node_ids, position), until=tests.__contains__)
-    return any(file_id in tests for file_id in alone.file_id.values())
-
-
-def _fallbacks(
-    index: Index,
-    walker: ImpactWalker,
-    reach: Reach,
-    placer: Placer,
-    selection: Selection,
-    tests: set[int],
-) -> None:
-    """Entities no test reaches: a Python definition falls back to its module and its
-    importers; anything else means the index cannot see its users, so run everything."""
-    credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
-    for _ in range(2):  # the module fallback is walked once more
-        added = []
-        for position, entity in enumerate(selection.entities):
-            if position in credited or not entity.node_ids or entity.reason.startswith("unreached"):
-                continue
-            if _reaches_tests(walker, entity, position, tests):
-                credited.add(position)
-                continue
-            nodes = index.nodes(entity.node_ids)
-            if nodes and all(node.kind in _PYTHON_DEFS for node in nodes):
-                modules = [m for path in {n.path for n in nodes} for m in placer._modules(path)]
-                if modules:
-                    entity.reason += "; no test names it"
-                    credited.add(position)
-                    added.append(
-                        Entity(
-                            f"module of {entity.label}",
-                            "group" if len(modules) > 1 else modules[0].kind,
-                            entity.evidence,
-                            f"unreached by name: {entity.label}'s module and its importers",
-                            [m.id for m in modules],
-                            entity.cuda,
-                        )
-                    )
-                    continue
-            credited.add(position)  # decided: it runs everything
-            selection.everything.append(
-                f"nothing in the index reaches {entity.label} (changed at {entity.evidence}): "
-                "its users are invisible to the index (generated code, function pointers, "
-                "dynamic lookup), so any test may reach it"
-            )
-        if not added:
-            return
-        first = len(selection.entities)
-        selection.entities += added
-        reach.merge(walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids}))
-        credited |= {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
 
 
 def _label(nodes: dict[int, object], node_id: int) -> str:
