@@ -28,17 +28,16 @@ _LAUNCHES = EdgeKind.LAUNCHES.value
 _KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
 _LAUNCH_HELPER = re.compile(r"launch", re.I)
 _CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
-_DECLARATIONS = ("declaration", "parameter_declaration", "optional_parameter_declaration")
 _NEWLINE = re.compile(rb"\n")
 _SMART_POINTERS = frozenset(
     {"shared_ptr", "unique_ptr", "weak_ptr", "intrusive_ptr", "weak_intrusive_ptr", "MaybeOwned"}
 )
-_BLANKS = (b" ", b"\t", b"\n", b"\r")
 _LANGUAGE = cpp_parser().language
 _IDENTIFIER = _LANGUAGE.id_for_node_kind("identifier", True)
 _QUALIFIED = _LANGUAGE.id_for_node_kind("qualified_identifier", True)
 _TEMPLATE_FUNCTION = _LANGUAGE.id_for_node_kind("template_function", True)
 _FIELD = _LANGUAGE.id_for_node_kind("field_expression", True)
+_ARGUMENT_LIST = _LANGUAGE.id_for_node_kind("argument_list", True)
 
 
 class Caller:
@@ -116,6 +115,7 @@ class CallSites:
         aliases: dict[str, str],
         launch_at: list[int],
         line_map: list[int] | None,
+        newlines: list[int],
     ) -> None:
         self.data = data
         self.facts = facts
@@ -124,12 +124,17 @@ class CallSites:
         self.aliases = aliases
         self.launch_ends = self._launch_ends(launch_at)
         self.line_map = line_map
-        self.variables: dict[bytes, list[tuple[int, Node]]] = {}
-        self.variable_types: dict[int, str | None] = {}  # declaration -> its type as written
+        self.newlines = newlines
+        self.variables: dict[bytes, list[int]] = {}  # name -> where it is declared
+        self.types: list[tuple[int, int]] = []
+        self.type_starts: list[int] = []
+        self.variable_types: dict[
+            int, str | None
+        ] = {}  # declaration offset -> its type  # declaration -> its type as written
         self.helper_arguments: set[int] = set()
 
     def line(self, node: Node) -> int:
-        row = node.start_point[0]
+        row = bisect_right(self.newlines, node.start_byte)
         return self.line_map[row] if self.line_map is not None else row + 1
 
     def caller_at(self, offset: int) -> Caller | None:
@@ -153,33 +158,37 @@ class CallSites:
             ends.add(end)
         return ends
 
-    def add_variables(self, nodes: list[Node]) -> None:
+    def add_variables(self, names: list[Node], types: list[Node]) -> None:
+        """Declared names of class type, and the types they were declared with: a name's
+        type is the last type captured before it (nothing is declared between a
+        declaration's type and its declarator)."""
         data = self.data
         variables = self.variables
-        for node in nodes:
+        for node in names:
             start = node.start_byte
-            variables.setdefault(data[start : node.end_byte], []).append((start, node))
+            variables.setdefault(data[start : node.end_byte], []).append(start)
         for declared in variables.values():  # captures do not come in document order
             if len(declared) > 1:
-                declared.sort(key=lambda item: item[0])
+                declared.sort()
+        self.types = sorted((node.start_byte, node.end_byte) for node in types)
+        self.type_starts = [start for start, _ in self.types]
 
     def variable_type(
         self, name: bytes, at: int, caller: Caller, arrow: bool = False
     ) -> str | None:
         """The class a local variable or parameter of ``caller`` was declared with; through
         ``->``, the class a smart pointer of that type points to."""
-        found = None
-        for start, node in self.variables.get(name, ()):
+        found = -1
+        for start in self.variables.get(name, ()):
             if caller.start <= start < at:
-                found = node
+                found = start
             elif start >= at:
                 break
-        if found is None:
+        if found < 0:
             return None
-        key = found.id
-        if key not in self.variable_types:
-            self.variable_types[key] = self._declared_type(found)
-        written = self.variable_types[key]
+        if found not in self.variable_types:
+            self.variable_types[found] = self._declared_type(found)
+        written = self.variable_types[found]
         if written is None:
             return None
         if "<" not in written:
@@ -191,28 +200,17 @@ class CallSites:
                 return "::".join(split_qualified(inner)) or None
         return "::".join(split_qualified(written)) or None
 
-    def _declared_type(self, found: Node) -> str | None:
-        written = None
-        owner = found.parent
-        for _ in range(3):
-            if owner is None:
-                break
-            if owner.type in _DECLARATIONS:
-                type_node = owner.child_by_field_name("type")
-                if type_node is not None:
-                    text = self.data[type_node.start_byte : type_node.end_byte]
-                    written = " ".join(text.decode("utf-8", "replace").split()) or None
-                break
-            owner = owner.parent
-        return written
+    def _declared_type(self, declared_at: int) -> str | None:
+        index = bisect_right(self.type_starts, declared_at) - 1
+        if index < 0:
+            return None
+        start, end = self.types[index]
+        return " ".join(self.data[start:end].decode("utf-8", "replace").split()) or None
 
-    def add_calls(
-        self, callees: list[Node], argument_lists: list[Node], kernel_helpers: bool
-    ) -> None:
+    def add_calls(self, calls: list[Node], kernel_helpers: bool) -> None:
         """One ref per callee. Node attributes are costly from Python (``type`` builds a
         string, siblings are found from the parent), so kinds are compared by id, member
-        expressions are read from the text, argument lists come from the query, and lines
-        from a table of newline offsets."""
+        expressions are read from the text, and lines come from a table of newline offsets."""
         data = self.data
         refs = self.facts.refs
         aliases = self.aliases
@@ -221,9 +219,11 @@ class CallSites:
         line_map = self.line_map
         callers = self.callers
         starts = self.starts
-        newlines = [match.start() for match in _NEWLINE.finditer(data)]
-        arguments_at = {node.start_byte: node for node in argument_lists}
-        for callee in callees:
+        newlines = self.newlines
+        for call in calls:
+            callee = call.child(0)  # the function; the argument list is the last child
+            if callee is None:
+                continue
             start = callee.start_byte
             index = bisect_right(starts, start) - 1
             if index < 0:
@@ -290,15 +290,12 @@ class CallSites:
                     RefFact(caller.local, _LAUNCHES, _CPP, target, line, None, caller.launch())
                 )
                 continue
-            after = end
-            while data[after : after + 1] in _BLANKS:
-                after += 1
-            arguments = arguments_at.get(after)
-            if arguments is not None:
+            arguments = call.child(1)
+            if arguments is not None and arguments.kind_id == _ARGUMENT_LIST:
                 # The argument count picks among overloads at link time.
                 attrs = caller.with_nargs(attrs, arguments.named_child_count)
                 if kernel_helpers and _LAUNCH_HELPER.search(target):
-                    self.helper_arguments.add(after)
+                    self.helper_arguments.add(arguments.start_byte)
             refs.append(RefFact(caller.local, _CALLS, _CPP, target, line, None, attrs))
 
     def add_kernel_arguments(self, arguments: list[Node], kernel_names: set[str]) -> None:
@@ -333,7 +330,7 @@ class CallSites:
                 ):
                     continue
                 if any(
-                    caller.start <= at < start for at, _ in self.variables.get(written.encode(), ())
+                    caller.start <= at < start for at in self.variables.get(written.encode(), ())
                 ):
                     continue  # a local variable or parameter, not a kernel
             attrs = {**caller.launch(), "via": "argument"}

@@ -12,7 +12,7 @@ expanded: extraction reads one file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 _MAX_DEPTH = 4
@@ -154,10 +154,15 @@ class Expander:
         out.append(text[position:])
         return "".join(out)
 
-    def uses(self, text: str) -> Iterator[tuple[int, int, str]]:
-        """(offset, end, expansion) of every use in ``text`` outside #define lines."""
+    def uses(
+        self, text: str, wanted: Callable[[int], bool] = lambda offset: True
+    ) -> Iterator[tuple[int, int, str]]:
+        """(offset, end, expansion) of every use in ``text`` outside #define lines whose
+        offset is ``wanted`` (asked before expanding: expansion is the costly part)."""
         for match in self.pattern.finditer(text):
             start = match.start()
+            if not wanted(start):
+                continue
             line_start = text.rfind("\n", 0, start) + 1
             prefix = text[line_start:start].lstrip()
             if prefix.startswith(("#", "//", "*", "/*")):

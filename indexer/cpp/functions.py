@@ -15,18 +15,27 @@ from typing import TYPE_CHECKING
 
 from indexer.cpp import macros
 from indexer.cpp.names import is_macro_name, parameters, split_qualified
+from indexer.extract.source import cpp_parser
 
 if TYPE_CHECKING:
     from tree_sitter import Node
 
+_LANGUAGE = cpp_parser().language
+# Kinds are compared by id: reading ``Node.type`` builds a string each time.
 _WRAPPERS = frozenset(
-    {
+    _LANGUAGE.id_for_node_kind(kind, True)
+    for kind in (
         "pointer_declarator",
         "reference_declarator",
         "attributed_declarator",
         "parenthesized_declarator",
-    }
+    )
 )
+_OPERATOR_FORMS = frozenset(
+    _LANGUAGE.id_for_node_kind(kind, True) for kind in ("qualified_identifier", "operator_cast")
+)
+_FUNCTION_DECLARATOR = _LANGUAGE.id_for_node_kind("function_declarator", True)
+_IDENTIFIER = _LANGUAGE.id_for_node_kind("identifier", True)
 _CONST = re.compile(rb"\bconst\b")
 
 
@@ -51,14 +60,15 @@ def _text(data: bytes, node: Node) -> str:
 def describe(node: Node, data: bytes) -> Shape | None:
     """The shape of a function_definition, or None when it names nothing usable."""
     declarator = node.child_by_field_name("declarator")
-    while declarator is not None and declarator.type in _WRAPPERS:
+    while declarator is not None and declarator.kind_id in _WRAPPERS:
         inner = declarator.child_by_field_name("declarator")
         if inner is None and declarator.named_child_count:
             inner = declarator.named_children[-1]
         declarator = inner
     if declarator is None:
         return None
-    if declarator.type in ("qualified_identifier", "operator_cast"):  # A::operator T() const
+    kind = declarator.kind_id
+    if kind in _OPERATOR_FORMS:  # A::operator T() const
         text = _text(data, declarator)
         cut = text.find("(")
         close = text.rfind(")")
@@ -70,7 +80,7 @@ def describe(node: Node, data: bytes) -> Shape | None:
             return None
         signature, bounds = parameters(params, "const" if "const" in text[close:] else "")
         return Shape(components, signature, bounds, declarator.start_byte, declarator.start_byte)
-    if declarator.type != "function_declarator":
+    if kind != _FUNCTION_DECLARATOR:
         return None
     name_node = declarator.child_by_field_name("declarator")
     params_node = declarator.child_by_field_name("parameters")
@@ -80,7 +90,8 @@ def describe(node: Node, data: bytes) -> Shape | None:
     trailing = data[params_node.end_byte : declarator.end_byte]
     signature, bounds = parameters(params, "const" if _CONST.search(trailing) else "")
     shape = Shape([], signature, bounds, name_node.start_byte, declarator.start_byte)
-    if name_node.type == "function_declarator":  # MACRO(args) (params) {...}
+    name_kind = name_node.kind_id
+    if name_kind == _FUNCTION_DECLARATOR:  # MACRO(args) (params) {...}
         macro_node = name_node.child_by_field_name("declarator")
         arguments_node = name_node.child_by_field_name("parameters")
         if macro_node is None or arguments_node is None:
@@ -90,7 +101,7 @@ def describe(node: Node, data: bytes) -> Shape | None:
         return shape
     name = _text(data, name_node)
     if (
-        name_node.type == "identifier"
+        name_kind == _IDENTIFIER
         and is_macro_name(name)
         and node.child_by_field_name("type") is None
     ):  # MACRO(args) {...}: the parameter list holds the macro's arguments

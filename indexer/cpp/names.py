@@ -146,11 +146,19 @@ def arity(parameters: str) -> tuple[int, int]:
 
 
 _NOT_SIMPLE = frozenset("<([{=/\"'")
+# A parameter's name: an identifier after some type text, before ',' or the end (and not
+# itself a type word: `unsigned int`).
+_UNNAMED = re.compile(
+    r"(?<=[\w*&>\].])\s*\b(?!(?:"
+    + "|".join(sorted(_TYPE_WORDS, key=len, reverse=True))
+    + r")\b)[A-Za-z_]\w*(?=\s*(?:,|$))"
+)
 
 
 def parameters(text: str, trailing: str = "") -> tuple[str, tuple[int, int]]:
     """(signature_key, arity) of a parameter list, with a fast path for plain lists (no
-    templates, defaults, function types, arrays or comments), most of them."""
+    templates, defaults, function types, arrays or comments), most of them: one
+    substitution in C drops every parameter name."""
     inner = text.strip()
     if inner[:1] == "(" and inner[-1:] == ")":
         inner = inner[1:-1]
@@ -160,21 +168,9 @@ def parameters(text: str, trailing: str = "") -> tuple[str, tuple[int, int]]:
     stripped = inner.strip()
     if not stripped or stripped == "void":
         return "()" + suffix, (0, 0)
-    parts = inner.split(",")
-    most = -1 if "..." in parts[-1] else len(parts)
-    fewest = len(parts) - (1 if most < 0 else 0)
-    return "(" + ", ".join(map(_simple_type, parts)) + ")" + suffix, (fewest, most)
-
-
-def _simple_type(parameter: str) -> str:
-    words = parameter.split()
-    if not words:
-        return ""
-    last = words[-1]
-    cut = len(last)
-    while cut and (last[cut - 1].isalnum() or last[cut - 1] == "_"):
-        cut -= 1
-    name = last[cut:]
-    if name and not name[0].isdigit() and name not in _TYPE_WORDS and (cut or len(words) > 1):
-        words = words[:-1] + ([last[:cut]] if cut else [])
-    return " ".join(words).replace(" &", "&").replace(" *", "*")
+    count = inner.count(",") + 1
+    most = -1 if "..." in inner[inner.rfind(",") + 1 :] else count
+    key = " ".join(_UNNAMED.sub("", inner).split())
+    key = key.replace(" ,", ",").replace(", ", ",").replace(",", ", ")
+    key = key.replace(" &", "&").replace(" *", "*")
+    return f"({key}){suffix}", (count - (1 if most < 0 else 0), most)

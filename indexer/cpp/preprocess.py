@@ -105,6 +105,12 @@ _PASSES = (
 _EXPORT = re.compile(rb"_(?:API|EXPORT)(?!\w)")
 # Launch configurations never span a statement or a block.
 _LAUNCH = re.compile(rb"<<<[^;{}]*?>>>")
+# Long runs of lines holding nothing but numeric literals, commas and braces are data
+# tables: nothing to index, and in a big file (SobolEngineOpsUtils.cpp: 2 MB of direction
+# numbers) the bulk of the parse. A run is blanked only when its braces balance.
+_NUMBER_TABLE = re.compile(rb"(?:^[ \t]*[-+0-9a-fA-FxXuUlL.{}, \t]*,[ \t]*\r?\n){256,}", re.M)
+_LARGE = 256 * 1024
+_SPACES_KEEP_NEWLINES = bytes(10 if byte == 10 else 32 for byte in range(256))
 _DIRECTIVE = re.compile(rb"#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b")
 _IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _UPPER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -195,13 +201,21 @@ def prepare(data: bytes) -> Prepared:
             spans.append((match.start(), match.end()))
     if b"#el" in data:
         spans += _split_brace_branches(data)
+    if len(data) > _LARGE:
+        spans += [
+            match.span()
+            for match in _NUMBER_TABLE.finditer(data)
+            if data.count(b"{", *match.span()) == data.count(b"}", *match.span())
+        ]
     if not spans:
         return prepared
     buffer = bytearray(data)
     for start, end in spans:
         text = data[start:end]
         # Newlines stay, so lines keep their numbers even when a blanked span wraps.
-        buffer[start:end] = re.sub(rb"[^\n]", b" ", text) if b"\n" in text else b" " * (end - start)
+        buffer[start:end] = (
+            text.translate(_SPACES_KEEP_NEWLINES) if b"\n" in text else b" " * (end - start)
+        )
     prepared.data = bytes(buffer)
     for offsets in (
         prepared.global_at,
