@@ -7,7 +7,8 @@
   qualnames. A method matches only ops and bindings spelled ``*.Tensor.<name>``.
 - ``opinfo``: an ``@ops(list)`` decorator; resolves to every OpInfo entry of the list
   (edges marked ``fanout``, not ambiguity), or to every entry of the index when the
-  list's membership cannot be determined (marked ``all_opinfos`` with the reason).
+  list's membership cannot be determined (marked ``all_opinfos``; the first edge of the
+  ref carries the reason, the others ``True``).
 - ``fixture``: a pytest test's parameter; resolves to the fixture pytest would use (same
   file, else the nearest conftest.py up the tree).
 
@@ -293,11 +294,15 @@ def resolve_opinfo(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution
         else:
             members, unknown = lists.members(ref.target)
         attrs: dict[str, Any] = {"fanout": True}
+        rest = attrs
         if unknown:
+            # The reason goes on the first edge only: PyTorch has ~230k of these edges, and
+            # repeating a sentence on each doubled the size of the whole index.
             members = lists.all
-            attrs["all_opinfos"] = unknown
-        for node_id in sorted(members):
-            yield Resolution(ref.id, node_id, attrs)
+            attrs = {**attrs, "all_opinfos": unknown}
+            rest = {"fanout": True, "all_opinfos": True}
+        for position, node_id in enumerate(sorted(members)):
+            yield Resolution(ref.id, node_id, attrs if position == 0 else rest)
 
 
 # --- pytest fixtures ---------------------------------------------------------------------
