@@ -19,8 +19,11 @@ from tests.pyindex import build_fixture, edges_to, node, targets
 
 EXTRA_TESTS = '''"""Edge cases of @ops lists, kept out of the shared fixture."""
 
+import copy
+
+import minitorch
 from minitorch.testing._internal.common_device_type import instantiate_device_type_tests, ops
-from minitorch.testing._internal.common_methods_invocations import op_db
+from minitorch.testing._internal.common_methods_invocations import OpInfo, op_db
 from minitorch.testing._internal.common_utils import TestCase
 
 
@@ -29,11 +32,36 @@ def make_list():
 
 
 only_add = [op for op in op_db if op.name == "add"]
+generated_db = [
+    *(OpInfo("relu", variant_test_name=f"shift_{n}", op=minitorch.relu) for n in (1, 2)),
+]
+looped = []
+for entry in op_db:
+    looped.append(entry)
+derived = [copy.copy(op) for op in op_db]
 
 
 class TestOpsEdgeCases(TestCase):
+    class_list = list(filter(lambda op: op.name == "mm", op_db))
+
     def setUp(self):
         self.scale = 2
+
+    @ops(generated_db)
+    def test_generated(self, device, dtype, op):
+        pass
+
+    @ops(looped)
+    def test_looped(self, device, dtype, op):
+        pass
+
+    @ops(derived)
+    def test_derived(self, device, dtype, op):
+        pass
+
+    @ops(class_list)
+    def test_class_list(self, device, dtype, op):
+        pass
 
     @ops(make_list())
     def test_unknown_list(self, device, dtype, op):
@@ -148,7 +176,8 @@ def test_device_generic_classes_record_their_variants(minitorch: tuple[Path, Ind
 def test_opinfo_entries(minitorch: tuple[Path, Index]) -> None:
     repo, index = minitorch
     entries = {n.qualname: n for n in index.nodes_of_kind("opinfo")}
-    assert len(entries) == 12  # nine in op_db, three in opinfo/definitions/linalg.py
+    # Nine in op_db, three in opinfo/definitions/linalg.py, one (generated) added here.
+    assert len(entries) == 13
     source = repo / "minitorch/testing/_internal/common_methods_invocations.py"
     sum_dim = entries["op_db:sum.dim"]
     assert sum_dim.line == line_of(source, "OpInfo('sum', variant_test_name='dim'")
@@ -226,6 +255,22 @@ def test_undeterminable_lists_cover_every_entry(minitorch: tuple[Path, Index]) -
     cmi = "minitorch/testing/_internal/common_methods_invocations.py"
     in_cmi = {n.qualname for n in index.nodes_in_file(cmi, ["opinfo"])}
     assert _opinfo_names(index, f"{base}::test_filtered_by_name") == in_cmi
+
+
+def test_lists_built_by_loops_comprehensions_and_classes(minitorch: tuple[Path, Index]) -> None:
+    repo, index = minitorch
+    base = "test/test_ops_edge_cases.py::TestOpsEdgeCases"
+    cmi = "minitorch/testing/_internal/common_methods_invocations.py"
+    in_cmi = {n.qualname for n in index.nodes_in_file(cmi, ["opinfo"])}
+    # One node stands for the entries a generator expression makes from one call.
+    generated = node(index, "generated_db:relu.shift_{n}", "opinfo")
+    assert generated.attrs["generated"] is True
+    assert generated.line == line_of(repo / "test/test_ops_edge_cases.py", 'OpInfo("relu"')
+    assert "aten::relu" in targets(index, generated, "references")
+    assert _opinfo_names(index, f"{base}::test_generated") == {generated.qualname}
+    # Appends in a module-level loop, entries derived one by one, a class attribute.
+    for test in ("test_looped", "test_derived", "test_class_list"):
+        assert _opinfo_names(index, f"{base}::{test}") == in_cmi, test
 
 
 def test_test_utilities_and_fixtures(minitorch: tuple[Path, Index]) -> None:

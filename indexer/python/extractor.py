@@ -149,6 +149,7 @@ class FileIndexer:
         self.stars: list[str] = []
         self.module_vars: set[str] = set()
         self.ops_tests: list[tuple[int, ast.Call]] = []
+        self.class_values: dict[int, dict[str, ast.expr]] = {}  # class node -> name -> value
         self.base = None if self.in_package else self.modname.rpartition(".")[0] or None
 
     # --- driver ------------------------------------------------------------------------
@@ -460,7 +461,13 @@ class FileIndexer:
         self.def_nodes[id(node)] = index
         info = {"test": is_test, "qualname": qualname, "dotted": dotted, "node": index}
         for stmt in self._class_body(node.body):
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):  # class-level lists, which @ops decorators in the class body may name
+                self.class_values.setdefault(index, {})[stmt.targets[0].id] = stmt.value
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self._function(stmt, index, dotted, info)
             elif isinstance(stmt, ast.ClassDef):
                 self._class(stmt, index, dotted, False, top=False)
@@ -608,6 +615,9 @@ class FileIndexer:
     def _ops_ref(self, index: int, call: ast.Call) -> None:
         """The ``opinfo`` ref of an ``@ops(list)`` test: resolved to every entry of the list."""
         arg = call.args[0]
+        owner = self.facts.nodes[index].parent
+        if isinstance(arg, ast.Name) and arg.id in self.class_values.get(owner or 0, {}):
+            arg = self.class_values[owner or 0][arg.id]  # a list the test's class defines
         chain = dotted_chain(arg)
         scanner = OpinfoScanner(self)
         summary = scanner.summarize(arg, f"<{self.facts.nodes[index].name}>")

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 CLASS_KINDS = frozenset({"python_class", "test_class"})
 MAX_HOPS = 16
+MAX_PARTS = 24  # no real dotted name is longer; a longer one is a walk feeding on itself
 
 
 class NameSource(Protocol):
@@ -55,7 +56,7 @@ def resolve_dotted(
 def _resolve(source: NameSource, target: str, memo: dict[str, Result], active: set[str]) -> Result:
     if target in memo:
         return memo[target]
-    if target in active or len(active) > MAX_HOPS or not target:
+    if target in active or len(active) > MAX_HOPS or not target or target.count(".") > MAX_PARTS:
         return None  # a re-export cycle, or a chain too long to be real
     active.add(target)
     try:

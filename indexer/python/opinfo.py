@@ -137,6 +137,7 @@ class OpinfoScanner:
         self.ctx = ctx
         self.summaries: dict[str, Summary] = {}
         self.factories: dict[str, ast.FunctionDef] = {}
+        self.loop_sources: dict[str, ast.expr] = {}
 
     def scan(self, body: list[ast.stmt]) -> dict[str, dict[str, Any]]:
         for stmt in body:
@@ -152,12 +153,21 @@ class OpinfoScanner:
 
     def _module_statements(self, body: list[ast.stmt]):
         for stmt in body:
-            if isinstance(stmt, (ast.If, ast.Try)):
+            if isinstance(stmt, (ast.If, ast.Try, ast.With, ast.While)):
                 yield from self._module_statements(stmt.body)
-                yield from self._module_statements(stmt.orelse)
+                yield from self._module_statements(getattr(stmt, "orelse", []))
                 if isinstance(stmt, ast.Try):
                     for handler in stmt.handlers:
                         yield from self._module_statements(handler.body)
+            elif isinstance(stmt, ast.For):
+                # `for op in op_db: lst.append(op)`: the loop variable stands for the entries
+                # of what it iterates.
+                name = stmt.target.id if isinstance(stmt.target, ast.Name) else None
+                if name:
+                    self.loop_sources[name] = stmt.iter
+                yield from self._module_statements(stmt.body)
+                if name:
+                    self.loop_sources.pop(name, None)
             elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 yield stmt
 
@@ -262,15 +272,29 @@ class OpinfoScanner:
     def _comprehension(
         self, node: ast.ListComp | ast.GeneratorExp | ast.SetComp, list_name: str
     ) -> Summary:
+        result = Summary()
+        elt = node.elt
+        if isinstance(elt, ast.Call) and (info_class(elt) or self._factory_of(elt)):
+            # `*(UnaryUfuncInfo('polygamma', variant_test_name=f'..._{n}') for n in ...)`:
+            # entries generated from one call, named by it whatever the loop yields.
+            result.merge(self._element(elt, list_name, generated=True))
+            return result
         if len(node.generators) != 1:
-            result = Summary()
             result.unknown = f"nested comprehension at line {node.lineno}"
             return result
         generator = node.generators[0]
         var = generator.target.id if isinstance(generator.target, ast.Name) else None
-        if var is None or not (isinstance(node.elt, ast.Name) and node.elt.id == var):
-            result = Summary()
-            result.unknown = f"comprehension at line {node.lineno} yields {ast.unparse(node.elt)}"
+        if var is None:
+            result.unknown = f"comprehension at line {node.lineno} unpacks its items"
+            return result
+        if isinstance(elt, ast.Call) and any(
+            isinstance(arg, ast.Name) and arg.id == var for arg in elt.args
+        ):
+            # `[translate_opinfo(op) for op in op_db]`: entries derived one by one from a
+            # list's entries exercise the same ops, so they count as that list's members.
+            return self.summarize(generator.iter, list_name)
+        if not (isinstance(elt, ast.Name) and elt.id == var):
+            result.unknown = f"comprehension at line {node.lineno} yields {ast.unparse(elt)}"
             return result
         source = self.summarize(generator.iter, list_name)
         classes = _isinstance_filter(generator.ifs, var)
@@ -278,20 +302,25 @@ class OpinfoScanner:
             source.parts = [[part[0], classes] for part in source.parts]
         return source
 
-    def _element(self, element: ast.expr, list_name: str) -> Summary:
+    def _factory_of(self, call: ast.Call) -> ast.FunctionDef | None:
+        return self.factories.get(callee_name(call.func) or "")
+
+    def _element(self, element: ast.expr, list_name: str, generated: bool = False) -> Summary:
         summary = Summary()
         if isinstance(element, ast.Call):
-            if info_class(element) and self.add_entry(element, list_name, element):
+            if info_class(element) and self.add_entry(element, list_name, element, None, generated):
                 summary.direct += 1
                 return summary
-            factory = self.factories.get(callee_name(element.func) or "")
-            if factory is not None and self._factory_entry(factory, element, list_name):
+            factory = self._factory_of(element)
+            if factory is not None and self._factory_entry(factory, element, list_name, generated):
                 summary.direct += 1
                 return summary
             summary.unknown = (
                 f"entry built by {ast.unparse(element.func)}() at line {element.lineno}"
             )
             return summary
+        if isinstance(element, ast.Name) and element.id in self.loop_sources:
+            return self.summarize(self.loop_sources[element.id], list_name)
         if isinstance(element, (ast.Name, ast.Attribute)):
             dotted = self._dotted(element)
             if dotted:
@@ -300,7 +329,9 @@ class OpinfoScanner:
         summary.unknown = f"element at line {element.lineno} is not an OpInfo"
         return summary
 
-    def _factory_entry(self, factory: ast.FunctionDef, call: ast.Call, list_name: str) -> bool:
+    def _factory_entry(
+        self, factory: ast.FunctionDef, call: ast.Call, list_name: str, generated: bool = False
+    ) -> bool:
         """``make_foo_opinfo(variant_test_name='x')`` whose body returns ``XInfo('foo', ...)``."""
         returned = [
             node.value
@@ -313,7 +344,7 @@ class OpinfoScanner:
         params = [arg.arg for arg in factory.args.args]
         bound: dict[str, ast.expr] = dict(zip(params, call.args, strict=False))
         bound.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
-        return self.add_entry(entries[0], list_name, call, bound)
+        return self.add_entry(entries[0], list_name, call, bound, generated)
 
     def add_entry(
         self,
@@ -321,6 +352,7 @@ class OpinfoScanner:
         list_name: str,
         site: ast.Call,
         bound: dict[str, ast.expr] | None = None,
+        generated: bool = False,
     ) -> bool:
         """An ``opinfo`` node for ``call`` (evidence at ``site``), its op and Python refs."""
         cls = info_class(call)
@@ -333,7 +365,10 @@ class OpinfoScanner:
                 key: bound.get(value.id, value) if isinstance(value, ast.Name) else value
                 for key, value in keywords.items()
             }
-        variant = _string(keywords.get("variant_test_name")) or ""
+        variant_node = keywords.get("variant_test_name")
+        variant = _string(variant_node) or ""
+        if not variant and isinstance(variant_node, ast.JoinedStr):
+            variant = ast.unparse(variant_node)[2:-1]  # f'x_{n}' -> the pattern x_{n}
         aten = aten_target(name, cls, keywords)
         qualname = f"{list_name}:{name}" + (f".{variant}" if variant else "")
         ctx = self.ctx
@@ -348,6 +383,8 @@ class OpinfoScanner:
         ref_of = _string(keywords.get("torch_opinfo_name"))
         if ref_of:
             attrs["torch_opinfo_name"] = ref_of
+        if generated:
+            attrs["generated"] = True  # one node for the entries a loop makes from this call
         node = ctx.facts.add_node(
             "opinfo",
             name,
