@@ -51,9 +51,9 @@ class Caller:
         "_by_nargs",
         "_by_receiver",
         "_launch",
+        "_member",
         "end",
         "local",
-        "member",
         "outer",
         "plain",
         "start",
@@ -75,7 +75,7 @@ class Caller:
         self.this_class = this_class
         self.outer = outer  # the function around a local class's method
         self.plain: dict[str, object] = {"scope": ref_scope}
-        self.member: dict[str, object] = {**self.plain, "member": True}
+        self._member: dict[str, object] | None = None
         self._launch: dict[str, object] | None = None
         self._by_receiver: dict[str, dict[str, object]] = {}
         self._by_nargs: dict[tuple[int, int], dict[str, object]] = {}
@@ -83,7 +83,12 @@ class Caller:
     def set_usings(self, usings: list[str]) -> None:
         if usings:
             self.plain["using"] = usings
-        self.member = {**self.plain, "member": True}
+
+    def member(self) -> dict[str, object]:
+        """Attrs of a member call on an object of unknown class."""
+        if self._member is None:
+            self._member = {**self.plain, "member": True}
+        return self._member
 
     def receiver(self, receiver: str) -> dict[str, object]:
         attrs = self._by_receiver.get(receiver)
@@ -280,7 +285,7 @@ class CallSites:
                     name = object_text.encode()
                     if name in variables:
                         receiver = self.variable_type(name, start, caller, arrow > dot)
-                attrs = caller.receiver(receiver) if receiver is not None else caller.member
+                attrs = caller.receiver(receiver) if receiver is not None else caller.member()
             else:
                 continue  # (*fn)(...), lambda(...)(...), f()(...): no name to resolve
             row = bisect_right(newlines, start)
