@@ -82,6 +82,17 @@ int via_alias() { return detail::helper(); }
 
 int via_pointer(std::shared_ptr<Base> owner) { return owner->count(); }
 
+template <typename T>
+struct Traits {
+  static int id() { return 0; }
+};
+template <>
+struct Traits<float> {
+  static int id() { return 1; }
+};
+int float_id() { return Traits<float>::id(); }
+int double_id() { return Traits<double>::id(); }
+
 } // namespace c10
 
 namespace c10::impl {
@@ -189,6 +200,25 @@ def test_if_variants_of_one_function_are_one_node(built: tuple[Path, Index]) -> 
 def test_namespace_alias_is_expanded(built: tuple[Path, Index]) -> None:
     _, index = built
     assert "c10::impl::helper" in called(index, one(index, "c10::via_alias"))
+
+
+def test_template_arguments_pick_the_specialization(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/Attributes.h"
+    ids = [
+        n
+        for n in index.find("c10::Traits::id", ["cpp_function"])
+        if n.qualname == "c10::Traits::id"
+    ]
+    by_line = {n.line: n for n in ids}
+    primary = by_line[line_of(path, "static int id() { return 0; }")]
+    floats = by_line[line_of(path, "static int id() { return 1; }")]
+    assert (
+        floats.attrs["specialization"] == "Traits<float>" and "specialization" not in primary.attrs
+    )
+    for caller, target in (("c10::float_id", floats), ("c10::double_id", primary)):
+        edges = index.out_edges(one(index, caller).id, ["calls"])
+        assert [(e.dst, e.ambiguous) for e in edges] == [(target.id, False)], caller
 
 
 def test_member_call_through_a_smart_pointer(built: tuple[Path, Index]) -> None:

@@ -25,7 +25,7 @@ from indexer.cpp.calls import Caller, CallSites
 from indexer.cpp.expand import Expander, definition
 from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
-from indexer.cpp.names import ANONYMOUS, split_qualified, strip_templates
+from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified, strip_templates
 from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, nest
 from indexer.extract.source import SourceFile, cpp_parser
 from indexer.graph.facts import FILE_NODE, FileFacts
@@ -312,14 +312,16 @@ class _Extraction:
             line if self.line_map is not None else bisect_right(self.newlines, region.end - 1) + 1
         )
         this_class = "::".join(ref_scope) if member and ref_scope else None
-        specialization = shape.specialization
+        # The class's template arguments as written: its own head (struct Vectorized<float>)
+        # or the qualifier of an out-of-line member (Vectorized<float>::loadu).
+        specialization = owner_arguments(shape.specialization) if shape.specialization else None
         owner = region.owner
         while owner is not None and specialization is None:
             specialization = owner.specialization
             owner = owner.owner
         if specialization:
             attrs["specialization"] = specialization
-        identity = (qualname, shape.signature, specialization)
+        identity = (qualname, shape.signature, shape.specialization or specialization)
         local = self.defined.get(identity)
         if local is not None:
             # The same definition again in another #if branch: one function, several bodies.

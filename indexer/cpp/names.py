@@ -174,3 +174,26 @@ def parameters(text: str, trailing: str = "") -> tuple[str, tuple[int, int]]:
     key = key.replace(" ,", ",").replace(", ", ",").replace(",", ", ")
     key = key.replace(" &", "&").replace(" *", "*")
     return f"({key}){suffix}", (count - (1 if most < 0 else 0), most)
+
+
+def owner_arguments(written: str) -> str | None:
+    """The class a written name belongs to, if written with template arguments (spaces
+    dropped): 'at::vec::Vectorized<float>::loadu' -> 'Vectorized<float>'; else None."""
+    components: list[str] = []
+    depth = 0
+    start = 0
+    index = 0
+    while index < len(written):
+        char = written[index]
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth -= 1
+        elif depth == 0 and written.startswith("::", index):
+            components.append(written[start:index])
+            start = index + 2
+            index += 1
+        index += 1
+    if not components or "<" not in components[-1]:
+        return None
+    return "".join(components[-1].split())

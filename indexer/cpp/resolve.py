@@ -38,7 +38,7 @@ from collections.abc import Iterator
 
 from indexer.cpp.aten_api import AtenOps
 from indexer.cpp.macros import STRUCTURED
-from indexer.cpp.names import ANONYMOUS, split_qualified
+from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 from indexer.paths import is_header
@@ -68,6 +68,8 @@ class CppSymbols:
         self.by_name: dict[str, list[int]] = defaultdict(list)
         self.by_file_name: dict[tuple[int, str], list[int]] = defaultdict(list)
         self.key_of: dict[int, str] = {}
+        # node -> the template arguments of its class as written (Vectorized<float>)
+        self.specialization: dict[int, str | None] = {}
         self.arity: dict[int, tuple[int, int]] = {}
         self.local_only: set[int] = set()
         self.bases: dict[int, list[str]] = {}
@@ -88,6 +90,8 @@ class CppSymbols:
             if "arity" in attrs:
                 fewest, most = attrs["arity"]
                 self.arity[node_id] = (fewest, most)
+            if "specialization" in attrs:
+                self.specialization[node_id] = attrs["specialization"]
             if kind == _CLASS and attrs.get("bases"):
                 self.bases[node_id] = attrs["bases"]
             if attrs.get("macro") in STRUCTURED and len(components) >= 2:
@@ -165,6 +169,18 @@ class CppSymbols:
                 if own:
                     found = own
         return found
+
+    def specialized(self, found: list[int], written: str) -> list[int]:
+        """``Vectorized<float>::loadu`` names the float specialization, or else the primary
+        template: not the members of other specializations."""
+        wanted = owner_arguments(written)
+        if wanted is None:
+            return found
+        specialization = self.specialization
+        exact = [node_id for node_id in found if specialization.get(node_id) == wanted]
+        if exact:
+            return exact
+        return [node_id for node_id in found if specialization.get(node_id) is None]
 
     def prefixes(self, scope: tuple[str, ...]) -> list[str]:
         """'a::b::', 'a::', '' for scope (a, b): innermost first."""
@@ -364,6 +380,8 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
             continue
         # A dispatch key (bindings' dispatches refs) stays on the edge.
         carried = {"key": attrs["key"]} if "key" in attrs else None
+        if found and "<" in ref.target:
+            found = index.specialized(found, ref.target)
         if len(found) > 1:
             found = index.narrow(found, ref.file_id, attrs.get("nargs"))
         for node_id in found:

@@ -67,7 +67,7 @@ def nest(
             written = _text(data, name) if name is not None else ""
             region.names = split_qualified(written)[-1:] if written else []
             if "<" in written:  # template <> struct Vectorized<float> {...}
-                region.specialization = " ".join(written.split())
+                region.specialization = "".join(written.split())
         stack.append(region)
     return regions
 
