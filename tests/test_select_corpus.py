@@ -1,7 +1,8 @@
 """Selection on the real trees: single-function changes checked against what reading the
-code says. Each test edits the corpus tree and restores it in ``finally``; the index is a
-private copy of the shared corpus index, so the incremental update a selection makes for
-the edited file never reaches other tests."""
+code says. The corpus trees are never modified: each module works in a local clone
+(``git clone --shared``: objects borrowed, files checked out) with a copy of the shared
+corpus index placed at the clone's key, so neither the edits nor the incremental update a
+selection makes for the edited file reach other tests or other sessions."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from indexer.locations import cache_dir
 from indexer.select.engine import select_tests
 from indexer.select.model import Selection
 from indexer.workspace import Workspace
@@ -42,29 +42,33 @@ def edited(source: Path, rel: str, old: str, new: str) -> Iterator[None]:
         _restore(source)
 
 
-def _private_index(
-    shared: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+def _private_tree(
+    shared: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, name: str
 ) -> tuple[Path, Path]:
-    """A copy of the shared corpus index in a cache of our own, at the same key."""
+    """(clone, cache): a clone of the corpus tree and a cache holding a copy of its index."""
     source, shared_cache = shared
+    base = tmp_path_factory.mktemp(f"{name}-clone")
+    clone = base / name
+    subprocess.run(["git", "clone", "-q", "--shared", str(source), str(clone)], check=True)
+    cache = base / "cache"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TORCHTALK_CACHE_DIR", str(shared_cache))
-        db = Workspace.resolve(source).db_path
-        relative = db.relative_to(cache_dir())
-    private = tmp_path_factory.mktemp("corpus-cache")
-    (private / relative).parent.mkdir(parents=True)
-    shutil.copyfile(db, private / relative)
-    return source, private
+        shared_db = Workspace.resolve(source).db_path
+        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
+        private_db = Workspace.resolve(clone).db_path
+    private_db.parent.mkdir(parents=True)
+    shutil.copyfile(shared_db, private_db)
+    return clone, cache
 
 
 @pytest.fixture(scope="module")
 def pytorch(pytorch_index, tmp_path_factory) -> tuple[Path, Path]:
-    return _private_index(pytorch_index, tmp_path_factory)
+    return _private_tree(pytorch_index, tmp_path_factory, "pytorch")
 
 
 @pytest.fixture(scope="module")
 def vllm(vllm_index, tmp_path_factory) -> tuple[Path, Path]:
-    return _private_index(vllm_index, tmp_path_factory)
+    return _private_tree(vllm_index, tmp_path_factory, "vllm")
 
 
 def _select(tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Selection:
@@ -73,7 +77,7 @@ def _select(tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Selecti
     return select_tests(Workspace.resolve(source))
 
 
-@pytest.mark.xdist_group("pytorch-tree")
+@pytest.mark.xdist_group("pytorch-clone")
 def test_matmul_change_selects_linalg_and_the_matmul_opinfo_tests(pytorch, monkeypatch) -> None:
     source = pytorch[0]
     with edited(
@@ -94,7 +98,7 @@ def test_matmul_change_selects_linalg_and_the_matmul_opinfo_tests(pytorch, monke
     assert len(selection.files) < selection.test_files_total
 
 
-@pytest.mark.xdist_group("pytorch-tree")
+@pytest.mark.xdist_group("pytorch-clone")
 def test_dispatch_stub_cpu_kernel_selects_the_tests_of_its_ops(pytorch, monkeypatch) -> None:
     source = pytorch[0]
     with edited(
@@ -113,7 +117,7 @@ def test_dispatch_stub_cpu_kernel_selects_the_tests_of_its_ops(pytorch, monkeypa
     assert len(selection.files) < selection.test_files_total / 2
 
 
-@pytest.mark.xdist_group("pytorch-tree")
+@pytest.mark.xdist_group("pytorch-clone")
 def test_comment_only_change_in_a_cpp_selects_nothing(pytorch, monkeypatch) -> None:
     source = pytorch[0]
     with edited(
@@ -131,7 +135,7 @@ def test_comment_only_change_in_a_cpp_selects_nothing(pytorch, monkeypatch) -> N
     )
 
 
-@pytest.mark.xdist_group("pytorch-tree")
+@pytest.mark.xdist_group("pytorch-clone")
 def test_cmakelists_change_selects_everything_with_the_reason(pytorch, monkeypatch) -> None:
     source = pytorch[0]
     cmake = (source / "CMakeLists.txt").read_text(encoding="utf-8")
@@ -153,7 +157,7 @@ def _calls_rms_norm(text: str) -> bool:
     return bool(aliased and re.search(r"(?<![\w.])ops\.rms_norm\(", text))
 
 
-@pytest.mark.xdist_group("vllm-tree")
+@pytest.mark.xdist_group("vllm-clone")
 def test_vllm_kernel_change_selects_the_op_callers_not_the_unrelated(vllm, monkeypatch) -> None:
     source = vllm[0]
     callers = sorted(
