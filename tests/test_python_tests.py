@@ -41,6 +41,19 @@ for entry in op_db:
 derived = [copy.copy(op) for op in op_db]
 
 
+class ScaledInfo(OpInfo):
+    pass
+
+
+class _ExampleModelInfo:  # a registry of something else, named like one
+    def __init__(self, name):
+        self.name = name
+
+
+local_db = [ScaledInfo("mm", op=minitorch.mm)]
+model_examples = [_ExampleModelInfo("org/model-7b")]
+
+
 class TestOpsEdgeCases(TestCase):
     class_list = list(filter(lambda op: op.name == "mm", op_db))
 
@@ -176,8 +189,11 @@ def test_device_generic_classes_record_their_variants(minitorch: tuple[Path, Ind
 def test_opinfo_entries(minitorch: tuple[Path, Index]) -> None:
     repo, index = minitorch
     entries = {n.qualname: n for n in index.nodes_of_kind("opinfo")}
-    # Nine in op_db, three in opinfo/definitions/linalg.py, one (generated) added here.
-    assert len(entries) == 13
+    # Nine in op_db, three in opinfo/definitions/linalg.py, two added by this module (one
+    # generated, one of a class derived from OpInfo); `_ExampleModelInfo(...)` is not one.
+    assert len(entries) == 14
+    assert entries["local_db:mm"].attrs["info_class"] == "ScaledInfo"
+    assert not any("org/model" in qualname for qualname in entries)
     source = repo / "minitorch/testing/_internal/common_methods_invocations.py"
     sum_dim = entries["op_db:sum.dim"]
     assert sum_dim.line == line_of(source, "OpInfo('sum', variant_test_name='dim'")

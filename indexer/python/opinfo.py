@@ -19,8 +19,11 @@ from indexer.python.scope import callee_name, dotted_chain
 if TYPE_CHECKING:
     from indexer.python.extractor import FileIndexer
 
-# Calls named *Info that are not OpInfo entries.
-NOT_ENTRIES = frozenset({"DecorateInfo", "SkipInfo", "AliasInfo", "ModuleInfo", "SampleInfo"})
+# The OpInfo family: OpInfo and every subclass PyTorch defines (UnaryUfuncInfo,
+# ReductionOpInfo, ForeachFuncInfo, ElementwiseBinaryPythonRefInfo...) ends with one of
+# these. Other *Info registries (vLLM's _HfExamplesInfo, DecorateInfo, ModuleInfo) are not
+# OpInfos; a class a file derives from the family counts too.
+FAMILY_SUFFIXES = ("OpInfo", "FuncInfo", "UfuncInfo", "RefInfo")
 # Keyword arguments whose values say how to skip or decorate tests, not what runs.
 NOT_WALKED = frozenset({"skips", "decorators", "name", "variant_test_name", "aten_name"})
 # Wrappers that return their argument's members (or a subset of them).
@@ -34,11 +37,23 @@ def _string(node: ast.expr | None) -> str | None:
     return None
 
 
-def info_class(call: ast.Call) -> str | None:
+def info_class(call: ast.Call, local: frozenset[str] | set[str] = frozenset()) -> str | None:
     name = callee_name(call.func)
-    if name and name.endswith("Info") and name not in NOT_ENTRIES:
+    if name and (name.endswith(FAMILY_SUFFIXES) or name in local):
         return name
     return None
+
+
+def local_info_classes(body: list[ast.stmt]) -> set[str]:
+    """Classes a module derives from the OpInfo family (``class MyInfo(OpInfo)``)."""
+    found: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ast.ClassDef):
+            for base in stmt.bases:
+                chain = dotted_chain(base)
+                if chain and (chain[-1].endswith(FAMILY_SUFFIXES) or chain[-1] in found):
+                    found.add(stmt.name)
+    return found
 
 
 def entry_name(call: ast.Call) -> str | None:
@@ -138,8 +153,13 @@ class OpinfoScanner:
         self.summaries: dict[str, Summary] = {}
         self.factories: dict[str, ast.FunctionDef] = {}
         self.loop_sources: dict[str, ast.expr] = {}
+        self.local_infos: set[str] = set()
+
+    def _info(self, call: ast.Call) -> str | None:
+        return info_class(call, self.local_infos)
 
     def scan(self, body: list[ast.stmt]) -> dict[str, dict[str, Any]]:
+        self.local_infos = local_info_classes(body)
         for stmt in body:
             if isinstance(stmt, ast.FunctionDef):
                 self.factories[stmt.name] = stmt
@@ -216,7 +236,7 @@ class OpinfoScanner:
             return True
         if isinstance(value, ast.Call):
             name = callee_name(value.func)
-            return bool(info_class(value) or name in PASS_THROUGH or name in CONCAT)
+            return bool(self._info(value) or name in PASS_THROUGH or name in CONCAT)
         return False
 
     def _dotted(self, node: ast.expr) -> str | None:
@@ -251,7 +271,7 @@ class OpinfoScanner:
             summary.merge(self._comprehension(node, list_name))
         elif isinstance(node, ast.Call):
             name = callee_name(node.func)
-            if info_class(node):
+            if self._info(node):
                 summary.merge(self._element(node, list_name))
             elif name in CONCAT:
                 for arg in node.args:
@@ -274,7 +294,7 @@ class OpinfoScanner:
     ) -> Summary:
         result = Summary()
         elt = node.elt
-        if isinstance(elt, ast.Call) and (info_class(elt) or self._factory_of(elt)):
+        if isinstance(elt, ast.Call) and (self._info(elt) or self._factory_of(elt)):
             # `*(UnaryUfuncInfo('polygamma', variant_test_name=f'..._{n}') for n in ...)`:
             # entries generated from one call, named by it whatever the loop yields.
             result.merge(self._element(elt, list_name, generated=True))
@@ -308,7 +328,7 @@ class OpinfoScanner:
     def _element(self, element: ast.expr, list_name: str, generated: bool = False) -> Summary:
         summary = Summary()
         if isinstance(element, ast.Call):
-            if info_class(element) and self.add_entry(element, list_name, element, None, generated):
+            if self._info(element) and self.add_entry(element, list_name, element, None, generated):
                 summary.direct += 1
                 return summary
             factory = self._factory_of(element)
@@ -338,7 +358,7 @@ class OpinfoScanner:
             for node in ast.walk(factory)
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
         ]
-        entries = [node for node in returned if info_class(node) and entry_name(node)]
+        entries = [node for node in returned if self._info(node) and entry_name(node)]
         if len(entries) != 1:
             return False
         params = [arg.arg for arg in factory.args.args]
@@ -355,7 +375,7 @@ class OpinfoScanner:
         generated: bool = False,
     ) -> bool:
         """An ``opinfo`` node for ``call`` (evidence at ``site``), its op and Python refs."""
-        cls = info_class(call)
+        cls = self._info(call)
         name = entry_name(call)
         if not cls or not name:
             return False
