@@ -51,6 +51,18 @@ class _ExampleModelInfo:  # a registry of something else, named like one
 
 
 local_db = [ScaledInfo("mm", op=minitorch.mm)]
+
+
+def make_info(name, **kwargs):
+    return OpInfo(name=name, op=minitorch.relu, **kwargs)
+
+
+def translate(op):
+    return copy.copy(op)
+
+
+factory_db = [make_info(name="relu")]
+translated = [translate(op) for op in op_db]
 model_examples = [_ExampleModelInfo("org/model-7b")]
 
 
@@ -74,6 +86,14 @@ class TestOpsEdgeCases(TestCase):
 
     @ops(class_list)
     def test_class_list(self, device, dtype, op):
+        pass
+
+    @ops(factory_db)
+    def test_factory(self, device, dtype, op):
+        pass
+
+    @ops(translated)
+    def test_translated(self, device, dtype, op):
         pass
 
     @ops(make_list())
@@ -189,9 +209,10 @@ def test_device_generic_classes_record_their_variants(minitorch: tuple[Path, Ind
 def test_opinfo_entries(minitorch: tuple[Path, Index]) -> None:
     repo, index = minitorch
     entries = {n.qualname: n for n in index.nodes_of_kind("opinfo")}
-    # Nine in op_db, three in opinfo/definitions/linalg.py, two added by this module (one
-    # generated, one of a class derived from OpInfo); `_ExampleModelInfo(...)` is not one.
-    assert len(entries) == 14
+    # Nine in op_db, three in opinfo/definitions/linalg.py, three added by this module (one
+    # generated, one of a class derived from OpInfo, one from a factory function);
+    # `_ExampleModelInfo(...)` is not one.
+    assert len(entries) == 15
     assert entries["local_db:mm"].attrs["info_class"] == "ScaledInfo"
     assert not any("org/model" in qualname for qualname in entries)
     source = repo / "minitorch/testing/_internal/common_methods_invocations.py"
@@ -285,8 +306,12 @@ def test_lists_built_by_loops_comprehensions_and_classes(minitorch: tuple[Path, 
     assert "aten::relu" in targets(index, generated, "references")
     assert _opinfo_names(index, f"{base}::test_generated") == {generated.qualname}
     # Appends in a module-level loop, entries derived one by one, a class attribute.
-    for test in ("test_looped", "test_derived", "test_class_list"):
+    for test in ("test_looped", "test_derived", "test_class_list", "test_translated"):
         assert _opinfo_names(index, f"{base}::{test}") == in_cmi, test
+    # A factory whose parameter names the entry, called with a literal.
+    assert _opinfo_names(index, f"{base}::test_factory") == {"factory_db:relu"}
+    made = node(index, "factory_db:relu", "opinfo")
+    assert made.line == line_of(repo / "test/test_ops_edge_cases.py", 'make_info(name="relu")')
 
 
 def test_test_utilities_and_fixtures(minitorch: tuple[Path, Index]) -> None:

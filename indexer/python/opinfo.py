@@ -56,13 +56,23 @@ def local_info_classes(body: list[ast.stmt]) -> set[str]:
     return found
 
 
-def entry_name(call: ast.Call) -> str | None:
-    if call.args:
-        return _string(call.args[0])
-    for keyword in call.keywords:
-        if keyword.arg == "name":
-            return _string(keyword.value)
-    return None
+def entry_name(call: ast.Call, bound: dict[str, ast.expr] | None = None) -> str | None:
+    """The literal name of an entry; ``bound`` maps a factory's parameters to the literal
+    arguments of one call of it (``make_opinfo(name="x")`` returning ``OpInfo(name=name)``)."""
+    node = call.args[0] if call.args else None
+    if node is None:
+        node = next((kw.value for kw in call.keywords if kw.arg == "name"), None)
+    if bound and isinstance(node, ast.Name):
+        node = bound.get(node.id, node)
+    return _string(node)
+
+
+def _names_entry(call: ast.Call, params: set[str]) -> bool:
+    """Whether ``call``'s name is a literal or one of ``params`` (a factory's)."""
+    node = call.args[0] if call.args else None
+    if node is None:
+        node = next((kw.value for kw in call.keywords if kw.arg == "name"), None)
+    return _string(node) is not None or (isinstance(node, ast.Name) and node.id in params)
 
 
 def aten_target(name: str, cls: str, keywords: dict[str, ast.expr]) -> str:
@@ -119,7 +129,7 @@ class Summary:
         return data
 
     def interesting(self) -> bool:
-        return bool(self.direct or self.parts)
+        return bool(self.direct or self.parts or self.unknown)
 
 
 def _isinstance_filter(conditions: list[ast.expr], var: str) -> list[str] | None:
@@ -297,8 +307,9 @@ class OpinfoScanner:
         if isinstance(elt, ast.Call) and (self._info(elt) or self._factory_of(elt)):
             # `*(UnaryUfuncInfo('polygamma', variant_test_name=f'..._{n}') for n in ...)`:
             # entries generated from one call, named by it whatever the loop yields.
-            result.merge(self._element(elt, list_name, generated=True))
-            return result
+            generated = self._element(elt, list_name, generated=True)
+            if not generated.unknown:
+                return generated
         if len(node.generators) != 1:
             result.unknown = f"nested comprehension at line {node.lineno}"
             return result
@@ -358,10 +369,10 @@ class OpinfoScanner:
             for node in ast.walk(factory)
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
         ]
-        entries = [node for node in returned if self._info(node) and entry_name(node)]
+        params = [arg.arg for arg in (*factory.args.args, *factory.args.kwonlyargs)]
+        entries = [n for n in returned if self._info(n) and _names_entry(n, set(params))]
         if len(entries) != 1:
             return False
-        params = [arg.arg for arg in factory.args.args]
         bound: dict[str, ast.expr] = dict(zip(params, call.args, strict=False))
         bound.update({kw.arg: kw.value for kw in call.keywords if kw.arg})
         return self.add_entry(entries[0], list_name, call, bound, generated)
@@ -376,7 +387,7 @@ class OpinfoScanner:
     ) -> bool:
         """An ``opinfo`` node for ``call`` (evidence at ``site``), its op and Python refs."""
         cls = self._info(call)
-        name = entry_name(call)
+        name = entry_name(call, bound)
         if not cls or not name:
             return False
         keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
