@@ -7,8 +7,9 @@
    tree-sitter-cpp parse of each file's bytes and the time of the C++ extractor on the
    same bytes (decode check, blank CUDA and attribute macros, parse, query, build facts,
    expand the file's macros). Target: at most 2.0.
-2. A C++-only index (the tree's C++/CUDA files, every registered extractor that wants
-   them, the process pool, the store, the link step) into a temporary directory: wall
+2. A C++-only index (the tree's C++/CUDA files and native_functions.yaml, every
+   registered extractor that wants them, the process pool, the store, the link step)
+   into a temporary directory: wall
    time, peak memory (ru_maxrss of this process and its children), files, functions,
    kernels, and ``cpp`` edges resolved / ambiguous / unresolved from its link_stats.
 
@@ -35,12 +36,16 @@ DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
 
 
 def cpp_entries(source: Path, harness: str, every: int):
+    """The C++/CUDA files (every K-th), and the op registries (native_functions.yaml)
+    whose ops the C++ resolver falls back to for ATen's generated API."""
     from indexer.extract.discover import discover
     from indexer.harness import load_harness
 
     manifest = load_harness(harness)
-    entries = [e for e in discover(source, manifest) if e.language in ("cpp", "cuda")]
-    return manifest, entries[::every]
+    found = discover(source, manifest)
+    entries = [e for e in found if e.language in ("cpp", "cuda")]
+    registries = set(manifest.list("bindings", "native_functions"))
+    return manifest, entries[::every], [e for e in found if e.path in registries]
 
 
 def measure_ratio(source: Path, manifest, entries, profile: str | None) -> dict[str, float]:
@@ -112,6 +117,11 @@ def build_cpp_index(source: Path, manifest, entries, jobs: int | None, keep: Pat
         )
         files_with_errors, error_regions = errors.fetchone()
         problems = conn.execute("SELECT COUNT(*) FROM files WHERE error IS NOT NULL").fetchone()[0]
+        calls_unambiguous, calls_to_ops = conn.execute(
+            "SELECT SUM(e.attrs IS NULL OR e.attrs NOT LIKE '%ambiguous%'),"
+            " SUM(d.kind = 'op') FROM edges e JOIN nodes d ON d.id = e.dst_id"
+            " WHERE e.kind = 'calls'"
+        ).fetchone()
         conn.close()
     return {
         "wall_s": wall,
@@ -123,6 +133,8 @@ def build_cpp_index(source: Path, manifest, entries, jobs: int | None, keep: Pat
         "files_with_parse_errors": files_with_errors,
         "parse_error_regions": error_regions or 0,
         "file_problems": problems,
+        "calls_unambiguous": calls_unambiguous or 0,
+        "calls_to_ops": calls_to_ops or 0,
     }
 
 
@@ -151,12 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.source / "aten").is_dir() and args.harness == "pytorch":
         print(f"error: no PyTorch tree at {args.source} (set --source)", file=sys.stderr)
         return 2
-    manifest, entries = cpp_entries(args.source, args.harness, args.every)
+    manifest, entries, registries = cpp_entries(args.source, args.harness, args.every)
     report: dict = {"files": len(entries), "bytes": sum(e.size for e in entries)}
     if not args.skip_ratio:
         report.update(measure_ratio(args.source, manifest, entries, args.profile))
     if not args.skip_build:
-        report.update(build_cpp_index(args.source, manifest, entries, args.jobs, args.keep))
+        report.update(
+            build_cpp_index(args.source, manifest, entries + registries, args.jobs, args.keep)
+        )
     report["peak_memory_mb"] = peak_memory_mb()
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
@@ -179,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             f"classes / stubs       {nodes.get('cpp_class', 0)} / {nodes.get('dispatch_stub', 0)}"
         )
         print(f"edges by kind         {json.dumps(edges, sort_keys=True)}")
+        print(
+            f"calls edges           {edges.get('calls', 0)}: {report['calls_unambiguous']} from"
+            f" unambiguous refs, {report['calls_to_ops']} into ATen's API (to aten ops)"
+        )
         print(
             f"cpp refs              {cpp.get('refs', 0)}: resolved {cpp.get('resolved', 0)}, ambiguous {cpp.get('ambiguous', 0)}, unresolved {cpp.get('unresolved', 0)}"
         )
