@@ -150,14 +150,17 @@ class Bridges:
         type stays an unresolved ``py`` ref ``.m``. Such a call is attributed to a method
         ``m`` of class C when the calling file can see C: it is C's own file, or it uses
         C's module (an import, reference or cover edge into that file), or few classes
-        define an ``m`` at all (a distinctive name)."""
+        define an ``m`` at all and no op is called ``m`` (a distinctive name: ``x.numel()``
+        is a tensor's method, not ``SizeVariable.numel``)."""
         found = []
         conn = self.index.conn
         for method_id, name in methods.items():
             method_file = conn.execute(
                 "SELECT file_id FROM nodes WHERE id = ?", (method_id,)
             ).fetchone()[0]
-            rare = self._definitions_named(name) <= RARE_METHOD_DEFINITIONS
+            rare = self._definitions_named(name) <= RARE_METHOD_DEFINITIONS and not self._op_named(
+                name
+            )
             users = None if rare else self._files_using(method_file)
             for src, file_id, line, src_kind, src_file in conn.execute(
                 "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
@@ -171,6 +174,17 @@ class Bridges:
                 step = Step(method_id, EdgeKind.CALLS.value, src, method_id, file_id, line)
                 found.append((src, step, src_kind, src_file))
         return found
+
+    def _op_named(self, name: str) -> bool:
+        """Whether an op or binding is called ``name``: then ``x.name()`` is most likely a
+        tensor method call, not a call of the few Python methods of that name."""
+        return (
+            self.index.conn.execute(
+                "SELECT 1 FROM nodes WHERE name = ? AND kind IN ('op', 'binding') LIMIT 1",
+                (name,),
+            ).fetchone()
+            is not None
+        )
 
     def _definitions_named(self, name: str) -> int:
         if name not in self._method_names:

@@ -142,7 +142,7 @@ def _select(
     if selection.everything:
         return
     phase = time.perf_counter()
-    walker = ImpactWalker(index)
+    walker = ImpactWalker(index, workspace.source)
     reach = walker.walk(_starts(selection.entities))
     apply_fallbacks(index, walker, reach, placer, selection, set(tests))
     selection.timings["impact_s"] = time.perf_counter() - phase

@@ -49,13 +49,16 @@ def opinfo_scopes(index: Index, reach: Reach, in_file: list[int]) -> list[TestSc
     for node in index.nodes(tests):
         if not node.attrs.get("opinfo_list"):
             return None
-        opinfos: list[Node] = []
-        for edge in index.out_edges(node.id):
-            if edge.dst not in reach.steps:
-                continue
-            if reach.kind.get(edge.dst) != NodeKind.OPINFO.value:
-                return None  # reached some other way too: all its variants may break
-            opinfos.append(index.node(edge.dst))
+        reached = [
+            dst
+            for (dst,) in index.conn.execute(
+                "SELECT dst_id FROM edges WHERE src_id = ?", (node.id,)
+            )
+            if dst in reach.steps
+        ]
+        if any(reach.kind.get(dst) != NodeKind.OPINFO.value for dst in reached):
+            return None  # reached some other way too: all its variants may break
+        opinfos: list[Node] = index.nodes(reached)
         if not opinfos:
             return None
         cls, function = _split_test(node.qualname)

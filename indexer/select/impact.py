@@ -14,8 +14,12 @@ Python needs care, or one reached class reaches everything:
   see its class (``indexer.select.bridges``);
 - ``imports`` carries impact only from a module whose import runs changed code (changed
   at module level, or importing such a module). Importing a function runs none of its
-  body, and a module that merely names a changed definition affects the users of its
-  names (``references`` to it), not everything that imports it.
+  body; a module whose top-level code names a changed definition is affected as far as
+  that statement goes (``module_scope``): run at import (its importers), bound to module
+  names (their users), or only passed along (an op given to ``add_docstr``: nothing).
+- library Python that names an op without calling it there (``get_testing_overrides``'
+  table of every op) does not run its kernel; tests, OpInfo entries and test helpers,
+  which hand ops to harnesses, count wherever they name it.
 
 A decorated function reaches the registry its decorator fills (``@op.register_impl``).
 An OpInfo entry reaches the ``@ops`` tests iterating its list through their ``covers``
@@ -29,10 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.index import Index
 from indexer.select.bridges import Bridges, Step, placeholders
+from indexer.select.module_scope import ModuleStatements
 
 REVERSE_KINDS = (
     EdgeKind.CALLS.value,
@@ -49,6 +55,13 @@ REVERSE_KINDS = (
 )
 FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
 CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
+MODULE = NodeKind.PYTHON_MODULE.value
+COMPILED = frozenset({NodeKind.OP.value, NodeKind.BINDING.value})  # run only when called
+# Library Python whose mention of an op counts only where it calls it. Tests, OpInfo
+# entries and test helpers hand ops to harnesses that call them: any mention counts.
+LIBRARY_PYTHON = frozenset(
+    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.PYTHON_MODULE.value}
+)
 MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
@@ -64,6 +77,9 @@ class Reach:
     # Modules whose import runs changed code: changed at module level, or importing one
     # that is. A module merely naming a changed definition affects its names' users only.
     import_live: set[int] = field(default_factory=set)
+    # Modules reached because top-level code names a changed definition without running
+    # it at import: only the users of these module names are affected.
+    module_names: dict[int, frozenset[str]] = field(default_factory=dict)
     depth: dict[int, int] = field(default_factory=dict)  # hops from a start (absent: 0)
 
     def merge(self, other: Reach) -> None:
@@ -97,9 +113,46 @@ class Reach:
 class ImpactWalker(Bridges):
     """Reverse reachability over one index; reusable across walks."""
 
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Index, source: Path | None = None) -> None:
         super().__init__()
         self.index = index
+        if source is None and index.meta.get("source_path"):
+            source = Path(index.meta["source_path"])
+        self.statements = ModuleStatements(source)
+        self._paths: dict[int, str] | None = None
+
+    def _calls(self, file_id: int, line: int, target: str) -> bool:
+        if self._paths is None:
+            self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
+        name = target.rsplit(".", 1)[-1]
+        return self.statements.calls_at(self._paths.get(file_id, ""), line, name)
+
+    def _module_use(self, reach: Reach, module: int, step: Step, file_id: int) -> None:
+        """Top-level code of ``module`` names a reached definition (``step.dst``): does
+        importing the module run it, or which module names are bound to it?"""
+        if self._paths is None:
+            self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
+        named = self.index.node(step.dst)
+        use = self.statements.use(
+            self._paths.get(file_id, ""), step.line, named.name, named.kind in COMPILED
+        )
+        if use.run_at_import:
+            reach.import_live.add(module)
+            reach.module_names.pop(module, None)
+        else:
+            reach.module_names[module] = reach.module_names.get(module, frozenset()) | use.names
+
+    def _widen_module(self, reach: Reach, module: int, step: Step, kind: str, file_id: int) -> bool:
+        """A module already reached, named again by another top-level statement: whether
+        more of it is affected now (so its users must be walked again)."""
+        if kind != MODULE or step.kind != EdgeKind.REFERENCES.value:
+            return False
+        if module not in reach.module_names:
+            return False  # already fully affected
+        before = reach.module_names[module]
+        self._module_use(reach, module, step, file_id)
+        after = reach.module_names.get(module)
+        return after is None or after != before
 
     def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
         rows = []
@@ -144,13 +197,25 @@ class ImpactWalker(Bridges):
             found += self._registrations(frontier, reach)
             for start in range(0, len(frontier), _BATCH):
                 batch = frontier[start : start + _BATCH]
-                for src, dst, kind, file_id, line, src_kind, src_file in conn.execute(
-                    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id"
-                    " FROM edges e JOIN nodes s ON s.id = e.src_id"
+                for src, dst, kind, file_id, line, src_kind, src_file, target in conn.execute(
+                    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
+                    " r.target FROM edges e JOIN nodes s ON s.id = e.src_id"
+                    " LEFT JOIN refs r ON r.id = e.ref_id"
                     f" WHERE e.dst_id IN ({placeholders(batch)})"
                     f" AND e.kind IN ({placeholders(reverse)})",
                     [*batch, *reverse],
                 ):
+                    names = reach.module_names.get(dst)
+                    if names is not None and not names.intersection((target or "").split(".")):
+                        continue  # uses a module name the changed code is not bound to
+                    if (
+                        kind == EdgeKind.REFERENCES.value
+                        and src_kind in LIBRARY_PYTHON
+                        and reach.kind.get(dst) in COMPILED
+                        and target
+                        and not self._calls(src_file, line, target)
+                    ):
+                        continue  # names the op without running it (a table, a key)
                     if kind == EdgeKind.CONTAINS.value and (
                         src_kind not in CLASS_KINDS or dst in explicit
                     ):
@@ -181,6 +246,8 @@ class ImpactWalker(Bridges):
             frontier = []
             for node_id, step, kind, file_id in found:
                 if node_id in reach.steps:
+                    if self._widen_module(reach, node_id, step, kind, file_id):
+                        frontier.append(node_id)  # more of its names are affected now
                     continue
                 reach.steps[node_id] = step
                 reach.depth[node_id] = depth
@@ -189,6 +256,8 @@ class ImpactWalker(Bridges):
                 reach.file_id[node_id] = file_id
                 if step.kind == EdgeKind.IMPORTS.value and kind in MODULE_KINDS:
                     reach.import_live.add(node_id)  # importing it runs changed module code
+                elif step.kind == EdgeKind.REFERENCES.value and kind == MODULE:
+                    self._module_use(reach, node_id, step, file_id)
                 frontier.append(node_id)
                 if until is not None and until(file_id):
                     return reach

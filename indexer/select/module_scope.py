@@ -1,0 +1,153 @@
+"""What a module-level statement does with a name it mentions: call it while the module
+is imported, bind module names to it, or only pass it along.
+
+The impact walk asks this when a module is reached because its top-level code names a
+changed definition (``references`` from the module node):
+
+- the statement calls it (``_TABLE = build_table()``): importing the module runs the
+  changed code, so everything importing the module is affected;
+- the statement binds names (``cached = lru_cache(get_tokenizer)``): the users of those
+  names are affected, not every user of the module;
+- it does neither (``add_docstr(torch.atan2, ...)``): a compiled op passed along is not
+  run by it; a Python definition passed along may be registered somewhere and run later,
+  so the module counts as run at import (the conservative reading).
+
+A statement that cannot be found or parsed counts as run at import.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+_BLOCKS = (ast.If, ast.Try, ast.With, ast.For, ast.While, ast.AsyncWith, ast.AsyncFor)
+if hasattr(ast, "TryStar"):
+    _BLOCKS = (*_BLOCKS, ast.TryStar)
+
+
+@dataclass(frozen=True)
+class StatementUse:
+    run_at_import: bool  # importing the module may run the named code
+    names: frozenset[str]  # module names bound to it (when not run at import)
+
+
+RUN = StatementUse(True, frozenset())
+
+
+@lru_cache(maxsize=1024)
+def _call_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(name)}\s*\(")
+
+
+def _last_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _targets(stmt: ast.stmt) -> list[ast.expr]:
+    if isinstance(stmt, ast.Assign):
+        return list(stmt.targets)
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        return [stmt.target]
+    return []
+
+
+def _bound(targets: list[ast.expr]) -> tuple[set[str], bool]:
+    """Names bound by assignment targets, and whether a target mutates an object
+    (``REGISTRY[key] = f``, ``obj.attr = f``) rather than binding a module name."""
+    names: set[str] = set()
+    mutates = False
+    stack = list(targets)
+    while stack:
+        target = stack.pop()
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            stack.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            stack.append(target.value)
+        else:
+            mutates = True
+    return names, mutates
+
+
+class ModuleStatements:
+    """Top-level statements of Python files under ``root``, parsed once each."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._parsed: dict[str, list[ast.stmt] | None] = {}
+        self._lines: dict[str, list[str] | None] = {}
+
+    def calls_at(self, path: str, line: int, name: str) -> bool:
+        """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``);
+        True when the line cannot be read, so that unknown counts as a call."""
+        if path not in self._lines:
+            try:
+                text = (self.root / path).read_text(encoding="utf-8", errors="replace")
+                self._lines[path] = text.splitlines()
+            except (OSError, TypeError):
+                self._lines[path] = None
+        lines = self._lines[path]
+        if lines is None or not 0 < line <= len(lines):
+            return True
+        pattern = _call_pattern(name)
+        text = lines[line - 1]
+        if pattern.search(text):
+            return True
+        # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
+        return bool(
+            re.search(rf"\b{re.escape(name)}\s*$", text)
+            and line < len(lines)
+            and lines[line].lstrip().startswith("(")
+        )
+
+    def _statements(self, path: str) -> list[ast.stmt] | None:
+        if path not in self._parsed:
+            statements: list[ast.stmt] | None = None
+            if self.root is not None:
+                try:
+                    tree = ast.parse((self.root / path).read_bytes())
+                except (OSError, SyntaxError, ValueError):
+                    tree = None
+                if tree is not None:
+                    statements = []
+                    stack = list(tree.body)
+                    while stack:
+                        stmt = stack.pop()
+                        if isinstance(stmt, _BLOCKS):
+                            for field in ("body", "orelse", "finalbody"):
+                                stack.extend(getattr(stmt, field, []) or [])
+                            for handler in getattr(stmt, "handlers", []) or []:
+                                stack.extend(handler.body)
+                        else:
+                            statements.append(stmt)
+            self._parsed[path] = statements
+        return self._parsed[path]
+
+    def use(self, path: str, line: int, name: str, compiled: bool) -> StatementUse:
+        """How the top-level statement at ``line`` of ``path`` uses ``name``.
+
+        ``compiled``: the name is an op or a binding (running it needs a call).
+        """
+        statements = self._statements(path)
+        if statements is None:
+            return RUN
+        stmt = next((s for s in statements if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if stmt is None or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return RUN  # a decorator or a base class: registration or inheritance
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and _last_name(node.func) == name:
+                return RUN
+        names, mutates = _bound(_targets(stmt))
+        if mutates:
+            return RUN  # stored into a registry or an object: run later, by anyone
+        if names:
+            return StatementUse(False, frozenset(names))
+        return StatementUse(not compiled, frozenset())
