@@ -25,6 +25,7 @@ import minitorch
 from minitorch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from minitorch.testing._internal.common_methods_invocations import OpInfo, op_db
 from minitorch.testing._internal.common_utils import TestCase
+from extra_op_db import extra_db
 
 
 def make_list():
@@ -96,6 +97,10 @@ class TestOpsEdgeCases(TestCase):
     def test_translated(self, device, dtype, op):
         pass
 
+    @ops(extra_db)
+    def test_sibling(self, device, dtype, op):
+        pass
+
     @ops(make_list())
     def test_unknown_list(self, device, dtype, op):
         pass
@@ -112,6 +117,12 @@ class TestOpsEdgeCases(TestCase):
 instantiate_device_type_tests(TestOpsEdgeCases, globals(), only_for="cpu")
 '''
 BROKEN = "def test_broken(:\n    pass\n"
+# A list in a test-directory module that tests import by its bare name.
+SIBLING_DB = (
+    "import minitorch\n"
+    "from minitorch.testing._internal.common_methods_invocations import OpInfo\n\n"
+    'extra_db = [OpInfo("relu", variant_test_name="sibling", op=minitorch.relu)]\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +130,11 @@ def minitorch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     return build_fixture(
         tmp_path_factory,
         "minitorch",
-        {"test/test_ops_edge_cases.py": EXTRA_TESTS, "test/test_broken.py": BROKEN},
+        {
+            "test/test_ops_edge_cases.py": EXTRA_TESTS,
+            "test/test_broken.py": BROKEN,
+            "test/extra_op_db.py": SIBLING_DB,
+        },
     )
 
 
@@ -209,10 +224,10 @@ def test_device_generic_classes_record_their_variants(minitorch: tuple[Path, Ind
 def test_opinfo_entries(minitorch: tuple[Path, Index]) -> None:
     repo, index = minitorch
     entries = {n.qualname: n for n in index.nodes_of_kind("opinfo")}
-    # Nine in op_db, three in opinfo/definitions/linalg.py, three added by this module (one
-    # generated, one of a class derived from OpInfo, one from a factory function);
-    # `_ExampleModelInfo(...)` is not one.
-    assert len(entries) == 15
+    # Nine in op_db, three in opinfo/definitions/linalg.py, four added by this module (one
+    # generated, one of a class derived from OpInfo, one from a factory function, one in
+    # a sibling module); `_ExampleModelInfo(...)` is not one.
+    assert len(entries) == 16
     assert entries["local_db:mm"].attrs["info_class"] == "ScaledInfo"
     assert not any("org/model" in qualname for qualname in entries)
     source = repo / "minitorch/testing/_internal/common_methods_invocations.py"
@@ -308,6 +323,8 @@ def test_lists_built_by_loops_comprehensions_and_classes(minitorch: tuple[Path, 
     # Appends in a module-level loop, entries derived one by one, a class attribute.
     for test in ("test_looped", "test_derived", "test_class_list", "test_translated"):
         assert _opinfo_names(index, f"{base}::{test}") == in_cmi, test
+    # A sibling module's list, imported by its bare name.
+    assert _opinfo_names(index, f"{base}::test_sibling") == {"extra_db:relu.sibling"}
     # A factory whose parameter names the entry, called with a literal.
     assert _opinfo_names(index, f"{base}::test_factory") == {"factory_db:relu"}
     made = node(index, "factory_db:relu", "opinfo")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from functools import cached_property
 from typing import Any
 
 from indexer.link.symbols import Ref, Resolution, SymbolTable
@@ -261,7 +262,24 @@ class OpinfoLists:
                 return self.members(bound, active)
         if name in self.direct:
             return frozenset(self.direct[name]), None
+        if node_id is None and module:
+            # A sibling module imported by its bare name from a test directory
+            # (`from functorch_additional_op_db import additional_op_db`).
+            found = [
+                m
+                for m in self._by_last.get(module.rsplit(".", 1)[-1], ())
+                if m.endswith("." + module)
+            ]
+            if len(found) == 1:
+                return self.members(f"{found[0]}.{attr}", active)
         return frozenset(), f"membership of {name} is not known to the index"
+
+    @cached_property
+    def _by_last(self) -> dict[str, list[str]]:
+        index: dict[str, list[str]] = defaultdict(list)
+        for module in self.view.modules:
+            index[module.rsplit(".", 1)[-1]].append(module)
+        return index
 
     def of_summary(
         self, summary: dict[str, Any], name: str, active: frozenset[str] = frozenset()
