@@ -346,3 +346,33 @@ PyTypeObject THPGeneratorType = {
     )
     assert "torch._C.Generator.seed" in nodes(facts, "binding")
     assert ("torch._C.Generator.seed", "THPGenerator_seed", None) in refs(facts, "binds")
+
+
+def test_op_resolver_overloads_fan_out_and_namespaces_are_ambiguous(
+    minitorch: tuple[Path, Index],
+) -> None:
+    import sqlite3
+
+    from indexer.bindings.resolve import resolve
+    from indexer.link.symbols import Ref, SymbolTable
+
+    _, index = minitorch
+    symbols = SymbolTable(sqlite3.connect(index.db_path))
+
+    def targets(target: str, **attrs: object) -> list[tuple[str, bool]]:
+        ref = Ref(1, 0, -1, "references", "op", target, 1, dict(attrs))
+        return sorted(
+            (symbols.qualname[res.dst_id], bool((res.attrs or {}).get("fanout")))
+            for res in resolve([ref], symbols)
+        )
+
+    assert targets("aten::add") == [
+        ("aten::add.Tensor", True),
+        ("aten::add.out", True),
+    ]
+    assert targets("aten::add.Tensor") == [("aten::add.Tensor", False)]
+    assert targets("aten::matmul", exact=True) == [("aten::matmul", False)]
+    assert targets("torch.ops.minitorch.scale") == [("minitorch::scale", False)]
+    # One name in two namespaces: both, and not a fan-out (the linker marks it ambiguous).
+    assert targets("scale") == [("minitorch::scale", False), ("minitorch_legacy::scale", False)]
+    assert targets("no_such_op") == []

@@ -8,7 +8,9 @@ accepted (``["op"]`` by default).
 Scheme ``op_impl``: an op asking for the ``registration`` nodes other files made for it
 with ``m.impl`` (same qualname).
 
-The ref's ``key`` (dispatch key) is carried onto the edge.
+The ref's ``key`` (dispatch key) is carried onto the edge. Several overloads of one op, or
+several registrations of one op, are a fan-out (``fanout`` on the edges), not ambiguity;
+one name in two namespaces is ambiguous.
 """
 
 from __future__ import annotations
@@ -79,9 +81,18 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
     )
     for ref in refs:
         kinds = set(ref.attrs.get("want") or [_OP])
-        for node in names.lookup(ref.target, bool(ref.attrs.get("exact")), kinds):
-            if node != ref.src_id:
-                yield Resolution(ref.id, node, _carried(ref))
+        found = [
+            node
+            for node in names.lookup(ref.target, bool(ref.attrs.get("exact")), kinds)
+            if node != ref.src_id
+        ]
+        attrs = _carried(ref)
+        namespaces = {split_op_name(symbols.qualname[node])[0] for node in found}
+        if len(found) > 1 and len(namespaces) == 1:
+            # Every overload of one op, as the ref asked: a fan-out, not an ambiguity.
+            attrs = {**(attrs or {}), "fanout": True}
+        for node in found:
+            yield Resolution(ref.id, node, attrs)
 
 
 def resolve_registrations(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
@@ -90,4 +101,5 @@ def resolve_registrations(refs: list[Ref], symbols: SymbolTable) -> Iterator[Res
     for ref in refs:
         for node in names.by_qualname.get(ref.target, []):
             keys = symbols.attrs(node).get("impl_keys") or []
-            yield Resolution(ref.id, node, {"registration": True, "keys": keys})
+            # One registration per file that registers kernels for the op: all of them.
+            yield Resolution(ref.id, node, {"registration": True, "keys": keys, "fanout": True})
