@@ -598,10 +598,8 @@ class FileIndexer:
     ) -> None:
         if cls is not None:
             parent = self.facts.nodes[self.facts.nodes[index].parent or 0]
-            if any(
-                "TestCase" in base or "TestBase" in base for base in parent.attrs.get("bases", [])
-            ):
-                return  # unittest methods take no fixtures
+            if any(base != "object" for base in parent.attrs.get("bases", [])):
+                return  # a class with bases is unittest-style: its methods take no fixtures
         directory = self.path.rpartition("/")[0]
         parametrized = {
             name
