@@ -8,6 +8,7 @@ ANONYMOUS = "(anonymous)"
 
 _SPACES = re.compile(r"\s+")
 _COMMA = re.compile(r"\s*,\s*")
+_INNERMOST_ARGUMENTS = re.compile(r"<[^<>]*>")
 _GROUPING = re.compile(r"[<>()\[\]{},]")
 _MACRO_NAME = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -35,6 +36,16 @@ def strip_templates(text: str) -> str:
     """
     if "<" not in text:
         return text
+    if "operator" not in text and "->" not in text:
+        # Innermost argument lists first, each pass in C: Foo<Bar<int>>::f -> Foo::f.
+        stripped = text
+        while "<" in stripped:
+            shorter = _INNERMOST_ARGUMENTS.sub("", stripped)
+            if shorter == stripped:
+                break  # unbalanced: leave the rest to the scan below
+            stripped = shorter
+        if "<" not in stripped and ">" not in stripped:
+            return stripped
     out: list[str] = []
     depth = 0
     i = 0

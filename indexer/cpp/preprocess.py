@@ -87,8 +87,15 @@ _PASSES = (
         ),
         (b"C10_",),
     ),
-    # Each of the other attribute macros is a literal of its own: a single alternation
-    # of names with no common prefix would be tried at every byte.
+    # Code-generation templates (TensorBody.h): ${tensor_method_declarations}
+    (re.compile(rb"\$\{\w+\}"), (b"${",)),
+)
+# Each of the other attribute macros is a literal of its own (a single alternation of
+# names with no common prefix would be tried at every byte); rare, so looked for only in
+# files holding one of these needles.
+_RARE_NEEDLES = (b"CUTLASS_", b"CUTE_", b"_GLOBAL", b"JITERATOR_", b"GPU_LAMBDA", b"RESTRICT")
+_RARE_NEEDLES += (b"PYTORCH_QNNP_INTERNAL", b"TENSORIMPL_MAYBE_VIRTUAL")
+_RARE_PASSES = (
     *(
         (re.compile(rb"(?P<mark>" + name.encode() + rb")(?!\w)"), (name.encode(),))
         for name in _MARKING
@@ -97,8 +104,6 @@ _PASSES = (
         (re.compile(rb"(?P<mark>)" + name.encode() + rb"(?!\w)"), (name.encode(),))
         for name in _OTHER_ATTRIBUTES
     ),
-    # Code-generation templates (TensorBody.h): ${tensor_method_declarations}
-    (re.compile(rb"\$\{\w+\}"), (b"${",)),
 )
 # Export macros (TORCH_API, C10_API, TORCH_CUDA_CPP_API, AOTI_TORCH_EXPORT...): found by
 # their tail, then extended back over the upper-case name.
@@ -177,7 +182,10 @@ def prepare(data: bytes) -> Prepared:
         b"HOST_DEVICE": prepared.host_device_at,
         **{name.encode(): getattr(prepared, f"{kind}_at") for name, kind in _MARKING.items()},
     }
-    for pattern, needles in _PASSES:
+    passes = _PASSES
+    if any(needle in data for needle in _RARE_NEEDLES):
+        passes = _PASSES + _RARE_PASSES
+    for pattern, needles in passes:
         if not any(needle in data for needle in needles):
             continue
         for match in pattern.finditer(data):
