@@ -169,3 +169,12 @@ def test_ops_are_the_boundary_unless_walk_python(index: Index, minitorch_repo: P
     assert first.items[0].evidence == at(
         minitorch_repo, binary_ops, "check_add_alpha(*this, alpha)"
     )
+
+
+def test_an_anonymous_namespace_may_be_left_out(index: Index) -> None:
+    answer = graph(index, "at::native::add_kernel", mode="callers")
+    assert answer.found, answer.to_text()
+    assert [start["qualname"] for start in answer.data["starts"]] == [
+        "at::native::(anonymous)::add_kernel"
+    ]
+    assert any(item.label == "at::native::add_stub" for item in answer.items)

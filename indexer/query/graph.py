@@ -135,11 +135,15 @@ def _split(name: str) -> list[str]:
     return [part for part in re.split(r"::|\.", name) if part]
 
 
+def _without_anonymous(qualname: str) -> str:
+    return qualname.replace("(anonymous)::", "")
+
+
 def resolve_start(index: Index, func: str) -> tuple[list[Node], str]:
     """The nodes ``func`` names, and how they were matched.
 
-    Exact qualified or short name first; then a qualified suffix (``native::add_kernel``)
-    or an op's overloads (``aten::add`` -> ``aten::add.Tensor``); then a Python spelling
+    Exact qualified or short name first; then a qualified suffix (``native::add_kernel``,
+    anonymous namespaces optional) or an op's overloads (``aten::add`` -> ``aten::add.Tensor``); then a Python spelling
     recorded on an op or binding (``torch.add``).
     """
     exact = [node for node in index.find(func) if node.kind != "file"]
@@ -150,7 +154,15 @@ def resolve_start(index: Index, func: str) -> tuple[list[Node], str]:
         return [], "none"
     suffixes = (f"::{func}", f".{func}")
     by_last = [node for node in index.find(parts[-1]) if node.kind != "file"]
-    matched = [n for n in by_last if n.qualname.endswith(suffixes)]
+    # An anonymous namespace is invisible where the function is used: `at::native::foo`
+    # names `at::native::(anonymous)::foo` as well.
+    matched = [
+        n
+        for n in by_last
+        if n.qualname.endswith(suffixes)
+        or _without_anonymous(n.qualname) == func
+        or _without_anonymous(n.qualname).endswith(suffixes)
+    ]
     if not matched and len(parts) > 1:
         # An op written without its overload: every overload of it.
         head = _split(func)[-1]
