@@ -248,6 +248,8 @@ class _Extraction:
     def _enclosing(self, region: Region) -> tuple[list[str], Caller | None]:
         """The scope a definition sits in: for a method of a class local to a function, the
         function's qualified name and the classes in between."""
+        if not region.in_function:
+            return region.scope, None
         classes: list[str] = []
         outer = region.parent
         while outer is not None and outer.kind == CLASS:
