@@ -136,6 +136,10 @@ def test_search_bindings_by_backend_and_kernels(minitorch: tuple[Path, Index]) -
     assert quantized.items[1].label == "QuantizedCPU: at::native::relu_quantized_cpu"
     gelu = search(index, "fused_gelu", backend="CUDA")
     assert any(item.label == "CUDA: minitorch::fused_gelu_cuda" for item in gelu.items)
+    # The op lists the kernel registered from custom_ops_cuda.cu, not the registration node.
+    op_lines = [i for i in gelu.items if i.depth == 0 and i.label == "minitorch::fused_gelu"]
+    first = gelu.items.index(op_lines[0])
+    assert gelu.items[first + 1].label == "CUDA: minitorch::fused_gelu_cuda"
     kernels = search(index, "gemm_kernel", mode="kernels")
     top = [item.label for item in kernels.items if item.depth == 0]
     assert "at::native::(anonymous)::gemm_kernel" in top
@@ -160,3 +164,14 @@ def test_extension_op_reaches_host_function_and_kernel(miniext: tuple[Path, Inde
         "definition": f"csrc/layernorm_kernels.cu:{kernel_line}",
         "launch": f"csrc/layernorm_kernels.cu:{line_of(repo / 'csrc/layernorm_kernels.cu', 'rms_norm_kernel<scalar_t><<<')}",
     }
+
+
+def test_python_definition_leads_to_the_ops_it_calls(minitorch: tuple[Path, Index]) -> None:
+    repo, index = minitorch
+    answer = trace(index, "minitorch.nn.functional.gelu")
+    assert answer.data["matched_by"] == "Python definition"
+    assert [op["op"] for op in answer.data["ops"]] == ["minitorch::fused_gelu"]
+    source = repo / "minitorch/nn/functional.py"
+    reference = next(item for item in answer.items if item.label == "-> minitorch::fused_gelu")
+    line = line_of(source, "minitorch.ops.minitorch.fused_gelu(")
+    assert reference.evidence == f"minitorch/nn/functional.py:{line}"

@@ -14,6 +14,7 @@ from indexer.query.index import Index, Node
 OP = "op"
 OP_LIKE = ("op", "registration")
 CPP_KINDS = ("cpp_function", "cuda_kernel", "dispatch_stub")
+PYTHON_KINDS = ("python_function", "python_class", "python_module")
 
 
 @dataclass
@@ -21,6 +22,8 @@ class Lookup:
     ops: list[Node] = field(default_factory=list)
     bindings: list[Node] = field(default_factory=list)
     functions: list[Node] = field(default_factory=list)  # C++ starts that no op was found for
+    python: list[Node] = field(default_factory=list)  # Python definitions named
+    via: dict[int, str] = field(default_factory=dict)  # op id -> evidence of the reference
     how: str = ""  # how the name was matched, for the answer's title
 
 
@@ -130,7 +133,46 @@ def lookup(index: Index, name: str) -> Lookup:
         for derivative in derivatives:
             ops.extend(index.node(edge.dst) for edge in index.out_edges(derivative.id, ["derives"]))
         return Lookup(ops=_unique([n for n in ops if n.kind == OP]), how="derivative")
+    python = [node for node in found if node.kind in PYTHON_KINDS]
+    if python:
+        exact = [node for node in python if node.qualname == name] or python
+        reached, via = ops_referenced(index, exact[:10])
+        return Lookup(
+            ops=[n for n in reached if n.kind == OP],
+            bindings=[n for n in reached if n.kind == "binding"],
+            python=exact,
+            via=via,
+            how="Python definition",
+        )
     return Lookup()
+
+
+def ops_referenced(
+    index: Index, starts: list[Node], depth: int = 3, max_nodes: int = 300
+) -> tuple[list[Node], dict[int, str]]:
+    """Ops and bindings Python code names, directly or through up to ``depth`` levels of the
+    Python functions it references; with the evidence of each first reference."""
+    found: dict[int, Node] = {}
+    via: dict[int, str] = {}
+    frontier = [node.id for node in starts]
+    seen = set(frontier)
+    for _ in range(depth):
+        following = []
+        for node_id in frontier:
+            for edge in index.out_edges(node_id, ["references"]):
+                if edge.dst in seen:
+                    continue
+                seen.add(edge.dst)
+                target = index.node(edge.dst)
+                if target.kind in (OP, "binding"):
+                    found[target.id] = target
+                    via[target.id] = edge.evidence
+                elif target.kind == "python_function" and len(seen) < max_nodes:
+                    following.append(target.id)
+        if found:
+            break
+        frontier = following
+    return list(found.values()), via
 
 
 def _unique(nodes: list[Node]) -> list[Node]:

@@ -51,6 +51,9 @@ def _targets(index: Index, node: Node) -> list[tuple[list[str], str, str | None,
     found = []
     if kind == "dispatches":
         for hop in op_chain.dispatch_hops(index, node.id):
+            if hop.node.kind == "registration":  # registered from another file: its kernels
+                found.extend(_targets(index, hop.node))
+                continue
             found.append(
                 (op_chain.keys_of(hop.attrs), hop.node.qualname, hop.node.evidence, hop.evidence)
             )

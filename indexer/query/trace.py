@@ -91,7 +91,7 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         raise ValueError("trace needs a name: torch.add, aten::add.Tensor, add or a C++ name")
     wanted = _focus(focus)
     found = lookup(index, func)
-    if not found.ops and not found.bindings and not found.functions:
+    if not found.ops and not found.bindings and not found.functions and not found.python:
         return Answer.not_found("trace", func, "Name", index.suggest(func))
     answer = Answer("trace", func)
     run = _Trace(index, wanted, answer)
@@ -105,6 +105,12 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         run.add(function.qualname, function.evidence, detail, 0, kind=function.kind)
         if not ops:
             _implementation_chain(run, [function], 1)
+    for python in found.python:
+        detail = "Python definition" + ("" if ops or found.bindings else "; names no op or binding")
+        run.add(python.qualname, python.evidence, detail, 0, kind=python.kind)
+        for node in [*ops, *found.bindings][:MAX_LISTED]:
+            where = f"referenced here; {node.kind} at {node.evidence}"
+            run.add(f"-> {node.qualname}", found.via.get(node.id), where, 1)
     for binding in found.bindings:
         _binding_chain(run, binding)
     for op in ops[:MAX_OPS]:
