@@ -224,9 +224,15 @@ def backward_entries(index: Index, op: Node) -> list[Node]:
     ]
 
 
-def python_references(index: Index, node: Node, limit: int = 10) -> list[Hop]:
-    """Python code that names the op or binding (``references`` edges into it)."""
-    hops = []
-    for edge in index.in_edges(node.id, ["references"])[:limit]:
-        hops.append(Hop(index.node(edge.src), edge.path, edge.line, edge.attrs))
-    return hops
+def _test_path(path: str) -> bool:
+    head = path.split("/", 1)[0]
+    return head in ("test", "tests") or "/test/" in path or "/tests/" in path
+
+
+def python_references(index: Index, node: Node, limit: int = 10) -> tuple[list[Hop], int]:
+    """Python code that names the op or binding (``references`` edges into it), library
+    code before tests; and how many references there are in all."""
+    edges = index.in_edges(node.id, ["references"])
+    edges.sort(key=lambda edge: (_test_path(edge.path), edge.path, edge.line))
+    hops = [Hop(index.node(edge.src), edge.path, edge.line, edge.attrs) for edge in edges[:limit]]
+    return hops, len(edges)

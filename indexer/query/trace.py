@@ -151,8 +151,11 @@ def _op_chain(run: _Trace, op: Node, depth: int) -> None:
         if shown:
             run.add("Python: " + ", ".join(shown), op.evidence, "entry points", depth + 1)
         record["python"] = op.attrs.get("python_names") or []
-        for hop in op_chain.python_references(index, op):
+        references, total = op_chain.python_references(index, op)
+        for hop in references:
             run.add(hop.node.qualname, hop.evidence, "Python code naming the op", depth + 1)
+        if total > len(references):
+            run.add(f"... {total - len(references)} more Python references", None, "", depth + 1)
     if run.focus.parts & {"dispatch", "stubs", "cuda"}:
         _dispatch(run, op, depth + 1, record)
     if "backward" in run.focus.parts:
