@@ -192,7 +192,7 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
             _op_chain(run, hop.node, depth + 1)
     if implementations and run.focus.parts & {"stubs", "cuda"}:
         nodes = [node for node, _ in implementations.values()]
-        _implementation_chain(run, nodes, depth, implementations)
+        _implementation_chain(run, nodes, depth)
 
 
 def _implementation(
@@ -266,12 +266,7 @@ def _missing(
         implementations.setdefault(candidates[0].id, (candidates[0], keys))
 
 
-def _implementation_chain(
-    run: _Trace,
-    functions: list[Node],
-    depth: int,
-    keyed: dict[int, tuple[Node, list[str]]] | None = None,
-) -> None:
+def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> None:
     index = run.index
     ids = [node.id for node in functions]
     stub_ids = [node.id for node in functions if node.kind == "dispatch_stub"]
