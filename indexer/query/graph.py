@@ -77,9 +77,11 @@ _UNRESOLVED_IN_SQL = (
     " AND r.kind IN ({kinds}) AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)"
     " ORDER BY f.path, r.line LIMIT {limit}"
 )
+# refs has no index on src_id: a node's refs are found through its file (refs_file).
 _UNRESOLVED_OUT_SQL = (
-    "SELECT r.src_id, r.kind, f.path, r.line, r.target, r.scheme FROM refs r"
-    " JOIN files f ON f.id = r.file_id WHERE r.src_id IN ({ids}) AND r.target_id IS NULL"
+    "SELECT r.src_id, r.kind, f.path, r.line, r.target, r.scheme FROM nodes s"
+    " JOIN refs r ON r.file_id = s.file_id AND r.src_id = s.id"
+    " JOIN files f ON f.id = r.file_id WHERE s.id IN ({ids}) AND r.target_id IS NULL"
     " AND r.kind IN ({kinds}) AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)"
     " ORDER BY f.path, r.line LIMIT {limit}"
 )
