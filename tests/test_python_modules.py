@@ -10,6 +10,7 @@ from indexer.build import build_index
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 from tests.helpers import line_of
+from tests.pyindex import build_fixture, node, targets
 
 
 @pytest.fixture
@@ -60,3 +61,20 @@ def test_functions_have_file_line_and_doc(minitorch_index: Index, minitorch_repo
     )
     assert add.attrs["doc"].startswith("Adds ``other``")
     assert add.attrs["signature"] == "(input, other, alpha=1)"
+
+
+def test_src_layout_modules_start_below_src(tmp_path_factory: pytest.TempPathFactory) -> None:
+    extra = {
+        "src/minisrc/__init__.py": "from .core import scale\n",
+        "src/minisrc/core.py": "def scale(x):\n    return x\n",
+        "tools/use_src.py": "import minisrc\n\n\ndef run():\n    return minisrc.scale(1)\n",
+    }
+    _, index = build_fixture(tmp_path_factory, "miniext", extra)
+    core = node(index, "minisrc.core", "python_module")
+    assert core.path == "src/minisrc/core.py"
+    # A package the harness does not declare still links within itself.
+    package = node(index, "minisrc", "python_module")
+    assert "minisrc.core.scale" in targets(index, package, "imports")
+    # Outside it, a declared-packages harness records no refs to it.
+    run = node(index, "tools.use_src.run", "python_function")
+    assert not targets(index, run, "references")

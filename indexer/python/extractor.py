@@ -151,6 +151,7 @@ class FileIndexer:
         self.ops_tests: list[tuple[int, ast.Call]] = []
         self.class_values: dict[int, dict[str, ast.expr]] = {}  # class node -> name -> value
         self.base = None if self.in_package else self.modname.rpartition(".")[0] or None
+        self.top_package = self.modname.split(".", 1)[0]
 
     # --- driver ------------------------------------------------------------------------
 
@@ -239,6 +240,9 @@ class FileIndexer:
             return ".ops." in dotted  # an extension's own ops live under torch.ops
         if layout.is_own(dotted):
             return True
+        top = dotted.split(".", 1)[0]
+        if self.in_package and top == self.top_package:
+            return True  # the file's own package, declared or not
         return not self.in_package and layout.is_local_candidate(dotted)
 
     def emit_import(self, src: int, target: str, line: int, **attrs: Any) -> None:

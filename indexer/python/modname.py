@@ -4,7 +4,8 @@ A module's name comes from the manifest, not from the disk, so extraction stays 
 function of one file: under a Python source directory whose last component is one of
 the harness's packages (``torch``), the name starts at that directory
 (``torch/nn/functional.py`` -> ``torch.nn.functional``); under any other source
-directory (``.``, ``src``) it starts below it (``vllm/config.py`` -> ``vllm.config``).
+directory (``.``, ``src``) it starts below it (``vllm/config.py`` -> ``vllm.config``), and
+below a leading layout directory (``src/pkg/mod.py`` -> ``pkg.mod``).
 Files outside every source directory (tests, conftest) get a path-based name
 (``test/nn/test_init.py`` -> ``test.nn.test_init``).
 """
@@ -75,6 +76,7 @@ THIRD_PARTY = frozenset(
         "absl",
     }
 )
+LAYOUT_DIRS = frozenset({"src", "python", "lib"})
 STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__", "builtins"}
 
 
@@ -138,13 +140,26 @@ class PackageLayout:
         if not is_test_file(path, manifest) and not under_any(path, self.test_dirs):
             for directory in self.source_dirs:
                 if directory == ".":
-                    return path_module(path), True
+                    return self._below_layout_dirs(path), True
                 if path.startswith(directory + "/"):
                     last = directory.rsplit("/", 1)[-1]
                     if last in self.packages:
                         return path_module(last + path[len(directory) :]), True
-                    return path_module(path[len(directory) + 1 :]), True
+                    return self._below_layout_dirs(path[len(directory) + 1 :]), True
         return path_module(path), False
+
+    def _below_layout_dirs(self, rel: str) -> str:
+        """``src/pkg/mod.py`` -> ``pkg.mod``: a leading layout directory (``src``, ``python``,
+        ``lib``) is not part of the name when a package starts below it (a declared one,
+        or any, for ``src``)."""
+        parts = rel.split("/")
+        if (
+            len(parts) > 2
+            and parts[0] in LAYOUT_DIRS
+            and (parts[1] in self.packages or parts[0] == "src")
+        ):
+            return path_module("/".join(parts[1:]))
+        return path_module(rel)
 
     def is_external(self, dotted: str) -> bool:
         return dotted.split(".", 1)[0] in self.dep_packages
