@@ -75,9 +75,12 @@ POLICIES: dict[str, Policy] = {
     "fixture": Policy(frozenset({"test_utility"}), True),
     # Dotted names through re-exports and partial prefixes: not keyed by the last name.
     "py": Policy(_PYTHON, False),
-    # OpInfo list membership from module summaries and class hierarchies.
+    # OpInfo list membership from module summaries (test files hold some) and class
+    # hierarchies.
     "opinfo": Policy(
-        frozenset({"opinfo", "python_module", "python_class", "test_utility", "test_class"}),
+        frozenset(
+            {"opinfo", "python_module", "test_file", "python_class", "test_utility", "test_class"}
+        ),
         False,
     ),
 }
