@@ -10,7 +10,7 @@ from indexer.build import build_index
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 from tests.helpers import line_of
-from tests.pyindex import build_fixture, node, targets
+from tests.pyindex import build_fixture, edges_to, node, targets
 
 
 @pytest.fixture
@@ -78,3 +78,12 @@ def test_src_layout_modules_start_below_src(tmp_path_factory: pytest.TempPathFac
     # Outside it, a declared-packages harness records no refs to it.
     run = node(index, "tools.use_src.run", "python_function")
     assert not targets(index, run, "references")
+
+
+def test_stub_files_do_not_shadow_bindings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    stub = "def _mm(input: object, mat2: object) -> object: ...\n"
+    _, index = build_fixture(tmp_path_factory, "minitorch", {"minitorch/_C/__init__.pyi": stub})
+    assert not index.find("minitorch._C", ["python_module"])
+    mm = node(index, "minitorch.functional.mm", "python_function")
+    reached = edges_to(index, mm, "references")["minitorch._C._mm"]
+    assert index.node(reached.dst).kind == "binding"

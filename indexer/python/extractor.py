@@ -117,7 +117,9 @@ class PythonExtractor:
         self.layout = PackageLayout.from_manifest(manifest)
 
     def wants(self, src: SourceFile) -> bool:
-        return src.language == "python"
+        # A .pyi stub declares what runs elsewhere (torch/_C/*.pyi: compiled bindings;
+        # parameter.pyi beside parameter.py): its defs would shadow the real ones.
+        return src.language == "python" and src.path.endswith(".py")
 
     def extract(self, src: SourceFile, facts: FileFacts) -> None:
         FileIndexer(self, src, facts).run()
