@@ -1,0 +1,321 @@
+"""The reference pass of the Python extractor: refs from every definition to the names
+its code uses, expanded through the file's scopes, in one iterative walk per tree."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from indexer.python import testconv
+from indexer.python.opinfo import OpinfoScanner
+from indexer.python.scope import Scope, dotted_chain, parameter_names
+
+# Method names that are common on Python builtins and never Tensor methods: refs to them
+# could only stay unresolved.
+NOT_TENSOR_METHODS = frozenset(
+    {
+        *("append", "extend", "items", "keys", "values", "get", "format", "join"),
+        *("startswith", "endswith", "strip", "lstrip", "rstrip", "lower", "upper", "update"),
+        *("setdefault", "pop", "popleft", "appendleft", "insert", "remove", "discard"),
+        *("encode", "decode", "read", "write", "close", "readline", "readlines", "splitlines"),
+        *("flush", "seek", "tell", "group", "groups", "match", "search", "findall"),
+        *("finditer", "isoformat", "strftime", "exists", "is_file", "is_dir", "mkdir"),
+        *("unlink", "glob", "rglob", "iterdir", "resolve", "relative_to", "with_suffix"),
+        *("read_text", "write_text", "read_bytes", "write_bytes", "communicate"),
+        *("partition", "rpartition", "casefold", "isdigit", "isalpha", "isidentifier"),
+        *("ljust", "rjust", "zfill", "center", "lookup", "acquire", "release", "notify"),
+        *("put", "get_nowait", "put_nowait", "qsize", "task_done", "submit", "result"),
+        *("done", "cancel", "set_result", "set_exception", "add_done_callback", "info"),
+        *("debug", "warning", "error", "exception", "critical", "getLogger", "setLevel"),
+        "addHandler",
+    }
+)
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "annotation", "returns", "type_comment"})
+# The child fields of each ast node type worth visiting (no contexts, operators or
+# annotations): faster than ast.iter_child_nodes, which yields them all.
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+    for cls in vars(ast).values()
+    if isinstance(cls, type) and issubclass(cls, ast.AST)
+}
+_TRY_KINDS = tuple(k for k in (ast.Try, getattr(ast, "TryStar", None)) if k is not None)
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    return _FIELDS.get(kind, ())
+
+
+class ReferencePass:
+    """Mixin of :class:`indexer.python.extractor.FileIndexer`: the reference pass."""
+
+    def _walk_module(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                continue
+            if id(stmt) in self.def_nodes:
+                self._walk_def(stmt)
+            elif isinstance(
+                stmt, (ast.If, ast.Try, ast.For, ast.While, ast.With, ast.AsyncWith)
+            ) or hasattr(stmt, "cases"):
+                for child in ast.iter_child_nodes(stmt):
+                    if isinstance(child, ast.stmt):
+                        self._walk_module([child])
+                    elif isinstance(child, ast.ExceptHandler):
+                        if child.type is not None:
+                            self.walk_expr(child.type, self.module_node, self.scope)
+                        self._walk_module(child.body)
+                    elif isinstance(child, ast.match_case):
+                        self._walk_module(child.body)
+                    else:
+                        self.walk_expr(child, self.module_node, self.scope)
+            else:
+                self.walk_stmts([stmt], self.module_node, self.scope, None)
+        for index, call in self.ops_tests:
+            self._ops_ref(index, call)
+
+    def _walk_def(self, node: ast.AST) -> None:
+        index = self.def_nodes[id(node)]
+        if isinstance(node, ast.ClassDef):
+            for expr in (*node.decorator_list, *node.bases, *(k.value for k in node.keywords)):
+                self.walk_expr(expr, index, self.scope)
+            class_scope = Scope(parent=self.scope)
+            for stmt in node.body:
+                if id(stmt) in self.def_nodes:
+                    self._walk_def(stmt)
+                elif isinstance(stmt, (ast.If, ast.Try)):
+                    for inner in self._class_body([stmt]):
+                        if id(inner) in self.def_nodes:
+                            self._walk_def(inner)
+                        else:
+                            self.walk_stmts([inner], index, class_scope, None)
+                else:
+                    self.walk_stmts([stmt], index, class_scope, None)
+            if self.facts.nodes[index].kind == "test_class":
+                # A test class runs its helpers (setUp, fixtures-as-methods) for every test.
+                for child, line in self.methods.get(index, ()):
+                    self.emit_local(index, child, "covers", line)
+            return
+        assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        cls = self.def_class.get(index)
+        for expr in node.decorator_list:
+            self.walk_expr(expr, index, self.scope)
+        for expr in (*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
+            self.walk_expr(expr, index, self.scope)
+        fact = self.facts.nodes[index]
+        if fact.kind == "test_function" or fact.attrs.get("fixture"):
+            self._fixture_refs(node, index, cls)
+        self._walk_function_body(node, index, self.scope, cls)
+
+    def _walk_function_body(
+        self,
+        node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
+        src: int,
+        outer: Scope,
+        cls: str | None,
+    ) -> None:
+        # Parameters hide outer names; assignments hide them from where they happen on
+        # (one pass: a use before the assignment would fail at run time anyway).
+        scope = Scope(aliases=dict.fromkeys(parameter_names(node.args)), parent=outer)
+        if isinstance(node.body, list):
+            self.walk_stmts(node.body, src, scope, cls)
+        else:
+            self.walk_expr(node.body, src, scope, cls)
+
+    def _fixture_refs(
+        self, node: ast.FunctionDef | ast.AsyncFunctionDef, index: int, cls: str | None
+    ) -> None:
+        if cls is not None:
+            parent = self.facts.nodes[self.facts.nodes[index].parent or 0]
+            if any(base != "object" for base in parent.attrs.get("bases", [])):
+                return  # a class with bases is unittest-style: its methods take no fixtures
+        directory = self.path.rpartition("/")[0]
+        parametrized = {
+            name
+            for entry in self.facts.nodes[index].attrs.get("params", ())
+            for name in entry.get("argnames") or ()
+        }
+        for name in parameter_names(node.args):
+            if name not in testconv.NOT_FIXTURES and name not in parametrized:
+                self.emit_ref(index, "covers", "fixture", name, node.lineno, dir=directory)
+
+    def _ops_ref(self, index: int, call: ast.Call) -> None:
+        """The ``opinfo`` ref of an ``@ops(list)`` test: resolved to every entry of the list."""
+        arg = call.args[0]
+        owner = self.facts.nodes[index].parent
+        if isinstance(arg, ast.Name) and arg.id in self.class_values.get(owner or 0, {}):
+            arg = self.class_values[owner or 0][arg.id]  # a list the test's class defines
+        chain = dotted_chain(arg)
+        scanner = OpinfoScanner(self)
+        summary = scanner.summarize(arg, f"<{self.facts.nodes[index].name}>")
+        if chain is not None and summary.parts and not summary.unknown and summary.parts[0][0]:
+            target = summary.parts[0][0]
+            self.emit_ref(index, "covers", "opinfo", target, call.lineno)
+            return
+        self.emit_ref(
+            index,
+            "covers",
+            "opinfo",
+            ast.unparse(arg)[:200],
+            call.lineno,
+            summary=summary.as_dict(),
+        )
+
+    def walk_stmts(self, stmts: list[ast.stmt], src: int, scope: Scope, cls: str | None) -> None:
+        local = scope is not self.scope  # a function or class scope: assignments hide names
+        for stmt in stmts:
+            kind = type(stmt)
+            if kind is ast.Assign:
+                self.walk_expr(stmt.value, src, scope, cls)  # type: ignore[attr-defined]
+                for target in stmt.targets:  # type: ignore[attr-defined]
+                    if type(target) is not ast.Name:
+                        self.walk_expr(target, src, scope, cls)
+                    elif local:
+                        scope.aliases[target.id] = self.alias_of(stmt.value, scope)  # type: ignore[attr-defined]
+            elif kind is ast.Expr or kind is ast.Return:
+                if stmt.value is not None:  # type: ignore[attr-defined]
+                    self.walk_expr(stmt.value, src, scope, cls)  # type: ignore[attr-defined]
+            elif kind is ast.Import or kind is ast.ImportFrom:
+                self._import(stmt, src, scope, lazy=local)  # type: ignore[arg-type]
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                for expr in (*stmt.decorator_list, *stmt.args.defaults):  # type: ignore[attr-defined]
+                    self.walk_expr(expr, src, scope, cls)
+                if local:
+                    scope.aliases[stmt.name] = None  # type: ignore[attr-defined]
+                self._walk_function_body(stmt, src, scope, cls)  # type: ignore[arg-type]
+            elif kind is ast.ClassDef:
+                for expr in (*stmt.decorator_list, *stmt.bases):  # type: ignore[attr-defined]
+                    self.walk_expr(expr, src, scope, cls)
+                if local:
+                    scope.aliases[stmt.name] = None  # type: ignore[attr-defined]
+                self.walk_stmts(stmt.body, src, Scope(parent=scope), None)  # type: ignore[attr-defined]
+            elif kind is ast.AnnAssign:
+                if stmt.value is not None:  # type: ignore[attr-defined]
+                    self.walk_expr(stmt.value, src, scope, cls)  # type: ignore[attr-defined]
+                if local and type(stmt.target) is ast.Name:  # type: ignore[attr-defined]
+                    scope.aliases[stmt.target.id] = None  # type: ignore[attr-defined]
+            elif kind in _TRY_KINDS:
+                self.walk_stmts(stmt.body, src, scope, cls)  # type: ignore[attr-defined]
+                for handler in stmt.handlers:  # type: ignore[attr-defined]
+                    if handler.type is not None:
+                        self.walk_expr(handler.type, src, scope, cls)
+                    if local and handler.name:
+                        scope.aliases[handler.name] = None
+                    self.walk_stmts(handler.body, src, scope, cls)
+                self.walk_stmts(stmt.orelse, src, scope, cls)  # type: ignore[attr-defined]
+                self.walk_stmts(stmt.finalbody, src, scope, cls)  # type: ignore[attr-defined]
+            elif kind is ast.Global or kind is ast.Nonlocal:
+                for name in stmt.names:  # type: ignore[attr-defined]
+                    scope.aliases.pop(name, None)
+            else:
+                for name in _fields(kind):
+                    value = getattr(stmt, name)
+                    if type(value) is list:
+                        if value and isinstance(value[0], ast.stmt):
+                            self.walk_stmts(value, src, scope, cls)
+                        elif value and type(value[0]) is ast.match_case:
+                            for case in value:
+                                if case.guard is not None:
+                                    self.walk_expr(case.guard, src, scope, cls)
+                                self.walk_stmts(case.body, src, scope, cls)
+                        else:
+                            for item in value:
+                                self.walk_expr(item, src, scope, cls)
+                    elif value is not None:
+                        self.walk_expr(value, src, scope, cls)
+
+    def walk_expr(self, root: ast.AST, src: int, scope: Scope, cls: str | None = None) -> None:
+        """Refs from ``src`` to every name ``root`` uses, expanded through ``scope``."""
+        local = scope is not self.scope
+        consumed = self.consumed
+        stack: list[Any] = [root]
+        pop, push, extend = stack.pop, stack.append, stack.extend
+        while stack:
+            node = pop()
+            kind = type(node)
+            if kind is ast.Name:
+                if type(node.ctx) is ast.Load:
+                    self._chain([node.id], node.lineno, src, scope)
+                elif local:
+                    scope.aliases[node.id] = None
+            elif kind is ast.Attribute:
+                chain = dotted_chain(node)
+                if chain is not None:
+                    if type(node.ctx) is ast.Load:
+                        self._chain(chain, node.lineno, src, scope)
+                else:
+                    push(node.value)
+            elif kind is ast.Call:
+                if id(node) not in consumed:
+                    self._call(node, src, scope, cls, stack)
+            elif kind is ast.Constant or node is None:
+                continue
+            elif kind is ast.Lambda:
+                for default in node.args.defaults:
+                    push(default)
+                self._walk_function_body(node, src, scope, cls)
+            else:
+                if kind is ast.BinOp and type(node.op) is ast.MatMult:
+                    self.emit_ref(
+                        src, self.use_kind(src), "py", ".matmul", node.lineno,
+                        method=True, operator="@",
+                    )  # fmt: skip
+                for name in _fields(kind):
+                    value = getattr(node, name)
+                    if type(value) is list:
+                        extend(value)
+                    elif value is not None:
+                        push(value)
+
+    def _chain(self, chain: list[str], line: int, src: int, scope: Scope) -> bool:
+        """A ref for a dotted use whose root is known; False if the root is not."""
+        found = scope.lookup(chain[0])
+        if found is None:
+            return False
+        kind, value = found
+        if kind == "local" and len(chain) == 1:
+            dst = int(value)
+            relation = self.use_kind(src)
+            self.emit_local(src, dst, relation, line)
+            return True
+        dotted = scope.expand(chain)
+        if dotted is None:
+            return False
+        if kind == "local" or self.wants(dotted):
+            self.emit_ref(src, self.use_kind(src), "py", dotted, line)
+        return True
+
+    def _call(
+        self, node: ast.Call, src: int, scope: Scope, cls: str | None, stack: list[ast.AST]
+    ) -> None:
+        stack.extend(node.args)
+        stack.extend(keyword.value for keyword in node.keywords)
+        module = self._dynamic_import(node, scope)
+        if module is not None:
+            self.emit_import(src, module, node.lineno, lazy=True, dynamic=True)
+        func = node.func
+        if not isinstance(func, ast.Attribute):
+            stack.append(func)
+            return
+        chain = dotted_chain(func)
+        if chain is not None and self._chain(chain, node.lineno, src, scope):
+            return
+        name = func.attr
+        receiver = func.value
+        if cls is not None and isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            self.emit_ref(
+                src, self.use_kind(src), "py", f"{cls}.{name}", node.lineno, receiver=receiver.id
+            )
+            return
+        if (
+            cls is not None
+            and isinstance(receiver, ast.Call)
+            and isinstance(receiver.func, ast.Name)
+            and receiver.func.id == "super"
+        ):
+            self.emit_ref(
+                src, self.use_kind(src), "py", f"{cls}.{name}", node.lineno, receiver="super"
+            )
+            return
+        if not (name.startswith("__") or name.startswith("assert") or name in NOT_TENSOR_METHODS):
+            self.emit_ref(src, self.use_kind(src), "py", "." + name, node.lineno, method=True)
+        stack.append(receiver)
