@@ -117,6 +117,8 @@ def test_tests_utils_and_file_info(minitorch: tuple[Path, Index]) -> None:
     assert "minitorch.testing._internal.common_utils.TestCase" in labels(utils)
     fixtures = find_tests(index, "small", mode="utils")
     assert labels(fixtures) == ["test.conftest.small_tensor"]
+    only_fixtures = find_tests(index, mode="utils", focus="fixtures")
+    assert labels(only_fixtures) == ["test.conftest.small_tensor"]
     info = find_tests(index, "test_linalg.py", mode="file_info")
     cls = info.items[0]
     assert cls.label == "test/test_linalg.py::TestLinalg"

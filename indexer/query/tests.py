@@ -7,7 +7,8 @@
   Nearest first; each test with the hop it was reached by. ``focus`` narrows the listing
   to ``"functions"``, ``"classes"`` or ``"files"``; ``data["files"]`` always lists every
   file reached.
-- ``mode="utils"``: test utilities and fixtures (``query`` filters by name).
+- ``mode="utils"``: test utilities and fixtures (``query`` filters by name;
+  ``focus="fixtures"`` lists only fixtures).
 - ``mode="file_info"``: a test file's classes (device-generic variants), tests
   (parametrization, OpInfo lists) and fixtures.
 """
@@ -50,6 +51,8 @@ def tests(
         raise ValueError(f"limit must be at least 1 (got {limit})")
     query = (query or "").strip() or None
     if mode == "utils":
+        if focus not in (None, "fixtures"):
+            raise ValueError(f"focus for utils must be 'fixtures' or nothing (got {focus!r})")
         return _utilities(index, query, limit, focus)
     if query is None:
         raise ValueError(f"tests(mode={mode!r}) needs a query")
