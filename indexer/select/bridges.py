@@ -23,7 +23,47 @@ if TYPE_CHECKING:
     from indexer.query.index import Index
     from indexer.select.impact import Reach
 
-IMPLICIT_METHODS = frozenset({"forward"})  # nn.Module.__call__ runs forward
+# Methods Python runs through their class or an instance's protocol, not by name: using
+# the class is using them. ``forward`` runs through nn.Module.__call__. Operator dunders
+# (``__add__``, ``__getitem__``) are not here: syntax on instances runs them, and the
+# index maps tensor syntax to its ops; through every use of a class as common as Tensor
+# they would reach every test.
+IMPLICIT_METHODS = frozenset(
+    {
+        "forward",
+        "__init__",
+        "__new__",
+        "__post_init__",
+        "__init_subclass__",
+        "__call__",
+        "__enter__",
+        "__exit__",
+        "__aenter__",
+        "__aexit__",
+        "__iter__",
+        "__next__",
+        "__aiter__",
+        "__anext__",
+        "__getattr__",
+        "__getattribute__",
+        "__setattr__",
+        "__delattr__",
+        "__get__",
+        "__set__",
+        "__delete__",
+        "__set_name__",
+        "__class_getitem__",
+        "__del__",
+        "__torch_function__",
+        "__torch_dispatch__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getstate__",
+        "__setstate__",
+        "__copy__",
+        "__deepcopy__",
+    }
+)
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
 DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
 REGISTERS = "registers"  # a decorated definition -> the registry its decorator fills
@@ -136,11 +176,7 @@ class Bridges:
             ):
                 data = json.loads(attrs)
                 decorators = {d.rsplit(".", 1)[-1] for d in data.get("decorators") or ()}
-                implicit = (
-                    (name.startswith("__") and name.endswith("__"))
-                    or name in IMPLICIT_METHODS
-                    or bool(decorators & PROPERTY_DECORATORS)
-                )
+                implicit = name in IMPLICIT_METHODS or bool(decorators & PROPERTY_DECORATORS)
                 if data.get("method") and not implicit:
                     explicit[node_id] = name
         return explicit

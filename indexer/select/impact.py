@@ -56,6 +56,12 @@ REVERSE_KINDS = (
 FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
 CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
 MODULE = NodeKind.PYTHON_MODULE.value
+OP = NodeKind.OP.value
+DERIVATIVE = NodeKind.DERIVATIVE.value
+CONTAINS = EdgeKind.CONTAINS.value
+IMPORTS = EdgeKind.IMPORTS.value
+REFERENCES = EdgeKind.REFERENCES.value
+DERIVES = EdgeKind.DERIVES.value
 COMPILED = frozenset({NodeKind.OP.value, NodeKind.BINDING.value})  # run only when called
 # Library Python whose mention of an op counts only where it calls it. Tests, OpInfo
 # entries and test helpers hand ops to harnesses that call them: any mention counts.
@@ -121,7 +127,16 @@ class ImpactWalker(Bridges):
         self.statements = ModuleStatements(source)
         self._paths: dict[int, str] | None = None
 
+    def _target(self, ref_id: int | None) -> str:
+        """The name as written of the ref an edge came from ('' for local edges)."""
+        if ref_id is None:
+            return ""
+        row = self.index.conn.execute("SELECT target FROM refs WHERE id = ?", (ref_id,)).fetchone()
+        return (row[0] or "") if row else ""
+
     def _calls(self, file_id: int, line: int, target: str) -> bool:
+        if not target:
+            return True
         if self._paths is None:
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         name = target.rsplit(".", 1)[-1]
@@ -195,33 +210,34 @@ class ImpactWalker(Bridges):
             if explicit:
                 found += self._method_callers(explicit)
             found += self._registrations(frontier, reach)
+            steps = reach.steps
             for start in range(0, len(frontier), _BATCH):
                 batch = frontier[start : start + _BATCH]
-                for src, dst, kind, file_id, line, src_kind, src_file, target in conn.execute(
+                for src, dst, kind, file_id, line, src_kind, src_file, ref_id in conn.execute(
                     "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
-                    " r.target FROM edges e JOIN nodes s ON s.id = e.src_id"
-                    " LEFT JOIN refs r ON r.id = e.ref_id"
+                    " e.ref_id FROM edges e JOIN nodes s ON s.id = e.src_id"
                     f" WHERE e.dst_id IN ({placeholders(batch)})"
                     f" AND e.kind IN ({placeholders(reverse)})",
                     [*batch, *reverse],
                 ):
+                    if src in steps and not (kind == REFERENCES and src_kind == MODULE):
+                        continue  # reached already (a module may yet widen: see below)
+                    if kind == CONTAINS and (src_kind not in CLASS_KINDS or dst in explicit):
+                        continue
+                    if kind == IMPORTS and dst not in reach.import_live:
+                        continue  # importing a name runs none of its body
                     names = reach.module_names.get(dst)
-                    if names is not None and not names.intersection((target or "").split(".")):
+                    if names is not None and not names.intersection(
+                        self._target(ref_id).split(".")
+                    ):
                         continue  # uses a module name the changed code is not bound to
                     if (
-                        kind == EdgeKind.REFERENCES.value
+                        kind == REFERENCES
                         and src_kind in LIBRARY_PYTHON
                         and reach.kind.get(dst) in COMPILED
-                        and target
-                        and not self._calls(src_file, line, target)
+                        and not self._calls(src_file, line, self._target(ref_id))
                     ):
                         continue  # names the op without running it (a table, a key)
-                    if kind == EdgeKind.CONTAINS.value and (
-                        src_kind not in CLASS_KINDS or dst in explicit
-                    ):
-                        continue
-                    if kind == EdgeKind.IMPORTS.value and dst not in reach.import_live:
-                        continue  # importing a name runs none of its body
                     found.append(
                         (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
                     )
@@ -232,15 +248,16 @@ class ImpactWalker(Bridges):
                     f" AND e.kind IN ({placeholders(forward)})",
                     [*batch, *forward],
                 ):
-                    if kind == EdgeKind.DERIVES.value and not (
-                        reach.kind.get(src) == NodeKind.DERIVATIVE.value
-                        and dst_kind == NodeKind.OP.value
+                    if dst in steps:
+                        continue
+                    if kind == DERIVES and not (
+                        reach.kind.get(src) == DERIVATIVE and dst_kind == OP
                     ):
                         continue
                     found.append(
                         (dst, Step(src, kind, src, dst, file_id, line), dst_kind, dst_file)
                     )
-            ops = [n for n in frontier if reach.kind.get(n) == NodeKind.OP.value]
+            ops = [n for n in frontier if reach.kind.get(n) == OP]
             if ops:
                 found += self._dispatcher_callers(ops)
             frontier = []
@@ -254,9 +271,9 @@ class ImpactWalker(Bridges):
                 reach.origin[node_id] = reach.origin[step.prev]
                 reach.kind[node_id] = kind
                 reach.file_id[node_id] = file_id
-                if step.kind == EdgeKind.IMPORTS.value and kind in MODULE_KINDS:
+                if step.kind == IMPORTS and kind in MODULE_KINDS:
                     reach.import_live.add(node_id)  # importing it runs changed module code
-                elif step.kind == EdgeKind.REFERENCES.value and kind == MODULE:
+                elif step.kind == REFERENCES and kind == MODULE:
                     self._module_use(reach, node_id, step, file_id)
                 frontier.append(node_id)
                 if until is not None and until(file_id):
