@@ -256,31 +256,47 @@ def _unresolved_callers(index: Index, nodes: list[Node], kinds: tuple[str, ...])
     sql = _UNRESOLVED_IN_SQL.format(
         keys=",".join("?" * len(keys)),
         kinds=",".join("?" * len(kinds)),
-        limit=MAX_FUZZY_PER_LEVEL,
+        limit=10 * MAX_FUZZY_PER_LEVEL,
     )
     out = []
     for src, kind, path, line, target, key, scheme in index.conn.execute(sql, [*keys, *kinds]):
-        if not _may_name(scheme, target):
-            continue
         for node in by_key.get(key, ()):
-            if SCHEME_OF_KIND.get(node.kind) == scheme:
+            if SCHEME_OF_KIND.get(node.kind) == scheme and _may_name(scheme, target, node):
                 out.append((src, node.id, kind, path, line, target))
-    return out
+    return out[:MAX_FUZZY_PER_LEVEL]
 
 
-def _may_name(scheme: str, target: str) -> bool:
-    """Whether an unresolved name could still mean any definition with its last identifier.
+def _may_name(scheme: str, target: str, node: Node) -> bool:
+    """Whether an unresolved name, as written, could still mean ``node``.
 
-    A C++ name depends on scopes, using-directives and generated headers the index does
-    not see, so any C++ definition of that name may be meant. A Python dotted name is
-    absolute once aliases are expanded: only a method call on an unknown receiver
-    (``.add_``) or a bare name can mean a definition elsewhere.
+    C++ lookup depends on scopes, using-directives and generated headers the index does
+    not see, so a bare name may mean any definition of that name, and a qualified one
+    (``dnnl::matmul``) any definition whose qualified name ends with it (anonymous
+    namespaces and template arguments aside). A Python dotted name is absolute once
+    aliases are expanded: only a method call on an unknown receiver (``.add_``) or a bare
+    name can mean a definition elsewhere.
     """
     if scheme == "cpp":
-        return True
+        written = _without_templates(target).lstrip(":")
+        if "::" not in written:
+            return True
+        qualname = _without_anonymous(node.qualname)
+        return qualname == written or qualname.endswith("::" + written)
     if scheme == "py":
         return target.startswith(".") or "." not in target
     return False
+
+
+def _without_templates(name: str) -> str:
+    depth, kept = 0, []
+    for char in name:
+        if char == "<":
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            kept.append(char)
+    return "".join(kept)
 
 
 def walk(
