@@ -102,14 +102,25 @@ def test_python_callers_and_the_tests_that_cover_them(index: Index, minitorch_re
     assert not [i for i in everything.items if i.data.get("unresolved_name")]
 
 
-def test_unresolved_calls_are_possible_callers(index: Index) -> None:
-    """A call the linker left unresolved, whose name matches, is listed and marked so."""
-    rows = index.conn.execute(
+def _unresolved_cpp_calls(index: Index) -> list[tuple]:
+    """(caller id, name as written, path, line, qualname of a function with that name)."""
+    return index.conn.execute(
         "SELECT r.src_id, r.target, f.path, r.line, n.qualname FROM refs r"
         " JOIN files f ON f.id = r.file_id JOIN nodes n ON n.name = r.target_key"
         " WHERE r.scheme = 'cpp' AND r.target_id IS NULL AND n.kind = 'cpp_function'"
         " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id) ORDER BY f.path, r.line"
     ).fetchall()
+
+
+def _could_mean(written: str, qualname: str) -> bool:
+    written = written.split("<")[0].lstrip(":")
+    plain = qualname.replace("(anonymous)::", "")
+    return "::" not in written or plain == written or plain.endswith("::" + written)
+
+
+def test_unresolved_calls_are_possible_callers(index: Index) -> None:
+    """A call the linker left unresolved, whose name matches, is listed and marked so."""
+    rows = [row for row in _unresolved_cpp_calls(index) if _could_mean(row[1], row[4])]
     assert rows, "the fixture no longer has an unresolved C++ call matching a function by name"
     src_id, target, path, line, qualname = rows[0]
     answer = graph(index, qualname)
@@ -119,6 +130,15 @@ def test_unresolved_calls_are_possible_callers(index: Index) -> None:
     assert possible[0].data["id"] == src_id
     assert "possible calls" in possible[0].detail
     assert "only by unresolved name match" in answer.title
+
+
+def test_a_qualified_unresolved_name_only_matches_what_ends_with_it(index: Index) -> None:
+    """`ns::foo` written in C++ cannot mean `other::foo`: not listed as a possible caller."""
+    rows = [row for row in _unresolved_cpp_calls(index) if not _could_mean(row[1], row[4])]
+    assert rows, "the fixture no longer has a qualified unresolved call naming another scope"
+    for _src_id, target, _path, _line, qualname in rows:
+        answer = graph(index, qualname)
+        assert not [i for i in answer.items if i.data.get("unresolved_name") == target], target
 
 
 def test_unknown_names_and_bad_arguments(index: Index) -> None:
