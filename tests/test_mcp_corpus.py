@@ -18,6 +18,12 @@ QUESTIONS = [
     ("trace", "trace", {"func": "torch.matmul", "focus": "dispatch"}),
     ("modules", "modules", {"name": "torch.nn.Linear"}),
     ("missing", "graph", {"func": "at::native::no_such_kernel_anywhere"}),
+    ("impact", "graph", {"func": "_matmul_impl", "mode": "impact", "depth": 2}),
+    (
+        "fuzzy",
+        "graph",
+        {"func": "_matmul_impl", "mode": "impact", "depth": 2, "fuzzy_all_levels": True},
+    ),
 ]
 
 
@@ -59,3 +65,16 @@ def test_pytorch_answers_with_file_and_line(
     assert answers["modules"]["title"].endswith(f"@ {linear}")
     assert not answers["missing"]["found"]
     assert answers["missing"]["suggestions"]
+
+    # Unresolved calls by name (`t.matmul(...)` on a receiver the index cannot type) are
+    # possible callers at the first level only, unless fuzzy_all_levels.
+    def possible_levels(key: str) -> set[int]:
+        return {
+            i["data"]["level"] for i in answers[key]["items"] if i["data"].get("unresolved_name")
+        }
+
+    assert possible_levels("impact") <= {1}
+    assert 2 in possible_levels("fuzzy")
+    assert (
+        answers["fuzzy"]["data"]["possible_by_name"] > answers["impact"]["data"]["possible_by_name"]
+    )
