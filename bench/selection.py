@@ -12,6 +12,7 @@ Needs a built index of the tree (`torchtalk index build --source PATH`, under
 TORCHTALK_CACHE_DIR if set). Edits the tree and restores every file it touched.
 
     python bench/selection.py [--source PATH] [--samples 40] [--seed 6]
+        [--function at::native::matmul] [--folder aten/src/ATen/native]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from indexer.workspace import Workspace
 
 DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
 NATIVE = "aten/src/ATen/native/"
-MATMUL_FILE = "aten/src/ATen/native/LinearAlgebra.cpp"
+MATMUL = "at::native::matmul"
 
 
 def _insert_statement(path: Path, start: int, end: int) -> bytes | None:
@@ -61,21 +62,21 @@ def _cli_select(source: Path) -> tuple[float, dict]:
     return time.perf_counter() - started, json.loads(result.stdout)
 
 
-def one_function_change(source: Path, index: Index) -> None:
-    matmul = next(
-        node
-        for node in index.find("at::native::matmul", ["cpp_function"])
-        if node.path == MATMUL_FILE
-    )
-    path = source / MATMUL_FILE
-    original = _insert_statement(path, matmul.line, matmul.end_line)
-    assert original is not None, "no body found for at::native::matmul"
+def one_function_change(source: Path, index: Index, qualname: str) -> None:
+    candidates = index.find(qualname, ["cpp_function", "cuda_kernel"])
+    if not candidates:
+        raise SystemExit(f"{qualname} is not in the index")
+    function = max(candidates, key=lambda node: node.end_line - node.line)
+    path = source / function.path
+    original = _insert_statement(path, function.line, function.end_line)
+    if original is None:
+        raise SystemExit(f"no body found for {qualname} at {function.evidence}")
     try:
         cold, report = _cli_select(source)
         warm, warm_report = _cli_select(source)
     finally:
         path.write_bytes(original)
-    print("one-function change: at::native::matmul gets a statement")
+    print(f"one-function change: {qualname} ({function.evidence}) gets a statement")
     print(f"  torchtalk select, index to update first: {cold:.2f} s")
     print(f"  torchtalk select, index up to date:      {warm:.2f} s (target < 1 s)")
     timings = warm_report["timings"]
@@ -93,16 +94,16 @@ def one_function_change(source: Path, index: Index) -> None:
         f"{warm_report['run_everything']}"
     )
     names = [s["path"] for s in warm_report["selected"]]
-    print(f"  test/test_linalg.py selected: {'test/test_linalg.py' in names}")
+    print(f"  first selected files: {', '.join(names[:5])}")
 
 
-def sample_changes(source: Path, index: Index, samples: int, seed: int) -> None:
+def sample_changes(source: Path, index: Index, samples: int, seed: int, folder: str) -> None:
     rows = index.conn.execute(
         "SELECT n.id, n.qualname, f.path, n.line, n.end_line FROM nodes n"
         " JOIN files f ON f.id = n.file_id"
         " WHERE n.kind IN ('cpp_function', 'cuda_kernel') AND f.path LIKE ?"
         " AND n.end_line - n.line >= 3 ORDER BY n.id",
-        (NATIVE + "%",),
+        (folder.rstrip("/") + "/%",),
     ).fetchall()
     rng = random.Random(seed)
     rng.shuffle(rows)
@@ -137,7 +138,7 @@ def sample_changes(source: Path, index: Index, samples: int, seed: int) -> None:
             fractions.append(fraction)
             selective.append(fraction)
             print(f"  {qualname}: {len(selection.files)}/{total} test files")
-    print(f"sampled single-function changes in {NATIVE}: {done}")
+    print(f"sampled single-function changes in {folder}: {done}")
     if not done:
         return
     print(f"  run-everything rate: {everything}/{done} = {everything / done:.0%}")
@@ -163,6 +164,8 @@ def main() -> int:
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--seed", type=int, default=6)
+    parser.add_argument("--function", default=MATMUL, help="the one-function change")
+    parser.add_argument("--folder", default=NATIVE, help="where sampled functions live")
     args = parser.parse_args()
     source = args.source.resolve()
     workspace = Workspace.resolve(source)
@@ -182,8 +185,8 @@ def main() -> int:
         f"tree {source}, index {workspace.db_path} ({os.path.getsize(workspace.db_path) >> 20} MiB)"
     )
     index = Index(workspace.db_path)
-    one_function_change(source, index)
-    sample_changes(source, index, args.samples, args.seed)
+    one_function_change(source, index, args.function)
+    sample_changes(source, index, args.samples, args.seed, args.folder)
     return 0
 
 
