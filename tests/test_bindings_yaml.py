@@ -37,6 +37,9 @@ def test_every_entry_is_an_op_at_its_line(minitorch: tuple[Path, Index]) -> None
         "aten::special_erfcx",
         "aten::sum",
         "aten::sum.dim_IntList",
+        "aten::sub.Tensor",
+        "aten::sub.out",
+        "aten::hypot.out",
     }
     yaml_path = repo / NATIVE
     assert ops["aten::add.out"].line == line_of(yaml_path, "- func: add.out(")
@@ -114,6 +117,27 @@ def test_dispatch_edges_reach_definitions_with_keys(minitorch: tuple[Path, Index
     assert relu["at::native::relu_quantized_cpu"][0]["key"] == "QuantizedCPU"
     sum_dim = out_targets(index, one(index, "aten::sum.dim_IntList", "op"), "dispatches")
     assert sum_dim["at::native::sum_dim"][0]["key"] == "CompositeExplicitAutograd"
+
+
+def test_ufunc_inner_loop_edges_to_stub_and_loops(minitorch: tuple[Path, Index]) -> None:
+    """torchgen generates a ufunc op's CPU/CUDA kernels: the edges go to what the source
+    holds, the stub the generated CPU kernel calls and the inner loops, from the YAML line."""
+    repo, index = minitorch
+    native = repo / "aten/src/ATen/native"
+    loop_line = line_of(native / "native_functions.yaml", "Generic: sub (") - 1
+    sub_out = out_targets(index, one(index, "aten::sub.out", "op"), "dispatches")
+    [stub] = sub_out["at::native::sub_stub"]
+    assert stub["key"] == "CPU"  # the generated CUDA kernel does not go through the stub
+    assert stub["evidence"] == f"aten/src/ATen/native/native_functions.yaml:{loop_line}"
+    loops = sub_out["at::native::ufunc::sub"]
+    assert sorted(a["key"] for a in loops) == ["CPU", "CPU", "CUDA", "CUDA"]  # 2 overloads
+    assert one(index, "at::native::sub_stub", "dispatch_stub").line == line_of(
+        native / "Subtraction.h", "DECLARE_DISPATCH(structured_binary_fn_alpha, sub_stub)"
+    )
+    assert "at::meta::structured_sub_Tensor::meta" in sub_out
+    # add.out names its CPU/CUDA kernel explicitly: no generated kernel, no ufunc edges.
+    add_out = out_targets(index, one(index, "aten::add.out", "op"), "dispatches")
+    assert not any("ufunc" in target or target.endswith("_stub") for target in add_out)
 
 
 def test_derivatives_link_to_op_and_formula_calls(minitorch: tuple[Path, Index]) -> None:

@@ -9,8 +9,10 @@ spellings. Its kernels, following torchgen's rules:
 - in a ``structured: True`` entry the CPU/CUDA/MPS/XPU kernels are ``TORCH_IMPL_FUNC(fn)``,
   i.e. ``at::native::structured_fn::impl``; the group's meta function is
   ``at::meta::structured_<functional name>::meta`` (``TORCH_META_FUNC2(add, Tensor)``);
-- ``ufunc_inner_loop`` -> CPU/CUDA kernels are generated at build time: the op dispatches
-  to the ``<name>_stub`` DispatchStub and to the inner loop ``at::native::ufunc::<loop>``;
+- ``ufunc_inner_loop`` -> torchgen generates the CPU/CUDA kernels at build time (none of
+  them is in the source): the op dispatches (CPU) to the ``<name>_stub`` DispatchStub the
+  generated CPU kernel calls, and (CPU, CUDA) to the inner loops ``at::native::ufunc::<loop>``
+  (ufunc/*.h) the generated kernels run; the refs say what is generated, and where;
 - ``structured_delegate: add.out`` -> a ``dispatches`` edge to that op;
 - no dispatch table and no delegate -> CompositeImplicitAutograd ``at::native::<cpp name>``;
 - ``autogen: x.out`` -> an op node for the generated variant, dispatching to its source.
@@ -235,33 +237,91 @@ class NativeFunctionsReader:
                 role="meta",
                 kernel=meta,
             )
-        loops = entry.data.get("ufunc_inner_loop")
-        generated_keys = [key for key in UFUNC_KEYS if key not in explicit]
-        if not loops or not generated_keys:
-            return
+        loops = ufunc_loops(entry.data.get("ufunc_inner_loop"))
+        if loops:
+            stub_base = split_op_name(functional[0])[1] if functional else schema.name
+            self._add_ufunc_refs(entry, schema.name, stub_base, node, loops, explicit)
+
+    def _add_ufunc_refs(
+        self,
+        entry: Entry,
+        name: str,
+        stub_base: str,
+        node: int,
+        loops: dict[str, list[str]],
+        explicit: set[str],
+    ) -> None:
+        """What torchgen generates for ``ufunc_inner_loop`` (torchgen/dest/ufunc.py), none of
+        it in the source tree: per device key a ``TORCH_IMPL_FUNC(ufunc_<name>_<Key>)``; the
+        CPU one calls ``<stub>(device_type(), ...)`` whose kernel ``<stub base>_kernel``
+        (UfuncCPUKernel_<name>.cpp, REGISTER_DISPATCH) runs the inner loops; the CUDA one
+        calls its ``<stub base>_kernel`` (UfuncCUDA_<name>.cu) directly. So the op's edges
+        go to what the source does hold: the stub (CPU) and the inner loops (CPU, CUDA)."""
         line = entry.line_of("ufunc_inner_loop")
-        stub_base = split_op_name(functional[0])[1] if functional else schema.name
-        for key in generated_keys:
+        keys = [key for key in UFUNC_KEYS if key in loops and key not in explicit]
+        kernel = f"{stub_base}_kernel"
+        files = {
+            "CPU": [f"UfuncCPU_{name}.cpp", f"UfuncCPUKernel_{name}.cpp"],
+            "CUDA": [f"UfuncCUDA_{name}.cu"],
+        }
+        via = {
+            "CPU": f"ufunc_{name}_CPU -> {stub_base}_stub -> {kernel}",
+            "CUDA": f"ufunc_{name}_CUDA -> {kernel} (called directly, not through the stub)",
+        }
+        if "CPU" in keys:
             self._dispatch_ref(
                 node,
                 f"at::native::{stub_base}_stub",
                 NATIVE_SCOPE,
                 line,
-                key=key,
-                keys=[key],
+                key="CPU",
+                keys=["CPU"],
                 role="ufunc_stub",
-                generated=f"ufunc_{schema.name}_{key}",
+                generated=f"ufunc_{name}_CPU",
+                generated_kernel=kernel,
+                generated_files=files["CPU"],
                 want=["dispatch_stub"],
             )
-        loop_values = loops.values() if isinstance(loops, dict) else [loops]
-        for loop in dict.fromkeys(str(value).split("(")[0].strip() for value in loop_values):
-            for key in generated_keys if loop else ():
+        for key in keys:
+            for loop in loops[key]:
                 self._dispatch_ref(
                     node,
                     f"at::native::ufunc::{loop}",
                     ["at", "native", "ufunc"],
                     line,
                     key=key,
-                    keys=generated_keys,
+                    keys=[key],
                     role="ufunc_inner_loop",
+                    generated=f"ufunc_{name}_{key}",
+                    generated_via=via[key],
+                    generated_files=files[key],
                 )
+
+
+# torchgen's UfuncKey -> the device keys whose generated kernels call that inner loop.
+_UFUNC_DEVICES = {
+    "Generic": ("CPU", "CUDA"),
+    "ScalarOnly": ("CPU", "CUDA"),
+    "CPUScalar": ("CPU",),
+    "CPUVector": ("CPU",),
+    "CUDAFunctor": ("CUDA",),
+    "CUDAFunctorOnSelf": ("CUDA",),
+    "CUDAFunctorOnOther": ("CUDA",),
+}
+
+
+def ufunc_loops(raw: Any) -> dict[str, list[str]]:
+    """``ufunc_inner_loop`` (``'add (AllAndComplex)'`` or ``{Generic: 'add (...)', ...}``)
+    -> device key -> inner-loop names, in first-seen order."""
+    if isinstance(raw, str):
+        raw = {"Generic": raw}
+    if not isinstance(raw, dict):
+        return {}
+    loops: dict[str, list[str]] = {}
+    for ufunc_key, value in raw.items():
+        loop = str(value).split("(")[0].strip()
+        for device in _UFUNC_DEVICES.get(str(ufunc_key), ()) if loop else ():
+            names = loops.setdefault(device, [])
+            if loop not in names:
+                names.append(loop)
+    return loops
