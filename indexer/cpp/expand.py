@@ -1,12 +1,14 @@
-"""Expanding a file's own function-like macros that define functions.
+"""Expanding a file's own function-like macros.
 
 ATen writes families of definitions with a macro defined in the same file
-(``CREATE_UNARY_TORCH_IMPL_FUNC(abs_out, abs_stub)``, ``DEFINE_BINARY_OP(add)``); their
-bodies are preprocessor text that tree-sitter does not parse. A namespace-scope use of
-such a macro is expanded here the way the preprocessor would (parameters, ``#`` and
-``##``, ``__VA_ARGS__``, the file's other macros rescanned, nested a few levels), so the
-definitions it makes are indexed at the line of the use. Macros from other files are not
-expanded: extraction reads one file.
+(``CREATE_UNARY_TORCH_IMPL_FUNC(abs_out, abs_stub)``, ``DEFINE_BINARY_OP(add)``), and
+CUDA extensions launch kernels from one (vLLM's ``LAUNCH_FUSED_ADD_RMS_NORM(8, true)``
+inside the host function); macro bodies are preprocessor text that tree-sitter does not
+parse. A use is expanded here the way the preprocessor would (parameters, ``#`` and
+``##``, ``__VA_ARGS__``, the file's other macros rescanned, nested a few levels): at
+namespace scope, the definitions it makes are indexed at the line of the use; inside a
+function body, the calls and launches it makes belong to that function. Macros from
+other files are not expanded: extraction reads one file.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
 _TOKEN = re.compile(r"##|#\s*[A-Za-z_]\w*|[A-Za-z_]\w*|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 _PASTE = re.compile(r"\s*##\s*")
 _CONTINUATION = re.compile(r"\\\r?\n")
+# Something called (``f(``, ``k<T><<<``): what a use inside a function body is worth.
+_CALLS = re.compile(r"\w\s*(?:\(|<<<)|>\s*(?:\(|<<<)")
 
 
 @dataclass(slots=True)
@@ -29,20 +33,26 @@ class Macro:
     variadic: bool
     body: str
     offset: int  # where it is defined: a use sees the latest definition before it
+    defines: bool  # its body holds a block: a use at namespace scope defines something
+    calls: bool  # its body calls or launches something: a use in a body is worth expanding
 
 
 def definition(name: str, params: str, body: str, offset: int) -> Macro | None:
-    """A function-like macro worth expanding: one whose body defines something ('{')."""
+    """A function-like macro worth expanding: one whose body defines something ('{') or
+    calls something."""
     body = _CONTINUATION.sub(" ", body).strip()
-    if "{" not in body:
+    defines = "{" in body
+    calls = _CALLS.search(body) is not None
+    if not defines and not calls:
         return None
+    params = _CONTINUATION.sub(" ", params)
     names = [param.strip() for param in params.strip()[1:-1].split(",") if param.strip()]
     variadic = bool(names) and names[-1].endswith("...")
     if variadic:
         last = names.pop()[:-3].strip()
         if last:  # GNU named variadic parameter: args...
             names.append(last)
-    return Macro(name, names, variadic, body, offset)
+    return Macro(name, names, variadic, body, offset, defines, calls)
 
 
 def split_arguments(text: str) -> list[str]:
@@ -122,7 +132,9 @@ class Expander:
         for macro in sorted(macros, key=lambda macro: macro.offset):
             self.by_name.setdefault(macro.name, []).append(macro)
         names = sorted(self.by_name, key=len, reverse=True)
-        self.pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\s*\(")
+        alternatives = "|".join(map(re.escape, names))
+        self.pattern = re.compile(r"\b(" + alternatives + r")\s*\(")
+        self.mentions = re.compile(r"\b(" + alternatives + r")\b(\s*\()?")
 
     def _macro(self, name: str, offset: int) -> Macro | None:
         found = None
@@ -155,13 +167,24 @@ class Expander:
         return "".join(out)
 
     def uses(
-        self, text: str, wanted: Callable[[int], bool] = lambda offset: True
+        self,
+        text: str,
+        wanted: Callable[[int, Macro, bool], bool] = lambda offset, macro, called: True,
     ) -> Iterator[tuple[int, int, str]]:
-        """(offset, end, expansion) of every use in ``text`` outside #define lines whose
-        offset is ``wanted`` (asked before expanding: expansion is the costly part)."""
-        for match in self.pattern.finditer(text):
+        """(offset, end, expansion) of every use in ``text`` outside #define lines that is
+        ``wanted`` (asked before expanding: expansion is the costly part).
+
+        A use is a call ``NAME(args)``, or the bare name passed as an argument to another
+        macro (``DISPATCH_BY_KV_CACHE_DTYPE(dtype, kv_dtype, CALL_RESHAPE_AND_CACHE)``),
+        which applies it to arguments we cannot see: it expands with its parameters' names.
+        """
+        for match in self.mentions.finditer(text):
             start = match.start()
-            if not wanted(start):
+            called = match.group(2) is not None
+            if not called and not _passed_by_name(text, start, match.end()):
+                continue
+            macro = self._macro(match.group(1), start)
+            if macro is None or not wanted(start, macro, called):
                 continue
             line_start = text.rfind("\n", 0, start) + 1
             prefix = text[line_start:start].lstrip()
@@ -170,9 +193,18 @@ class Expander:
             previous = text[max(0, line_start - 3) : line_start].rstrip()
             if previous.endswith("\\"):
                 continue  # inside a multi-line #define
-            macro = self._macro(match.group(1), start)
+            if not called:
+                yield start, match.end(), self.expand(_substitute(macro, macro.params), start, 1)
+                continue
             close = closing_paren(text, match.end() - 1)
-            if macro is None or close < 0:
+            if close < 0:
                 continue
             arguments = split_arguments(text[match.end() : close])
             yield start, close + 1, self.expand(_substitute(macro, arguments), start, 1)
+
+
+def _passed_by_name(text: str, start: int, end: int) -> bool:
+    """Whether a name stands alone as an argument: after '(' or ',', before ')' or ','."""
+    before = text[max(0, start - 200) : start].rstrip()
+    after = text[end : end + 200].lstrip()
+    return before.endswith(("(", ",")) and after.startswith((")", ","))

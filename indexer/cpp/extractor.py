@@ -22,13 +22,13 @@ from tree_sitter import Query, QueryCursor
 
 from indexer.cpp import macros
 from indexer.cpp.calls import Caller, CallSites
-from indexer.cpp.expand import Expander, definition
+from indexer.cpp.expand import Expander, Macro, definition
 from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified, strip_templates
 from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, nest
 from indexer.extract.source import SourceFile, cpp_parser
-from indexer.graph.facts import FILE_NODE, FileFacts
+from indexer.graph.facts import FILE_NODE, FileFacts, RefFact
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.harness import Manifest
 
@@ -67,6 +67,7 @@ _queries_lock = threading.Lock()
 _STATIC = re.compile(rb"\bstatic\b")
 _DISPATCH = b"DISPATCH"
 _NEWLINE = re.compile(rb"\n")
+_STAND_IN = "__torchtalk_macro_use_"
 
 
 def _query(cuda: bool) -> Query:
@@ -123,6 +124,7 @@ class _Extraction:
         facts: FileFacts,
         line_map: list[int] | None = None,
         parent: _Extraction | None = None,
+        hosts: dict[str, Caller] | None = None,
     ) -> None:
         self.extractor = extractor
         self.src = src
@@ -134,7 +136,9 @@ class _Extraction:
         prepared = self.prepared
         self.cuda_marks = bool(prepared.global_at or prepared.device_at or prepared.host_device_at)
         self.callers: list[Caller] = []
-        self.kernel_names: set[str] = set()
+        # Stand-in function name -> the function whose body used the macro it expands.
+        self.hosts = hosts or {}
+        self.kernel_names: set[str] = parent.kernel_names if parent else set()
         self.usings: list[tuple[int, int, str]] = []  # (start, end of its scope, namespace)
         self.aliases: dict[str, str] = {}
         # Shared with the file's own extraction when expanding its macros.
@@ -264,6 +268,14 @@ class _Extraction:
         shape = describe(node, self.data)
         if shape is None:
             return
+        if self.hosts and not region.in_function and shape.components:
+            host = self.hosts.get(shape.components[-1])
+            if host is not None:
+                caller = Caller(region.start, region.end, host.local, [], host.this_class, None)
+                caller.plain = host.plain  # its scope and usings, shared, never mutated
+                region.caller = caller
+                self.callers.append(caller)
+                return
         scope, outer_caller = self._enclosing(region)
         if region.in_function and outer_caller is None:
             return  # nested in a function we could not name: its calls stay with that one
@@ -374,6 +386,9 @@ class _Extraction:
     # -- macro expansion -------------------------------------------------------------
 
     def _expand_macros(self, defines: list[Node], outer: list[Region]) -> None:
+        # Macro text comes from the original bytes (same offsets as the prepared ones, where
+        # `<<<...>>>` and `__global__` are blanked): the synthetic buffer is prepared again.
+        original = self.src.data
         found = []
         for node in defines:
             name = node.child_by_field_name("name")
@@ -382,37 +397,66 @@ class _Extraction:
             if name is None or params is None or value is None:
                 continue
             macro = definition(
-                self.text(name), self.text(params), self.text(value), node.start_byte
+                _latin1(original, name),
+                _latin1(original, params),
+                _latin1(original, value),
+                node.start_byte,
             )
             if macro is not None:
                 found.append(macro)
         if not found:
             return
         expander = Expander(found)
-        text = self.data.decode("latin-1")  # one character per byte: offsets stay byte offsets
+        text = original.decode("latin-1")  # one character per byte: offsets stay byte offsets
+        prepared = self.data
+        callers = sorted(self.callers, key=lambda caller: caller.start)
+        body_starts = [caller.start for caller in callers]
+        reach = list(itertools.accumulate((caller.end for caller in callers), max))
+
+        def host_at(offset: int) -> Caller | None:
+            """The innermost named function whose body holds ``offset``."""
+            index = bisect_right(body_starts, offset) - 1
+            caller: Caller | None = callers[index] if index >= 0 else None
+            while caller is not None and offset >= caller.end:
+                caller = caller.outer
+            return caller
+
+        def wanted(offset: int, macro: Macro, called: bool) -> bool:
+            end = offset + len(macro.name)
+            if prepared[offset:end] != original[offset:end]:
+                return False  # in a branch kept out of the parse
+            index = bisect_right(body_starts, offset) - 1
+            if index < 0 or offset >= reach[index]:
+                return called and macro.defines  # namespace scope: what it defines
+            return macro.calls and host_at(offset) is not None  # a body: what it calls
+
         lines: list[str] = []
         line_map: list[int] = []
-        bodies = sorted((caller.start, caller.end) for caller in self.callers)
-        body_starts = [start for start, _ in bodies]
-        reach = list(itertools.accumulate((end for _, end in bodies), max))
-        newlines = self.newlines
-
-        def outside_bodies(offset: int) -> bool:
-            # A use inside a function body defines nothing at namespace scope.
-            index = bisect_right(body_starts, offset) - 1
-            return index < 0 or offset >= reach[index]
-
-        for start, _, expansion in expander.uses(text, outside_bodies):
-            scope = _scope_at(outer, start, namespaces_only=False)
-            opening = "".join(
-                "namespace { " if part == ANONYMOUS else f"namespace {part} {{ " for part in scope
-            )
-            lines.append(opening + " ".join(expansion.split("\n")) + " }" * len(scope))
-            line_map.append(bisect_right(newlines, start) + 1)
+        hosts: dict[str, Caller] = {}
+        for start, _, expansion in expander.uses(text, wanted):
+            flat = " ".join(expansion.split("\n"))
+            host = host_at(start)
+            if host is None:
+                scope = _scope_at(outer, start, namespaces_only=False)
+                opening = "".join(
+                    "namespace { " if part == ANONYMOUS else f"namespace {part} {{ "
+                    for part in scope
+                )
+                lines.append(opening + flat + " }" * len(scope))
+            else:
+                # A body of its own whose calls the host function owns.
+                stand_in = f"{_STAND_IN}{len(hosts)}"
+                hosts[stand_in] = host
+                lines.append(f"void {stand_in}() {{ {flat} ; }}")
+            line_map.append(bisect_right(self.newlines, start) + 1)
         if not lines:
             return
         synthetic = SourceFile(self.src.path, "\n".join(lines).encode("latin-1"), self.src.language)
-        _Extraction(self.extractor, synthetic, self.facts, line_map, self).run()
+        refs = self.facts.refs
+        before = len(refs)
+        _Extraction(self.extractor, synthetic, self.facts, line_map, self, hosts).run()
+        if hosts:
+            _drop_repeated_calls(refs, before, {host.local for host in hosts.values()})
 
 
 def _scope_at(regions: list[Region], offset: int, namespaces_only: bool) -> list[str]:
@@ -434,3 +478,22 @@ def _outermost(errors: list[Node]) -> int:
             count += 1
             last_end = node.end_byte
     return count
+
+
+def _latin1(data: bytes, node: Node) -> str:
+    return data[node.start_byte : node.end_byte].decode("latin-1")
+
+
+def _drop_repeated_calls(refs: list[RefFact], before: int, hosts: set[int]) -> None:
+    """A call written in a macro use's arguments (``CHECK(f(x))``) was already found in the
+    host function: its expansion adds nothing at that line."""
+    seen = {(ref.src, ref.kind, ref.target, ref.line) for ref in refs[:before] if ref.src in hosts}
+    kept = []
+    for ref in refs[before:]:
+        key = (ref.src, ref.kind, ref.target, ref.line)
+        if ref.src in hosts and key in seen:
+            continue
+        seen.add(key)
+        kept.append(ref)
+    del refs[before:]
+    refs.extend(kept)

@@ -1,0 +1,209 @@
+"""Calls and launches written in a file's own function-like macro belong to the function
+whose body uses the macro, with evidence at the line of the use: PyTorch style (a helper
+macro inside an ATen function, inside an AT_DISPATCH lambda) and vLLM style (kernel
+launches from ``#define LAUNCH_...`` used in the host function, a macro passed by name
+to a dispatch macro from a header, an op registered for that host function)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from indexer.build import build_index
+from indexer.query.index import Index, Node
+from indexer.workspace import Workspace
+from tests.helpers import commit_all, line_of, make_fixture_repo
+
+ATEN = """\
+#include <ATen/Dispatch.h>
+
+namespace at::native {
+
+void check_finite(const Tensor& t) {}
+void scale_(float* data, int64_t n, float factor) {}
+
+#define CHECK_FINITE(t) check_finite(t)
+
+#define SCALE_ALL(T, factor)                                               \\
+  scale_(self.data_ptr<T>(), self.numel(), factor);
+
+Tensor& scale_cpu_(Tensor& self, double factor) {
+  CHECK_FINITE(self);
+  AT_DISPATCH_FLOATING_TYPES(self.scalar_type(), "scale_cpu_", [&] {
+    SCALE_ALL(scalar_t, factor);
+  });
+  return self;
+}
+
+} // namespace at::native
+"""
+
+CACHE_KERNELS = """\
+#include "dispatch_utils.h"
+
+namespace vllm {
+
+template <typename scalar_t, int width>
+__global__ void fused_add_norm_kernel(scalar_t* input, scalar_t* residual, int d) {}
+
+template <typename KV_T, typename CACHE_T>
+__global__ void copy_cache_kernel(const KV_T* key, CACHE_T* cache, int n) {}
+
+template <typename scalar_t>
+__global__ void tiled_kernel(scalar_t* x, int n) {}
+
+}  // namespace vllm
+
+#define LAUNCH_FUSED_ADD_NORM(width)                                         \\
+  VLLM_DISPATCH_FLOATING_TYPES(input.scalar_type(), "fused_add_norm", [&] {  \\
+    vllm::fused_add_norm_kernel<scalar_t, width>                             \\
+        <<<grid, block, 0, stream>>>(input.data_ptr<scalar_t>(),             \\
+                                     residual.data_ptr<scalar_t>(), d);      \\
+  });
+
+void fused_add_norm(torch::Tensor& input, torch::Tensor& residual) {
+  int d = input.size(-1);
+  dim3 grid(input.numel() / d);
+  dim3 block(std::min(d, 1024));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (d % 8 == 0) {
+    LAUNCH_FUSED_ADD_NORM(8);
+  } else {
+    LAUNCH_FUSED_ADD_NORM(0);
+  }
+}
+
+#define CALL_COPY_CACHE(KV_T, CACHE_T)                                       \\
+  vllm::copy_cache_kernel<KV_T, CACHE_T><<<grid, block, 0, stream>>>(        \\
+      reinterpret_cast<KV_T*>(key.data_ptr()),                               \\
+      reinterpret_cast<CACHE_T*>(cache.data_ptr()), n);
+
+void copy_cache(torch::Tensor& key, torch::Tensor& cache, const std::string& dtype) {
+  int n = key.numel();
+  dim3 grid(n);
+  dim3 block(256);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  DISPATCH_BY_KV_CACHE_DTYPE(key.scalar_type(), dtype, CALL_COPY_CACHE);
+}
+
+#define LAUNCH_TILED(T) \\
+  cudaLaunchKernel((void*)vllm::tiled_kernel<T>, grid, block, args, 0, stream)
+
+void tiled(torch::Tensor& x) {
+  dim3 grid(1);
+  dim3 block(32);
+  void* args[] = {nullptr};
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  LAUNCH_TILED(float);
+}
+"""
+
+BINDINGS = """
+TORCH_LIBRARY_FRAGMENT(_C, cache_ops) {
+  cache_ops.def("fused_add_norm(Tensor! input, Tensor! residual) -> ()");
+  cache_ops.impl("fused_add_norm", torch::kCUDA, &fused_add_norm);
+  cache_ops.def("copy_cache(Tensor key, Tensor! cache, str dtype) -> ()");
+  cache_ops.impl("copy_cache", torch::kCUDA, &copy_cache);
+}
+"""
+
+
+def _build(repo: Path, base: Path) -> Index:
+    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
+    os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
+    os.environ["TORCHTALK_CONFIG_DIR"] = str(base / "config")
+    try:
+        result = build_index(Workspace.resolve(repo), show_progress=False)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return Index(result.db_path)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
+    """miniext with a cache-kernels file in vLLM's style and its ops registered, plus an
+    ATen-style file."""
+    base = tmp_path_factory.mktemp("cpp-macro-uses")
+    repo = make_fixture_repo("miniext", base / "miniext")
+    (repo / "csrc/cache_kernels.cu").write_text(CACHE_KERNELS, encoding="utf-8")
+    (repo / "csrc/ScaleOps.cpp").write_text(ATEN, encoding="utf-8")
+    with open(repo / "csrc/torch_bindings.cpp", "a", encoding="utf-8") as bindings:
+        bindings.write(BINDINGS)
+    commit_all(repo, "macro uses")
+    return repo, _build(repo, base)
+
+
+def one(index: Index, qualname: str, kind: str = "cpp_function") -> Node:
+    found = [node for node in index.find(qualname, [kind]) if node.qualname == qualname]
+    assert len(found) == 1, (qualname, found)
+    return found[0]
+
+
+def targets(index: Index, node: Node, kind: str) -> dict[str, set[int]]:
+    found: dict[str, set[int]] = {}
+    for edge in index.out_edges(node.id, [kind]):
+        found.setdefault(index.node(edge.dst).qualname, set()).add(edge.line)
+    return found
+
+
+def test_pytorch_style_macro_calls_belong_to_the_using_function(
+    built: tuple[Path, Index],
+) -> None:
+    repo, index = built
+    path = repo / "csrc/ScaleOps.cpp"
+    host = one(index, "at::native::scale_cpu_")
+    calls = targets(index, host, "calls")
+    assert calls["at::native::check_finite"] == {line_of(path, "CHECK_FINITE(self);")}
+    # Used inside an AT_DISPATCH lambda: still the enclosing function's call.
+    assert calls["at::native::scale_"] == {line_of(path, "SCALE_ALL(scalar_t, factor);")}
+    # A use is not a node of its own.
+    assert not [node for node in index.nodes_in_file("csrc/ScaleOps.cpp") if "macro" in node.name]
+
+
+def test_launches_from_a_launch_macro_are_the_host_functions(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    host = one(index, "fused_add_norm")
+    launches = targets(index, host, "launches")
+    assert launches == {
+        "vllm::fused_add_norm_kernel": {
+            line_of(path, "LAUNCH_FUSED_ADD_NORM(8);"),
+            line_of(path, "LAUNCH_FUSED_ADD_NORM(0);"),
+        }
+    }
+
+
+def test_macro_passed_by_name_to_a_header_macro(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    host = one(index, "copy_cache")
+    assert targets(index, host, "launches") == {
+        "vllm::copy_cache_kernel": {line_of(path, "DISPATCH_BY_KV_CACHE_DTYPE(")}
+    }
+
+
+def test_kernel_passed_to_a_launch_helper_in_a_macro(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    host = one(index, "tiled")
+    assert targets(index, host, "launches") == {
+        "vllm::tiled_kernel": {line_of(path, "LAUNCH_TILED(float);")}
+    }
+
+
+def test_registered_op_reaches_the_kernel_launched_by_a_macro(built: tuple[Path, Index]) -> None:
+    _, index = built
+    for op, host, kernel in (
+        ("_C::fused_add_norm", "fused_add_norm", "vllm::fused_add_norm_kernel"),
+        ("_C::copy_cache", "copy_cache", "vllm::copy_cache_kernel"),
+    ):
+        node = one(index, op, "op")
+        hosts = {index.node(e.dst).qualname for e in index.out_edges(node.id, ["dispatches"])}
+        assert host in hosts
+        assert kernel in targets(index, one(index, host), "launches")
