@@ -97,7 +97,10 @@ def build_server(state: ServerState) -> MCPServer:
 def serve(
     state: ServerState, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000
 ) -> None:
-    server = build_server(state)
+    from mcp_server.sdk import start_up
+
+    with start_up():
+        server = build_server(state)
     if transport == "stdio":
         server.run("stdio")
     else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -45,6 +46,10 @@ QUICK_FILE = "index-quick.sqlite"
 # harness's registration macros): CPython method tables and legacy operator registries.
 EXTRA_REGISTRATION_WORDS = ("PyMethodDef", "RegisterOperators")
 QUICK_WAIT_S = float(os.environ.get("TORCHTALK_MCP_QUICK_WAIT", "60"))
+# The name list behind 'not found' answers is loaded this long after the index opens:
+# loading it holds the interpreter for a second on PyTorch, which would otherwise slow
+# the answer that opened the index.
+WARM_DELAY_S = 1.0
 
 PENDING, BUILDING, PARTIAL, READY, FAILED = "pending", "building", "partial", "ready", "failed"
 
@@ -79,6 +84,28 @@ def quick_selector(workspace: Workspace) -> Callable[[Any], bool]:
         return any(needle in data for needle in needles)
 
     return select
+
+
+def git_head(source: Path) -> str | None:
+    """HEAD's full hash, from the git command line when it answers: a child process holds
+    no interpreter lock, where importing gitpython would cost the first answer ~0.2 s."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    head = done.stdout.strip() if done is not None and done.returncode == 0 else ""
+    if len(head) >= 40:
+        return head
+    from indexer.gitinfo import head_commit  # no git binary, or one that refuses the tree
+
+    return head_commit(source)
 
 
 def _warm(index: Index) -> None:
@@ -128,7 +155,7 @@ class ServerState:
 
     def start(self) -> None:
         """Serve a complete index if there is one; otherwise start the phased build."""
-        # Off the first answer's path: gitpython costs a tenth of a second to import.
+        # Off the first answer's path, in a child process (see git_head).
         threading.Thread(target=self._read_head, name="torchtalk-head", daemon=True).start()
         if self.full_path.is_file():
             self._serve(self.full_path, "full")
@@ -150,9 +177,7 @@ class ServerState:
         return not self._thread.is_alive()
 
     def _read_head(self) -> None:
-        from indexer.gitinfo import head_commit
-
-        head = head_commit(self.workspace.source)
+        head = git_head(self.workspace.source)
         with self._lock:
             self._head_commit = head
 
@@ -265,9 +290,9 @@ class ServerState:
             if self._index is None or (inode is not None and inode != self._index_inode):
                 self._index = Index(path)
                 self._index_inode = inode
-                threading.Thread(
-                    target=_warm, args=(self._index,), name="torchtalk-warm", daemon=True
-                ).start()
+                warm = threading.Timer(WARM_DELAY_S, _warm, args=(self._index,))
+                warm.name, warm.daemon = "torchtalk-warm", True
+                warm.start()
             return self._index
 
     def readiness(self) -> dict[str, str]:

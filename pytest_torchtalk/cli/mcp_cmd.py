@@ -52,14 +52,15 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be between 1 and 65535 (got {args.port})")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
-    workspace = Workspace.resolve(args.source, args.harness)
-    from mcp_server.sdk import preload
+    from mcp_server.sdk import preload, start_up
 
-    preload()
-    from mcp_server.server import serve
-    from mcp_server.state import ServerState
+    with start_up():  # the first answer is mostly this start-up: see mcp_server.sdk
+        workspace = Workspace.resolve(args.source, args.harness)
+        preload()
+        from mcp_server.server import serve
+        from mcp_server.state import ServerState
 
-    state = ServerState(workspace, jobs=args.jobs)
+        state = ServerState(workspace, jobs=args.jobs)
     if args.transport != "stdio":
         print(
             f"torchtalk: serving {workspace.source} ({workspace.harness}) on "
