@@ -22,6 +22,10 @@ COMMAND_MODULES = (
     "pytest_torchtalk.cli.mcp_cmd",
     "pytest_torchtalk.cli.select_cmd",
 )
+# Commands other programs start, with the one module that defines each: an agent starts
+# `torchtalk mcp-serve` at every session, and its first answer should not wait for the
+# other commands' imports (the build pipeline, snapshots: ~50 ms).
+DIRECT_COMMANDS = {"mcp-serve": "pytest_torchtalk.cli.mcp_cmd"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +45,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--harness", metavar="NAME", help="harness manifest to apply")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="torchtalk",
         description="Index PyTorch-style code across Python, C++ and CUDA; select the tests "
@@ -49,13 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
-    for module_name in COMMAND_MODULES:
+    for module_name in modules:
         import_module(module_name).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    direct = DIRECT_COMMANDS.get(argv[0]) if argv else None
+    parser = build_parser((direct,) if direct else COMMAND_MODULES)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
