@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+import json
 from dataclasses import dataclass
 
 from indexer.query.answer import Answer, Item
@@ -88,41 +88,69 @@ def _starts(index: Index, query: str) -> tuple[list[Node], str]:
     return list({node.id: node for node in starts}.values()), how or "test name"
 
 
+_IN_EDGES_SQL = (
+    "SELECT e.src_id, e.dst_id, e.kind, f.path, e.line, e.attrs, n.kind FROM edges e"
+    " JOIN files f ON f.id = e.file_id JOIN nodes n ON n.id = e.src_id"
+    " WHERE e.dst_id IN ({ids}) AND e.kind IN ({kinds})"
+)
+_BATCH = 900  # ids per query, under SQLite's bound-parameter limit
+
+
+def _level_in_edges(index: Index, frontier: list[int]) -> list[tuple]:
+    """Every covers/references edge into ``frontier``, with its source's kind: one query
+    per batch, in the order per-node reads would give (frontier order, file, line)."""
+    rows: list[tuple] = []
+    kinds = ",".join("?" * len(WALK_EDGES))
+    for start in range(0, len(frontier), _BATCH):
+        batch = frontier[start : start + _BATCH]
+        sql = _IN_EDGES_SQL.format(ids=",".join("?" * len(batch)), kinds=kinds)
+        rows.extend(index.conn.execute(sql, [*batch, *WALK_EDGES]))
+    position = {node_id: i for i, node_id in enumerate(frontier)}
+    rows.sort(key=lambda row: (position[row[1]], row[3], row[4]))
+    return rows
+
+
 def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
-    """Breadth-first back along covers/references; tests are collected, not walked past."""
+    """Breadth-first back along covers/references; tests are collected, not walked past.
+
+    One batched query per level reads the edges and their sources' kinds; only the tests
+    reached are read in full (per-edge reads took thousands of queries for 'matmul')."""
     hits: dict[int, _Hit] = {}
-    first_hop: dict[int, Edge | None] = {node.id: None for node in starts}
     depth_of = {node.id: 0 for node in starts}
-    queue = deque(node.id for node in starts)
     for node in starts:
         if node.kind in TEST_KINDS:
             hits[node.id] = _Hit(node, 0, None)
+    reached: list[tuple[int, int, Edge]] = []  # (test id, depth, first hop)
+    frontier = list(depth_of)
     truncated = False
-    while queue:
-        current = queue.popleft()
-        depth = depth_of[current]
-        if depth >= MAX_DEPTH:
-            continue
-        for edge in index.in_edges(current, WALK_EDGES):
-            if edge.src in depth_of:
+    for depth in range(MAX_DEPTH):
+        following = []
+        for src, dst, kind, path, line, attrs, src_kind in _level_in_edges(index, frontier):
+            if src in depth_of:
                 continue
             if len(depth_of) >= MAX_VISITED:
                 truncated = True
                 break
-            depth_of[edge.src] = depth + 1
-            first_hop[edge.src] = edge
-            source = index.node(edge.src)
-            if source.kind in TEST_KINDS:
-                hits[source.id] = _Hit(source, depth + 1, edge)
-            elif source.kind not in ("python_module", "file"):
-                queue.append(edge.src)
+            depth_of[src] = depth + 1
+            if src_kind in TEST_KINDS:
+                edge = Edge(src, dst, kind, path, line, json.loads(attrs) if attrs else {})
+                reached.append((src, depth + 1, edge))
+            elif src_kind not in ("python_module", "file"):
+                following.append(src)
+        if truncated or not following:
+            break
+        frontier = following
+    nodes = {node.id: node for node in index.nodes(src for src, _, _ in reached)}
+    for src, depth, edge in reached:
+        if src in nodes:
+            hits[src] = _Hit(nodes[src], depth, edge)
     return hits, truncated
 
 
-def _describe(index: Index, hit: _Hit) -> str:
+def _describe(hit: _Hit, targets: dict[int, Node]) -> str:
     if hit.via is None:
         return "named"
-    target = index.node(hit.via.dst)
+    target = targets[hit.via.dst]
     if target.kind == "opinfo":
         return f"OpInfo {target.qualname}"
     hop = f"{hit.via.kind} {target.qualname}"
@@ -152,10 +180,11 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         wanted = {"functions": ("test_function",), "classes": ("test_class",)}.get(
             focus or "", ("test_function", "test_class", "test_file")
         )
-        for hit in ranked:
-            if hit.node.kind not in wanted:
-                continue
-            detail = _describe(index, hit)
+        shown = [hit for hit in ranked if hit.node.kind in wanted]
+        vias = index.nodes(hit.via.dst for hit in shown if hit.via is not None)
+        targets = {node.id: node for node in vias}
+        for hit in shown:
+            detail = _describe(hit, targets)
             if hit.node.attrs.get("opinfo_list"):
                 detail += f"; @ops({hit.node.attrs['opinfo_list']})"
             answer.items.append(
