@@ -1,4 +1,4 @@
-"""Binding chains on the real trees: PyTorch 2.6 and vLLM.
+"""Binding chains on the real PyTorch 2.6 tree (vLLM: tests/test_bindings_vllm.py).
 
 Expected answers are computed independently of the index: the YAML is read with PyYAML,
 definitions are checked by reading the C++ file at the reported line.
@@ -40,11 +40,6 @@ def open_index(corpus: tuple[Path, Path]) -> Index:
 @pytest.fixture(scope="module")
 def pytorch(pytorch_index: tuple[Path, Path]) -> tuple[Path, Index]:
     return pytorch_index[0], open_index(pytorch_index)
-
-
-@pytest.fixture(scope="module")
-def vllm(vllm_index: tuple[Path, Path]) -> tuple[Path, Index]:
-    return vllm_index[0], open_index(vllm_index)
 
 
 def cpu_kernels(source: Path) -> list[tuple[str, str, bool]]:
@@ -198,105 +193,3 @@ def test_every_ufunc_op_reaches_its_stub_and_inner_loops(pytorch: tuple[Path, In
         roles = {d.get("role"): d for d in op["dispatch"] if d.get("definition")}
         assert {"ufunc_stub", "ufunc_inner_loop"} <= set(roles), (name, op["dispatch"])
         assert set(op["generated"]) == {"CPU", "CUDA"}, name
-
-
-def torch_bindings_ops(source: Path) -> list[tuple[str, str]]:
-    """(namespace, op name) of every m.def in csrc/torch_bindings.cpp, read by regex."""
-    text = (source / "csrc/torch_bindings.cpp").read_text()
-    text = re.sub(r"//[^\n]*", "", text)
-    ops = []
-    blocks = re.finditer(r"STABLE_TORCH_LIBRARY(?:_FRAGMENT)?\((\w+),\s*(\w+)\)\s*\{", text)
-    for block in blocks:
-        namespace, var = block.groups()
-        end = text.find("\n}", block.end())
-        body = text[block.end() : end]
-        for match in re.finditer(rf"\b{var}\.def\(\s*\"(\w+)", body):
-            ops.append((namespace, match.group(1)))
-    return ops
-
-
-def impl_names(source: Path) -> set[str]:
-    names = set()
-    for path in (source / "csrc").rglob("*"):
-        if path.suffix in (".cpp", ".cu", ".h", ".cuh"):
-            names.update(re.findall(r"\.impl\(\s*\"(\w+)\"", path.read_text(errors="replace")))
-    return names
-
-
-def body_of(path: Path, line: int) -> str:
-    """The text of the function defined at ``line``: from its first ``{`` to the matching
-    ``}``, without comments and #define bodies."""
-    text = "\n".join(path.read_text(errors="replace").splitlines()[line - 1 :])
-    text = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
-    # Macro bodies are the macro's text, not the function's (launches written inside a
-    # #define are not attributed to the functions expanding it yet).
-    text = re.sub(r"^[ \t]*#[ \t]*define(?:[^\n]*\\\n)*[^\n]*", "", text, flags=re.M)
-    start = text.find("{")
-    depth = 0
-    for index in range(start, len(text)):
-        if text[index] == "{":
-            depth += 1
-        elif text[index] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : index + 1]
-    return text[start:]
-
-
-def test_vllm_ops_trace_to_host_functions_and_kernels(vllm: tuple[Path, Index]) -> None:
-    source, index = vllm
-    ops = torch_bindings_ops(source)
-    assert len(ops) > 100
-    implemented = impl_names(source)
-    no_host, by_name_only, linked = [], [], 0
-    launching, missing_kernels = 0, []
-    for namespace, name in ops:
-        answer = trace(index, f"torch.ops.{namespace}.{name}")
-        assert answer.found, name
-        traced = [op for op in answer.data["ops"] if op["op"] == f"{namespace}::{name}"]
-        assert traced, name
-        dispatch = [d for op in traced for d in op["dispatch"]]
-        hosts = [d["definition"] for d in dispatch if d.get("definition")]
-        candidates = [c for d in dispatch for c in d.get("candidates", [])]
-        if name not in implemented:
-            continue  # defined here, implemented by no source file (a disabled build option)
-        if hosts:
-            linked += 1
-        elif candidates:
-            by_name_only.append(name)
-        else:
-            no_host.append(name)
-        # A host function whose own body launches a kernel must show one.
-        direct = [
-            h
-            for h in hosts
-            if "<<<" in body_of(source / h.rpartition(":")[0], int(h.rpartition(":")[2]))
-        ]
-        if direct:
-            launching += 1
-            if not any(op.get("cuda_kernels") for op in traced):
-                missing_kernels.append(name)
-    assert not no_host, f"ops with an impl but no host definition: {no_host}"
-    assert linked / (linked + len(by_name_only)) >= 0.97, by_name_only
-    assert launching >= 20
-    # A launch through a function-pointer variable (``auto k = &kernel; k<<<...>>>``) names
-    # no kernel at the launch site: allow a few.
-    assert len(missing_kernels) <= max(1, launching // 30), (
-        f"hosts that launch a kernel, none traced: {missing_kernels}"
-    )
-
-
-def test_vllm_rms_norm(vllm: tuple[Path, Index]) -> None:
-    source, index = vllm
-    answer = trace(index, "torch.ops._C.rms_norm")
-    op = next(op for op in answer.data["ops"] if op["op"] == "_C::rms_norm")
-    hosts = {d["definition"] for d in op["dispatch"] if d.get("definition")}
-    path = source / "csrc/layernorm_kernels.cu"
-    line = next(
-        number
-        for number, text in enumerate(path.read_text().splitlines(), 1)
-        if re.match(r"void rms_norm\(", text)
-    )
-    assert f"csrc/layernorm_kernels.cu:{line}" in hosts
-    kernels = {k["kernel"] for k in op.get("cuda_kernels", [])}
-    assert any("rms_norm_kernel" in kernel for kernel in kernels), kernels
