@@ -7,7 +7,8 @@ method calls and decorator registries, stay unresolved refs in the index. The wa
 
 - an aten op -> C++ calling its generated API (``at::addmm(...)``, ``self.t()``) and
   Python calling its generated bindings (``torch._C._VariableFunctions.add``);
-- a Python method called by name -> the ``obj.m()`` calls that may be calls of it;
+- a Python method called by name -> the ``obj.m()`` calls that may be calls of it, and
+  the methods it overrides, whose calls may run it (``indexer.select.overrides``);
 - a decorated Python function -> the registry its decorator fills.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.select.overrides import OVERRIDES, ClassHierarchy
 
 if TYPE_CHECKING:
     from indexer.query.index import Index
@@ -83,6 +85,9 @@ class Step:
     line: int
 
 
+Found = tuple[int, Step, str, int]  # (node reached, how, its kind, its file id)
+
+
 def placeholders(values: list) -> str:
     return ",".join("?" * len(values))
 
@@ -95,6 +100,7 @@ class Bridges:
     def __init__(self) -> None:
         self._method_names: dict[str, int] = {}  # method name -> how many define it
         self._users_of_file: dict[int, set[int]] = {}  # file -> files with edges into it
+        self._hierarchy: ClassHierarchy | None = None
 
     def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
         """A decorated Python function registers itself somewhere (``@op.register_impl``,
@@ -210,6 +216,33 @@ class Bridges:
                 step = Step(method_id, EdgeKind.CALLS.value, src, method_id, file_id, line)
                 found.append((src, step, src_kind, src_file))
         return found
+
+    def _overridden(self, methods: dict[int, str]) -> list[tuple[int, Step, str, int]]:
+        """Each method's overridden ancestors: a call of ``B.m`` may run ``C.m``."""
+        if self._hierarchy is None:
+            self._hierarchy = ClassHierarchy(self.index)
+        found = []
+        for method_id in methods:
+            for ancestor, file_id, line in self._hierarchy.overridden(method_id):
+                ancestor_file = self.index.conn.execute(
+                    "SELECT file_id FROM nodes WHERE id = ?", (ancestor,)
+                ).fetchone()[0]
+                step = Step(method_id, OVERRIDES, method_id, ancestor, file_id, line)
+                found.append((ancestor, step, NodeKind.PYTHON_FUNCTION.value, ancestor_file))
+        return found
+
+    def _registered_op_callers(self, definition: int, op_name: str) -> list[Found]:
+        """A Python function registered as an op runs where ``torch.ops.<ns>.<op_name>(...)``
+        is called: those calls (unresolved ``py`` refs: the op is made at run time) reach it."""
+        return [
+            (src, Step(definition, EdgeKind.CALLS.value, src, definition, file_id, line), kind, nf)
+            for src, file_id, line, kind, nf in self.index.conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target LIKE 'torch.ops.%'",
+                (op_name,),
+            )
+        ]
 
     def _op_named(self, name: str) -> bool:
         """Whether an op or binding is called ``name``: then ``x.name()`` is most likely a

@@ -11,7 +11,8 @@ Python needs care, or one reached class reaches everything:
 - a method reaches its class (``contains`` backwards) only if it runs implicitly through
   the class: dunders (``C(...)`` runs ``__init__``), ``forward``, properties. A method
   called by name is reached through the ``obj.m()`` calls naming it, from files that can
-  see its class (``indexer.select.bridges``);
+  see its class (``indexer.select.bridges``), and through the calls of the methods it
+  overrides (``indexer.select.overrides``);
 - ``imports`` carries impact only from a module whose import runs changed code (changed
   at module level, or importing such a module). Importing a function runs none of its
   body; a module whose top-level code names a changed definition is affected as far as
@@ -31,13 +32,14 @@ closure of a hundred thousand nodes costs a few hundred queries, not a hundred t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
-from indexer.query.index import Index
-from indexer.select.bridges import Bridges, Step, placeholders
+from indexer.query.index import Index, Node
+from indexer.select.bridges import Bridges, Found, Step, placeholders
 from indexer.select.module_scope import ModuleStatements
 
 REVERSE_KINDS = (
@@ -56,6 +58,7 @@ REVERSE_KINDS = (
 FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
 CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
 MODULE = NodeKind.PYTHON_MODULE.value
+PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
 OP = NodeKind.OP.value
 DERIVATIVE = NodeKind.DERIVATIVE.value
 CONTAINS = EdgeKind.CONTAINS.value
@@ -72,6 +75,7 @@ MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
 _BATCH = 900
+_DEFER_DEPTH = 8  # calls followed to decide that a call runs none of the changed code
 
 
 @dataclass
@@ -125,6 +129,8 @@ class ImpactWalker(Bridges):
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
         self.statements = ModuleStatements(source)
+        manifest = json.loads(index.meta.get("manifest") or "{}")
+        self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
         self._paths: dict[int, str] | None = None
 
     def _target(self, ref_id: int | None) -> str:
@@ -142,22 +148,59 @@ class ImpactWalker(Bridges):
         name = target.rsplit(".", 1)[-1]
         return self.statements.calls_at(self._paths.get(file_id, ""), line, name)
 
-    def _module_use(self, reach: Reach, module: int, step: Step, file_id: int) -> None:
+    def _module_use(self, reach: Reach, module: int, step: Step, file_id: int) -> list[Found]:
         """Top-level code of ``module`` names a reached definition (``step.dst``): does
-        importing the module run it, or which module names are bound to it?"""
+        importing the module run it, which module names are bound to it, or which op is it
+        registered as (then the op's callers are returned, to be reached next)?"""
         if self._paths is None:
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         named = self.index.node(step.dst)
         use = self.statements.use(
-            self._paths.get(file_id, ""), step.line, named.name, named.kind in COMPILED
+            self._paths.get(file_id, ""),
+            step.line,
+            named.name,
+            named.kind in COMPILED,
+            self.op_registrars,
+            self._deferred(reach, named),
         )
         if use.run_at_import:
             reach.import_live.add(module)
             reach.module_names.pop(module, None)
-        else:
-            reach.module_names[module] = reach.module_names.get(module, frozenset()) | use.names
+            return []
+        reach.module_names[module] = reach.module_names.get(module, frozenset()) | use.names
+        if use.op_name is None:
+            return []
+        return self._registered_op_callers(step.dst, use.op_name)
 
-    def _widen_module(self, reach: Reach, module: int, step: Step, kind: str, file_id: int) -> bool:
+    def _deferred(self, reach: Reach, named: Node, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether calling the Python function ``named`` runs none of the reached code:
+        each of its uses of a reached node sits in a function nested in it (a method of a
+        class it makes), or calls a function for which this holds in turn."""
+        if named.kind != PYTHON_FUNCTION or named.id in seen or len(seen) > _DEFER_DEPTH:
+            return False
+        seen = seen | {named.id}
+        uses = self.index.conn.execute(
+            "SELECT dst_id, line FROM edges WHERE src_id = ? AND kind IN (?, ?)",
+            (named.id, EdgeKind.CALLS.value, REFERENCES),
+        ).fetchall()
+        reached = reach.steps.get(named.id)
+        if reached is None or reached.src != named.id:
+            return False  # reached otherwise than through its own code: it may run it
+        uses.append((reached.dst, reached.line))  # also a bridged step with no edge
+        for dst, line in uses:
+            if dst not in reach.steps:
+                continue
+            if self.statements.deferred(named.path, named.line, line):
+                continue
+            if reach.kind.get(dst) != PYTHON_FUNCTION:
+                return False
+            if not self._deferred(reach, self.index.node(dst), seen):
+                return False
+        return True
+
+    def _widen_module(
+        self, reach: Reach, module: int, step: Step, kind: str, file_id: int, found: list[Found]
+    ) -> bool:
         """A module already reached, named again by another top-level statement: whether
         more of it is affected now (so its users must be walked again)."""
         if kind != MODULE or step.kind != EdgeKind.REFERENCES.value:
@@ -165,7 +208,7 @@ class ImpactWalker(Bridges):
         if module not in reach.module_names:
             return False  # already fully affected
         before = reach.module_names[module]
-        self._module_use(reach, module, step, file_id)
+        found += self._module_use(reach, module, step, file_id)
         after = reach.module_names.get(module)
         return after is None or after != before
 
@@ -209,6 +252,7 @@ class ImpactWalker(Bridges):
             explicit = self._explicit_methods(frontier, reach)
             if explicit:
                 found += self._method_callers(explicit)
+                found += self._overridden(explicit)
             found += self._registrations(frontier, reach)
             steps = reach.steps
             for start in range(0, len(frontier), _BATCH):
@@ -261,9 +305,9 @@ class ImpactWalker(Bridges):
             if ops:
                 found += self._dispatcher_callers(ops)
             frontier = []
-            for node_id, step, kind, file_id in found:
+            for node_id, step, kind, file_id in found:  # grows: registered ops' callers
                 if node_id in reach.steps:
-                    if self._widen_module(reach, node_id, step, kind, file_id):
+                    if self._widen_module(reach, node_id, step, kind, file_id, found):
                         frontier.append(node_id)  # more of its names are affected now
                     continue
                 reach.steps[node_id] = step
@@ -274,7 +318,7 @@ class ImpactWalker(Bridges):
                 if step.kind == IMPORTS and kind in MODULE_KINDS:
                     reach.import_live.add(node_id)  # importing it runs changed module code
                 elif step.kind == REFERENCES and kind == MODULE:
-                    self._module_use(reach, node_id, step, file_id)
+                    found += self._module_use(reach, node_id, step, file_id)
                 frontier.append(node_id)
                 if until is not None and until(file_id):
                     return reach

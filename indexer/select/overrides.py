@@ -1,0 +1,95 @@
+"""Virtual dispatch in Python: a method runs wherever a method it overrides is called.
+
+``layer.quant_method.apply(layer, x)`` in vLLM's linear.py calls whichever ``apply`` the
+configured quantization method defines; the file sees only the base class
+(``LinearMethodBase``). So a reached method ``C.m`` also reaches each ancestor's ``m``
+(``B.m``): the resolved calls of ``B.m`` and the untyped ``obj.m()`` calls in files that
+can see ``B`` are possible calls of ``C.m``. The step's evidence is the ``class C(B)``
+line that makes the override.
+
+Ancestors come from the ``bases`` a class node records (dotted names as written,
+expanded through the file's imports) resolved to classes in the index; bases outside it
+(``torch.nn.Module`` seen from vLLM) end the climb.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from indexer.graph.vocabulary import NodeKind
+
+if TYPE_CHECKING:
+    from indexer.query.index import Index
+
+OVERRIDES = "overrides"  # C.m -> B.m: a call of B.m may run C.m
+PYTHON_CLASS = NodeKind.PYTHON_CLASS.value
+PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
+
+
+class ClassHierarchy:
+    """Ancestor lookups over one index, cached per class."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self._bases: dict[int, list[tuple[int, int | None, int]]] = {}
+
+    def _direct_bases(self, class_id: int) -> list[tuple[int, int | None, int]]:
+        """(base class id, file id, line) of each base of ``class_id`` found in the index."""
+        if class_id in self._bases:
+            return self._bases[class_id]
+        conn = self.index.conn
+        row = conn.execute(
+            "SELECT attrs, file_id, line FROM nodes WHERE id = ?", (class_id,)
+        ).fetchone()
+        found: list[tuple[int, int | None, int]] = []
+        if row is not None and row[0]:
+            names = json.loads(row[0]).get("bases") or ()
+            for name in names:
+                base = conn.execute(
+                    "SELECT id FROM nodes WHERE qualname = ? AND kind = ?", (name, PYTHON_CLASS)
+                ).fetchone()
+                if base is None:
+                    continue
+                # The `class C(B)` reference is the evidence; the class line if it is absent.
+                edge = conn.execute(
+                    "SELECT file_id, line FROM edges WHERE src_id = ? AND dst_id = ?"
+                    " AND kind = 'references' LIMIT 1",
+                    (class_id, base[0]),
+                ).fetchone()
+                file_id, line = edge if edge is not None else (row[1], row[2])
+                found.append((base[0], file_id, line))
+        self._bases[class_id] = found
+        return found
+
+    def overridden(self, method_id: int) -> list[tuple[int, int | None, int]]:
+        """(ancestor method id, file id, line) of the nearest definition of the same name
+        along each path up the bases of ``method_id``'s class; the evidence is the
+        ``class C(B)`` line of the first step up."""
+        conn = self.index.conn
+        row = conn.execute(
+            "SELECT name, parent_id FROM nodes WHERE id = ? AND kind = ?",
+            (method_id, PYTHON_FUNCTION),
+        ).fetchone()
+        if row is None or row[1] is None:
+            return []
+        name, owner = row
+        found: list[tuple[int, int | None, int]] = []
+        seen = {owner}
+        stack = [(base, file_id, line) for base, file_id, line in self._direct_bases(owner)]
+        while stack:
+            class_id, file_id, line = stack.pop()
+            if class_id in seen:
+                continue
+            seen.add(class_id)
+            qualname = conn.execute("SELECT qualname FROM nodes WHERE id = ?", (class_id,))
+            method = conn.execute(
+                "SELECT id FROM nodes WHERE qualname = ? AND kind = ?",
+                (f"{qualname.fetchone()[0]}.{name}", PYTHON_FUNCTION),
+            ).fetchone()
+            if method is not None:
+                # B.m, once reached, climbs on from its own class with its own evidence.
+                found.append((method[0], file_id, line))
+                continue
+            stack += [(base, file_id, line) for base, _, _ in self._direct_bases(class_id)]
+        return found
