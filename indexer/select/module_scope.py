@@ -5,9 +5,14 @@ The impact walk asks this when a module is reached because its top-level code na
 changed definition (``references`` from the module node):
 
 - the statement calls it (``_TABLE = build_table()``): importing the module runs the
-  changed code, so everything importing the module is affected;
+  changed code, so everything importing the module is affected; unless the changed code
+  sits in a function or class the called one only defines and returns
+  (``Seq = as_seq_cls_model(Llama)`` runs none of the methods of the class it makes):
+  then it is bound, as below;
 - the statement binds names (``cached = lru_cache(get_tokenizer)``): the users of those
   names are affected, not every user of the module;
+- it registers it as an op (``direct_register_custom_op(op_name="x", op_func=f)``, a
+  harness's ``[python] op_registrars``): it runs where ``torch.ops.<ns>.x(...)`` is called;
 - it does neither (``add_docstr(torch.atan2, ...)``): a compiled op passed along is not
   run by it; a Python definition passed along may be registered somewhere and run later,
   so the module counts as run at import (the conservative reading).
@@ -28,10 +33,15 @@ if hasattr(ast, "TryStar"):
     _BLOCKS = (*_BLOCKS, ast.TryStar)
 
 
+# What a call of the enclosing function only defines: their bodies run later, if ever.
+_DEFERRED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
 @dataclass(frozen=True)
 class StatementUse:
     run_at_import: bool  # importing the module may run the named code
     names: frozenset[str]  # module names bound to it (when not run at import)
+    op_name: str | None = None  # the op it is registered as (run where that op is called)
 
 
 RUN = StatementUse(True, frozenset())
@@ -47,6 +57,19 @@ def _last_name(node: ast.AST) -> str | None:
         return node.id
     if isinstance(node, ast.Attribute):
         return node.attr
+    return None
+
+
+def _registered_op(call: ast.Call, name: str) -> str | None:
+    """The op name a registrar call gives ``name``: the ``op_name=``/``name=`` keyword or
+    the first string argument, without its namespace and overload (``ns::x.out`` -> x)."""
+    passed = any(_last_name(arg) == name for arg in [*call.args, *(k.value for k in call.keywords)])
+    if not passed:
+        return None
+    strings = [k.value for k in call.keywords if k.arg in ("op_name", "name")] + list(call.args)
+    for value in strings:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value:
+            return value.value.rsplit("::", 1)[-1].split(".", 1)[0]
     return None
 
 
@@ -83,6 +106,7 @@ class ModuleStatements:
     def __init__(self, root: Path | None) -> None:
         self.root = root
         self._parsed: dict[str, list[ast.stmt] | None] = {}
+        self._trees: dict[str, ast.Module | None] = {}
         self._lines: dict[str, list[str] | None] = {}
 
     def calls_at(self, path: str, line: int, name: str) -> bool:
@@ -108,14 +132,22 @@ class ModuleStatements:
             and lines[line].lstrip().startswith("(")
         )
 
-    def _statements(self, path: str) -> list[ast.stmt] | None:
-        if path not in self._parsed:
-            statements: list[ast.stmt] | None = None
+    def _tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            tree = None
             if self.root is not None:
                 try:
                     tree = ast.parse((self.root / path).read_bytes())
                 except (OSError, SyntaxError, ValueError):
                     tree = None
+            self._trees[path] = tree
+        return self._trees[path]
+
+    def _statements(self, path: str) -> list[ast.stmt] | None:
+        if path not in self._parsed:
+            statements: list[ast.stmt] | None = None
+            if self.root is not None:
+                tree = self._tree(path)
                 if tree is not None:
                     statements = []
                     stack = list(tree.body)
@@ -131,10 +163,44 @@ class ModuleStatements:
             self._parsed[path] = statements
         return self._parsed[path]
 
-    def use(self, path: str, line: int, name: str, compiled: bool) -> StatementUse:
+    def deferred(self, path: str, def_line: int, line: int) -> bool:
+        """Whether ``line`` lies in a function (or a method of a class) nested in the
+        function defined at ``def_line``: calling that function defines it, runs none of it."""
+        tree = self._tree(path)
+        if tree is None:
+            return False
+        outer = next(
+            (
+                node
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and def_line in (node.lineno, *(d.lineno for d in node.decorator_list))
+            ),
+            None,
+        )
+        if outer is None:
+            return False
+        for node in ast.walk(outer):
+            if node is not outer and isinstance(node, _DEFERRED):
+                body = node.body if isinstance(node, ast.Lambda) else node.body[0]
+                if body.lineno <= line <= (node.end_lineno or node.lineno):
+                    return True
+        return False
+
+    def use(
+        self,
+        path: str,
+        line: int,
+        name: str,
+        compiled: bool,
+        registrars: frozenset[str] = frozenset(),
+        deferred: bool = False,
+    ) -> StatementUse:
         """How the top-level statement at ``line`` of ``path`` uses ``name``.
 
         ``compiled``: the name is an op or a binding (running it needs a call).
+        ``registrars``: names of functions that register a Python function as an op.
+        ``deferred``: calling ``name`` runs none of the changed code (see ``deferred``).
         """
         statements = self._statements(path)
         if statements is None:
@@ -142,9 +208,17 @@ class ModuleStatements:
         stmt = next((s for s in statements if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
         if stmt is None or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return RUN  # a decorator or a base class: registration or inheritance
+        registered = None
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and _last_name(node.func) == name:
+            if not isinstance(node, ast.Call):
+                continue
+            callee = _last_name(node.func)
+            if callee == name and not deferred:
                 return RUN
+            if callee in registrars and registered is None:
+                registered = _registered_op(node, name)
+        if registered is not None:
+            return StatementUse(False, frozenset(), registered)
         names, mutates = _bound(_targets(stmt))
         if mutates:
             return RUN  # stored into a registry or an object: run later, by anyone
