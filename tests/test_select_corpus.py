@@ -181,11 +181,34 @@ def test_vllm_kernel_change_selects_the_op_callers_not_the_unrelated(vllm, monke
         hop.src for hop in selection.files["tests/kernels/core/test_layernorm.py"].reasons[0].chain
     ]
     assert "_C::rms_norm" in chain
-    unrelated = [
-        "tests/tokenizers_/test_basic.py",
-        "tests/test_logger.py",
-        "tests/test_version.py",
-        "tests/benchmarks/test_audio_dataset.py",
-    ]
+    # Tests that build no engine and load no model (test_logger.py, for one, constructs an
+    # LLM: statically it reaches every kernel of the model it would load).
+    unrelated = ["tests/test_version.py", "tests/benchmarks/test_audio_dataset.py"]
     assert not [path for path in unrelated if path in selection.files]
-    assert len(selection.files) < selection.test_files_total / 4
+
+
+@pytest.mark.xdist_group("vllm-clone")
+def test_vllm_quantization_kernel_reaches_the_models_that_run_it(vllm, monkeypatch) -> None:
+    """The AWQ dequantize kernel runs in its op's tests and wherever a linear layer runs
+    the AWQ method, which it calls through the base class it sees (LinearMethodBase)."""
+    source = vllm[0]
+    with edited(
+        source,
+        "csrc/quantization/awq/gemm_kernels.cu",
+        "  int N = blockDim.x * gridDim.x;  // 2",
+        "  int N = gridDim.x * blockDim.x;  // 2",
+    ):
+        selection = _select(vllm, monkeypatch)
+    assert [e.label for e in selection.entities] == ["vllm::awq::dequantize_weights"]
+    for path in (
+        "tests/kernels/quantization/test_awq.py",
+        "tests/quantization/test_auto_awq.py",
+        "tests/models/quantization/test_awq.py",
+    ):
+        assert path in selection.files, path
+    chain = selection.files["tests/models/quantization/test_awq.py"].reasons[0].chain
+    assert any(
+        hop.kind == "overrides" and hop.dst.endswith("LinearMethodBase.apply") for hop in chain
+    )
+    unrelated = ["tests/test_version.py", "tests/benchmarks/test_audio_dataset.py"]
+    assert not [path for path in unrelated if path in selection.files]
