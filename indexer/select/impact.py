@@ -161,7 +161,7 @@ class ImpactWalker(Bridges):
             named.name,
             named.kind in COMPILED,
             self.op_registrars,
-            self._deferred(reach, named),
+            lambda: self._deferred(reach, named),
         )
         if use.run_at_import:
             reach.import_live.add(module)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -194,13 +195,14 @@ class ModuleStatements:
         name: str,
         compiled: bool,
         registrars: frozenset[str] = frozenset(),
-        deferred: bool = False,
+        deferred: Callable[[], bool] = lambda: False,
     ) -> StatementUse:
         """How the top-level statement at ``line`` of ``path`` uses ``name``.
 
         ``compiled``: the name is an op or a binding (running it needs a call).
         ``registrars``: names of functions that register a Python function as an op.
-        ``deferred``: calling ``name`` runs none of the changed code (see ``deferred``).
+        ``deferred``: whether calling ``name`` runs none of the changed code (see
+        ``deferred``), asked only of a statement that calls it.
         """
         statements = self._statements(path)
         if statements is None:
@@ -213,7 +215,7 @@ class ModuleStatements:
             if not isinstance(node, ast.Call):
                 continue
             callee = _last_name(node.func)
-            if callee == name and not deferred:
+            if callee == name and not deferred():
                 return RUN
             if callee in registrars and registered is None:
                 registered = _registered_op(node, name)
