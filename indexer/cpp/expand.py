@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 _MAX_DEPTH = 4
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
-_TOKEN = re.compile(r"##|#\s*[A-Za-z_]\w*|[A-Za-z_]\w*|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 _PASTE = re.compile(r"\s*##\s*")
 _CONTINUATION = re.compile(r"\\\r?\n")
 # Something called (``f(``, ``k<T><<<``): what a use inside a function body is worth.
@@ -35,6 +34,13 @@ class Macro:
     offset: int  # where it is defined: a use sees the latest definition before it
     defines: bool  # its body holds a block: a use at namespace scope defines something
     calls: bool  # its body calls or launches something: a use in a body is worth expanding
+    _pattern: re.Pattern[str] | None = None
+
+    def parameter_pattern(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            names = [*self.params, "__VA_ARGS__"] if self.variadic else self.params
+            self._pattern = _parameter_pattern(names)
+        return self._pattern
 
 
 def definition(name: str, params: str, body: str, offset: int) -> Macro | None:
@@ -55,73 +61,71 @@ def definition(name: str, params: str, body: str, offset: int) -> Macro | None:
     return Macro(name, names, variadic, body, offset, defines, calls)
 
 
+# What decides grouping in a macro's argument text: strings, brackets and commas.
+_GROUPING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()\[\]{},]")
+_PARENS = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()]")
+_STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+
+
 def split_arguments(text: str) -> list[str]:
     """Arguments of a macro use, split as the preprocessor does: on commas outside
     parentheses (angle brackets do not group)."""
     parts: list[str] = []
     depth = 0
     start = 0
-    in_string = ""
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if in_string:
-            if char == "\\":
-                i += 1
-            elif char == in_string:
-                in_string = ""
-        elif char in "\"'":
-            in_string = char
-        elif char in "([{":
+    for match in _GROUPING.finditer(text):
+        char = match.group(0)
+        if char in "([{":
             depth += 1
         elif char in ")]}":
             depth -= 1
         elif char == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-        i += 1
+            parts.append(text[start : match.start()].strip())
+            start = match.end()
     parts.append(text[start:].strip())
     return [] if parts == [""] else parts
 
 
 def closing_paren(text: str, open_at: int) -> int:
     depth = 0
-    in_string = ""
-    i = open_at
-    while i < len(text):
-        char = text[i]
-        if in_string:
-            if char == "\\":
-                i += 1
-            elif char == in_string:
-                in_string = ""
-        elif char in "\"'":
-            in_string = char
-        elif char == "(":
+    for match in _PARENS.finditer(text, open_at):
+        char = match.group(0)
+        if char == "(":
             depth += 1
         elif char == ")":
             depth -= 1
             if depth == 0:
-                return i
-        i += 1
+                return match.start()
     return -1
+
+
+def _parameter_pattern(names: list[str]) -> re.Pattern[str]:
+    """Strings (left alone), ``##``, ``#param`` and ``param`` for these parameter names."""
+    alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+    return re.compile(_STRING.pattern + rf"|##|#\s*(?:{alternatives})\b|\b(?:{alternatives})\b")
 
 
 def _substitute(macro: Macro, arguments: list[str]) -> str:
     values = dict(zip(macro.params, arguments, strict=False))
     if macro.variadic:
         values["__VA_ARGS__"] = ", ".join(arguments[len(macro.params) :])
+    body = macro.body
+    if values:
 
-    def replace(match: re.Match[str]) -> str:
-        token = match.group(0)
-        if token[0] == "#" and token != "##":
-            name = token[1:].strip()
-            if name in values:
+        def replace(match: re.Match[str]) -> str:
+            token = match.group(0)
+            first = token[0]
+            if first == "#" and token != "##":
+                name = token[1:].strip()
+                if name not in values:
+                    return token
                 return '"' + values[name].replace("\\", "\\\\").replace('"', '\\"') + '"'
-            return token
-        return values.get(token, token)
+            if first in "\"'#":
+                return token
+            return values.get(token, token)
 
-    return _PASTE.sub("", _TOKEN.sub(replace, macro.body))
+        body = macro.parameter_pattern().sub(replace, body)
+    return _PASTE.sub("", body) if "##" in body else body
 
 
 class Expander:
@@ -149,6 +153,7 @@ class Expander:
             return text
         out: list[str] = []
         position = 0
+        size = 0
         for match in self.pattern.finditer(text):
             if match.start() < position:
                 continue
@@ -160,8 +165,9 @@ class Expander:
             expanded = self.expand(_substitute(macro, arguments), offset, depth + 1)
             out.append(text[position : match.start()])
             out.append(expanded)
+            size += match.start() - position + len(expanded)
             position = close + 1
-            if sum(map(len, out)) > _MAX_EXPANSION:
+            if size > _MAX_EXPANSION:
                 break
         out.append(text[position:])
         return "".join(out)
