@@ -1,16 +1,16 @@
 """Snapshots as files: export to a .tar.gz, import one back after checking everything.
 
 An archive holds exactly three regular files: ``SHA256SUMS`` and ``snapshot.json`` first
-(so a bad archive is refused before the big member is read), then ``index.sqlite``. Import
-streams the archive once, hashing as it writes into a hidden staging directory of the
-store, and renames that into place only when every check passed: member names and types,
-sizes, the checksums, the description and the schema version. Anything else leaves the
-store as it was and is reported in one line.
+(so a bad archive is refused before the big member is read), then ``index.sqlite``. It is
+compressed as block gzip (:mod:`indexer.snapshot.blockgzip`): a plain .tar.gz whose blocks
+compress and inflate on every core. Import streams the archive once, hashing as it writes
+into a hidden staging directory of the store, and renames that into place only when every
+check passed: member names and types, sizes, the checksums, the description and the
+schema version. Anything else leaves the store as it was and is reported in one line.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
@@ -22,8 +22,8 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import IO
 
+from indexer.snapshot.blockgzip import BlockGzipError, BlockGzipReader, BlockGzipWriter
 from indexer.snapshot.names import validate_name
 from indexer.snapshot.store import (
     DB_FILE,
@@ -47,6 +47,7 @@ MEMBERS = (SUMS_FILE, META_FILE, DB_FILE)
 MAX_BYTES = {SUMS_FILE: 64 * 1024, META_FILE: 1024 * 1024, DB_FILE: 64 * 1024**3}
 COMPRESS_LEVEL = 6
 _CHUNK = 1 << 20
+_SYNC_EVERY = 64 << 20
 _SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S+)\Z")
 
 
@@ -90,7 +91,7 @@ def export_snapshot(name: str, output: Path | None = None) -> Path:
     try:
         with (
             open(tmp, "wb") as raw,
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0) as gz,
+            BlockGzipWriter(raw, level=COMPRESS_LEVEL) as gz,
             tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
         ):
             tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
@@ -120,7 +121,7 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str:
             f"archive member {name!r} is unexpected (a snapshot archive holds only "
             f"{', '.join(MEMBERS)})"
         )
-    if not member.isreg():
+    if not member.isreg() or member.issparse():
         raise SnapshotError(f"archive member {name!r} is not a regular file")
     if member.size > MAX_BYTES[clean]:
         raise SnapshotError(
@@ -132,20 +133,26 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str:
     return clean
 
 
-def _copy_hashed(source: IO[bytes], target: Path, size: int) -> str:
-    """Copy ``size`` bytes to ``target``, returning their SHA-256. Decompression (here) and
-    hashing plus writing (a second thread) overlap: zlib, hashlib and file writes all
-    release the GIL on large buffers."""
+def _copy_hashed(source: BlockGzipReader, target: Path, size: int) -> str:
+    """Copy the next ``size`` bytes of ``source`` to ``target``, returning their SHA-256.
+    Inflating (``source``'s threads), hashing (here) and writing (a thread of its own)
+    overlap: zlib, hashlib and file writes all release the GIL on large buffers, and the
+    inflated blocks pass through without being copied."""
     digest = hashlib.sha256()
-    chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+    chunks: queue.Queue[memoryview | None] = queue.Queue(maxsize=8)
     failure: list[BaseException] = []
 
     def sink() -> None:
         try:
             with open(target, "wb") as out:
+                unsynced = 0
                 while (chunk := chunks.get()) is not None:
-                    digest.update(chunk)
                     out.write(chunk)
+                    unsynced += len(chunk)
+                    if unsynced >= _SYNC_EVERY:  # the disk writes while we inflate
+                        out.flush()
+                        os.fdatasync(out.fileno())
+                        unsynced = 0
                 out.flush()
                 os.fsync(out.fileno())
         except BaseException as exc:  # reported by the reading thread
@@ -155,21 +162,51 @@ def _copy_hashed(source: IO[bytes], target: Path, size: int) -> str:
 
     writer = threading.Thread(target=sink, name="snapshot-import-writer", daemon=True)
     writer.start()
-    written = 0
+    left = size
     try:
-        while chunk := source.read(_CHUNK):
-            written += len(chunk)
-            if written > size:
-                raise SnapshotError(f"archive member {target.name!r} is longer than declared")
+        while left and (chunk := source.read_view(left)):
+            left -= len(chunk)
             chunks.put(chunk)
+            digest.update(chunk)
     finally:
         chunks.put(None)
         writer.join()
     if failure:
         raise failure[0]
-    if written != size:
+    if left:
         raise SnapshotError(f"archive member {target.name!r} is truncated")
     return digest.hexdigest()
+
+
+class _Headers:
+    """What :meth:`tarfile.TarInfo.fromtarfile` reads of a TarFile, over the inflated
+    stream: tarfile parses and checks each header (ustar, pax, GNU long names) while the
+    member contents are read here, straight from the inflated blocks."""
+
+    encoding = tarfile.ENCODING
+    errors = "surrogateescape"
+    MAX_HEADER_BYTES = 1 << 20  # a pax or long-name header of a few paths, not gigabytes
+
+    def __init__(self, stream: BlockGzipReader) -> None:
+        self.fileobj = self
+        self.stream = stream
+        self.pax_headers: dict[str, str] = {}
+        self.offset = 0
+
+    def read(self, size: int) -> bytes:
+        if size > self.MAX_HEADER_BYTES:
+            raise SnapshotError(f"archive has an oversized header ({size} bytes)")
+        return self.stream.read(size)
+
+    def tell(self) -> int:
+        return self.stream.tell()
+
+    def next(self) -> tarfile.TarInfo | None:
+        """The next member's header, or None at the end of the archive."""
+        try:
+            return tarfile.TarInfo.fromtarfile(self)  # type: ignore[arg-type]
+        except (tarfile.EOFHeaderError, tarfile.EmptyHeaderError):
+            return None
 
 
 def _parse_sums(path: Path) -> dict[str, str]:
@@ -187,19 +224,14 @@ def _parse_sums(path: Path) -> dict[str, str]:
 def _unpack(archive: Path, staged: Path) -> None:
     seen: set[str] = set()
     hashes: dict[str, str] = {}
-    # gzip.GzipFile decompresses in bounded pieces; tarfile's own "r|gz" re-slices one
-    # large decompressed buffer per read, which is quadratic on a big member.
-    with (
-        open(archive, "rb") as raw,
-        gzip.GzipFile(fileobj=raw, mode="rb") as unzipped,
-        tarfile.open(fileobj=unzipped, mode="r|", bufsize=_CHUNK) as tar,
-    ):
-        for member in tar:
+    with open(archive, "rb") as raw, BlockGzipReader(raw) as stream:
+        headers = _Headers(stream)
+        while (member := headers.next()) is not None:
             name = _check_member(member, seen)
-            stream = tar.extractfile(member)
-            if stream is None:
-                raise SnapshotError(f"archive member {member.name!r} has no content")
             hashes[name] = _copy_hashed(stream, staged / name, member.size)
+            padding = -member.size % tarfile.BLOCKSIZE
+            if len(stream.read(padding)) != padding:
+                raise SnapshotError(f"archive member {member.name!r} is truncated")
     missing = [name for name in MEMBERS if name not in seen]
     if missing:
         raise SnapshotError(f"archive lacks {', '.join(missing)}")
@@ -218,7 +250,7 @@ def import_snapshot(archive: Path, name: str | None = None, *, force: bool = Fal
     try:
         try:
             _unpack(archive, staged)
-        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        except (tarfile.TarError, EOFError, zlib.error, BlockGzipError) as exc:
             reason = str(exc) or type(exc).__name__
             raise SnapshotError(
                 f"{archive}: not a readable snapshot archive (corrupt or truncated: {reason})"
