@@ -155,6 +155,41 @@ def trace_latency(index, count: int) -> tuple[float, float, int]:
     return statistics.median(times), max(times), len(times)
 
 
+def vllm_ops(source: Path, index) -> dict[str, int]:
+    """The ops of csrc/torch_bindings.cpp: how many reach a host definition, a CUDA kernel,
+    and (for hosts whose launches the regex oracle of tests/test_bindings_vllm.py sees)
+    every kernel launched."""
+    from indexer.query.trace import trace
+    from tests.test_bindings_vllm import LaunchOracle, impl_names, torch_bindings_ops
+
+    oracle = LaunchOracle(source)
+    implemented = impl_names(source)
+    counts = Counter()
+    for namespace, name in torch_bindings_ops(source):
+        counts["defined"] += 1
+        if name not in implemented:
+            continue
+        counts["implemented"] += 1
+        answer = trace(index, f"torch.ops.{namespace}.{name}")
+        ops = [op for op in answer.data.get("ops", []) if op["op"] == f"{namespace}::{name}"]
+        hosts = {d["definition"] for op in ops for d in op["dispatch"] if d.get("definition")}
+        kernels = {
+            k["kernel"].rpartition("::")[2] for op in ops for k in op.get("cuda_kernels", [])
+        }
+        counts["host"] += bool(hosts)
+        counts["kernel"] += bool(kernels)
+        expected: set[str] = set()
+        for host in hosts:
+            path, _, line = host.rpartition(":")
+            definition = oracle.function_at(path, int(line))
+            if definition is not None:
+                expected.update(oracle.launches(definition))
+        if expected:
+            counts["launching"] += 1
+            counts["all_launches"] += expected <= kernels
+    return dict(counts)
+
+
 def report(name: str, source: Path, cache: Path | None, traces: int, db: Path | None) -> None:
     workspace, index = open_index(source, cache, name, db)
     data = figures(index)
@@ -196,6 +231,16 @@ def report(name: str, source: Path, cache: Path | None, traces: int, db: Path | 
     print(
         f"trace latency over {sampled} ops: median {median * 1000:.1f} ms, worst {worst * 1000:.0f} ms"
     )
+    if (source / "csrc/torch_bindings.cpp").is_file():
+        ops = vllm_ops(source, index)
+        print(
+            f"csrc/torch_bindings.cpp: {ops.get('defined', 0)} ops defined, "
+            f"{ops.get('implemented', 0)} implemented in csrc; "
+            f"{ops.get('host', 0)} reach their host definition, "
+            f"{ops.get('kernel', 0)} reach a CUDA kernel; of the {ops.get('launching', 0)} "
+            f"whose host launches a kernel within 2 calls (regex oracle), "
+            f"{ops.get('all_launches', 0)} reach every kernel launched"
+        )
     print()
 
 
