@@ -33,9 +33,23 @@ MAX_VISITED = 20_000
 
 @dataclass
 class _Hit:
-    node: Node
+    """A test reached: what ranks and counts it (its full node is read only if shown)."""
+
+    id: int
+    kind: str
+    qualname: str
+    path: str
+    line: int
     depth: int
     via: Edge | None  # the first hop from the test towards the query
+
+    @classmethod
+    def of(cls, node: Node, depth: int, via: Edge | None) -> _Hit:
+        return cls(node.id, node.kind, node.qualname, node.path, node.line, depth, via)
+
+    @property
+    def evidence(self) -> str:
+        return f"{self.path}:{self.line}"
 
 
 def tests(
@@ -96,15 +110,17 @@ _IN_EDGES_SQL = (
 _BATCH = 900  # ids per query, under SQLite's bound-parameter limit
 
 
-def _level_in_edges(index: Index, frontier: list[int]) -> list[tuple]:
-    """Every covers/references edge into ``frontier``, with its source's kind: one query
-    per batch, in the order per-node reads would give (frontier order, file, line)."""
+def _level_in_edges(index: Index, frontier: list[int], tests_only: bool) -> list[tuple]:
+    """Every covers/references edge into ``frontier``, with its source's kind (only from
+    tests when ``tests_only``): one query per batch, in the order per-node reads would
+    give (frontier order, file, line)."""
     rows: list[tuple] = []
     kinds = ",".join("?" * len(WALK_EDGES))
+    only = f" AND n.kind IN ({','.join(repr(kind) for kind in sorted(TEST_KINDS))})"
     for start in range(0, len(frontier), _BATCH):
         batch = frontier[start : start + _BATCH]
         sql = _IN_EDGES_SQL.format(ids=",".join("?" * len(batch)), kinds=kinds)
-        rows.extend(index.conn.execute(sql, [*batch, *WALK_EDGES]))
+        rows.extend(index.conn.execute(sql + (only if tests_only else ""), [*batch, *WALK_EDGES]))
     position = {node_id: i for i, node_id in enumerate(frontier)}
     rows.sort(key=lambda row: (position[row[1]], row[3], row[4]))
     return rows
@@ -119,13 +135,15 @@ def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
     depth_of = {node.id: 0 for node in starts}
     for node in starts:
         if node.kind in TEST_KINDS:
-            hits[node.id] = _Hit(node, 0, None)
+            hits[node.id] = _Hit.of(node, 0, None)
     reached: list[tuple[int, int, Edge]] = []  # (test id, depth, first hop)
     frontier = list(depth_of)
     truncated = False
     for depth in range(MAX_DEPTH):
         following = []
-        for src, dst, kind, path, line, attrs, src_kind in _level_in_edges(index, frontier):
+        # At the last level only tests count: what else is reached there is not walked.
+        last = depth == MAX_DEPTH - 1
+        for src, dst, kind, path, line, attrs, src_kind in _level_in_edges(index, frontier, last):
             if src in depth_of:
                 continue
             if len(depth_of) >= MAX_VISITED:
@@ -140,11 +158,27 @@ def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
         if truncated or not following:
             break
         frontier = following
-    nodes = {node.id: node for node in index.nodes(src for src, _, _ in reached)}
+    found = _light_nodes(index, [src for src, _, _ in reached])
     for src, depth, edge in reached:
-        if src in nodes:
-            hits[src] = _Hit(nodes[src], depth, edge)
+        if src in found:
+            kind, qualname, path, line = found[src]
+            hits[src] = _Hit(src, kind, qualname, path, line, depth, edge)
     return hits, truncated
+
+
+def _light_nodes(index: Index, ids: list[int]) -> dict[int, tuple[str, str, str, int]]:
+    """id -> (kind, qualname, path, line), without the attrs (large for parametrized
+    tests) that only the few tests shown need."""
+    found: dict[int, tuple[str, str, str, int]] = {}
+    for start in range(0, len(ids), _BATCH):
+        batch = ids[start : start + _BATCH]
+        for node_id, kind, qualname, path, line in index.conn.execute(
+            "SELECT n.id, n.kind, n.qualname, f.path, n.line FROM nodes n"
+            f" JOIN files f ON f.id = n.file_id WHERE n.id IN ({','.join('?' * len(batch))})",
+            batch,
+        ):
+            found[node_id] = (kind, qualname, path, line)
+    return found
 
 
 def _describe(hit: _Hit, targets: dict[int, Node]) -> str:
@@ -162,10 +196,10 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     if not starts:
         return Answer.not_found("tests", query, "Op, Python API or test", suggest(index, query))
     hits, truncated = _walk(index, starts)
-    ranked = sorted(hits.values(), key=lambda h: (h.depth, h.node.path, h.node.line))
+    ranked = sorted(hits.values(), key=lambda h: (h.depth, h.path, h.line))
     files: dict[str, int] = {}
     for hit in ranked:
-        files[hit.node.path] = files.get(hit.node.path, 0) + 1
+        files[hit.path] = files.get(hit.path, 0) + 1
     answer = Answer("tests", query)
     if not ranked:
         answer.title = (
@@ -180,21 +214,26 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         wanted = {"functions": ("test_function",), "classes": ("test_class",)}.get(
             focus or "", ("test_function", "test_class", "test_file")
         )
-        shown = [hit for hit in ranked if hit.node.kind in wanted]
-        vias = index.nodes(hit.via.dst for hit in shown if hit.via is not None)
+        shown = [hit for hit in ranked if hit.kind in wanted]
+        page = shown[:limit]  # only these are listed: the rest are counted
+        vias = index.nodes(hit.via.dst for hit in page if hit.via is not None)
         targets = {node.id: node for node in vias}
-        for hit in shown:
+        attrs = {node.id: node.attrs for node in index.nodes(hit.id for hit in page)}
+        for hit in page:
             detail = _describe(hit, targets)
-            if hit.node.attrs.get("opinfo_list"):
-                detail += f"; @ops({hit.node.attrs['opinfo_list']})"
+            opinfo_list = attrs.get(hit.id, {}).get("opinfo_list")
+            if opinfo_list:
+                detail += f"; @ops({opinfo_list})"
             answer.items.append(
                 Item(
-                    hit.node.qualname,
-                    hit.node.evidence,
+                    hit.qualname,
+                    hit.evidence,
                     detail,
-                    data={"kind": hit.node.kind, "depth": hit.depth},
+                    data={"kind": hit.kind, "depth": hit.depth},
                 )
             )
+        if len(shown) > len(page):
+            answer.total = len(shown)
     answer.title = (
         f"{len(ranked)} tests in {len(files)} files reach {query} ({how}), nearest first:"
     )
