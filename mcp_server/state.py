@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +46,10 @@ QUICK_FILE = "index-quick.sqlite"
 # harness's registration macros): CPython method tables and legacy operator registries.
 EXTRA_REGISTRATION_WORDS = ("PyMethodDef", "RegisterOperators")
 QUICK_WAIT_S = float(os.environ.get("TORCHTALK_MCP_QUICK_WAIT", "60"))
-# The name list behind 'not found' answers is loaded this long after the index opens:
-# loading it holds the interpreter for a second on PyTorch, which would otherwise slow
-# the answer that opened the index.
-WARM_DELAY_S = 1.0
+# The name list behind 'not found' answers is loaded once the server has been idle this
+# long: loading it holds the interpreter for 0.2-1 s on PyTorch, and every request it
+# overlapped would wait for it.
+WARM_IDLE_S = 1.0
 
 PENDING, BUILDING, PARTIAL, READY, FAILED = "pending", "building", "partial", "ready", "failed"
 
@@ -141,6 +141,8 @@ class ServerState:
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._head_commit: str | None = None
+        self._active = 0  # requests being answered
+        self._last_request = time.monotonic()
         self.started = time.monotonic()
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -290,10 +292,34 @@ class ServerState:
             if self._index is None or (inode is not None and inode != self._index_inode):
                 self._index = Index(path)
                 self._index_inode = inode
-                warm = threading.Timer(WARM_DELAY_S, _warm, args=(self._index,))
-                warm.name, warm.daemon = "torchtalk-warm", True
-                warm.start()
+                threading.Thread(
+                    target=self._warm_when_idle,
+                    args=(self._index,),
+                    name="torchtalk-warm",
+                    daemon=True,
+                ).start()
             return self._index
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around each request: background work waits until the server is idle."""
+        with self._lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                self._last_request = time.monotonic()
+
+    def _warm_when_idle(self, index: Index) -> None:
+        while not self._cancel.is_set():
+            with self._lock:
+                idle = 0.0 if self._active else time.monotonic() - self._last_request
+            if idle >= WARM_IDLE_S:
+                _warm(index)
+                return
+            self._cancel.wait(WARM_IDLE_S - idle)
 
     def readiness(self) -> dict[str, str]:
         with self._lock:

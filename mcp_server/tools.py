@@ -187,6 +187,10 @@ class Tools:
             raise ToolError(str(exc)) from None
 
     def _answer(self, tool: str, call: Callable[[Index], Answer]) -> CallToolResult:
+        with self.state.serving():
+            return self._answer_now(tool, call)
+
+    def _answer_now(self, tool: str, call: Callable[[Index], Answer]) -> CallToolResult:
         spec = SPECS[tool]
         index = self._index()
         try:
@@ -207,6 +211,10 @@ class Tools:
     # --- the seven tools ----------------------------------------------------------------
 
     def get_status(self) -> ToolResult:
+        with self.state.serving():
+            return self._status()
+
+    def _status(self) -> CallToolResult:
         snap = self.state.snapshot()
         index = None
         unreadable = None
