@@ -26,10 +26,10 @@ _DISPATCH_SQL = (
     " WHERE e.src_id = ? AND e.kind = 'dispatches' ORDER BY e.line, e.id"
 )
 _UNRESOLVED_SQL = (
-    "SELECT r.target, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
-    " WHERE r.file_id = (SELECT file_id FROM nodes WHERE id = ?) AND r.src_id = ?"
-    " AND r.kind = ? AND r.scheme = 'cpp' AND r.target_id IS NULL"
-    " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id) ORDER BY r.line"
+    "SELECT r.src_id, r.target, f.path, r.line, r.attrs FROM refs r"
+    " JOIN files f ON f.id = r.file_id WHERE r.file_id = ? AND r.kind = ? AND r.scheme = 'cpp'"
+    " AND r.target_id IS NULL AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)"
+    " ORDER BY r.line"
 )
 _STUB_KERNELS_SQL = (
     "SELECT e.dst_id, f.path, e.line, r.attrs FROM nodes n"
@@ -83,13 +83,35 @@ def dispatch_hops(index: Index, node_id: int) -> list[Hop]:
     return hops
 
 
+# (index, built_at, file id, kind) -> source node -> its unresolved refs. refs has no
+# src_id index, so finding one node's refs scans its file's: native_functions.yaml has
+# thousands, and a trace asks for a dozen of its ops. One scan per file serves them all.
+_unresolved_cache: dict[tuple[str, str, int, str], dict[int, list[tuple]]] = {}
+_unresolved_lock = threading.Lock()
+_UNRESOLVED_CACHE_FILES = 256
+
+
 def unresolved(index: Index, node_id: int, kind: str = "dispatches") -> list[Unresolved]:
     """``cpp`` refs of ``kind`` from ``node_id`` the linker found no definition for."""
+    row = index.conn.execute("SELECT file_id FROM nodes WHERE id = ?", (node_id,)).fetchone()
+    if row is None:
+        return []
+    key = (str(index.db_path), index.meta.get("built_at", ""), row[0], kind)
+    with _unresolved_lock:
+        by_source = _unresolved_cache.get(key)
+    if by_source is None:
+        by_source = {}
+        for src, target, path, line, attrs in index.conn.execute(_UNRESOLVED_SQL, (row[0], kind)):
+            by_source.setdefault(src, []).append((target, path, line, attrs))
+        with _unresolved_lock:
+            if len(_unresolved_cache) >= _UNRESOLVED_CACHE_FILES or any(
+                cached[:2] != key[:2] for cached in _unresolved_cache
+            ):
+                _unresolved_cache.clear()  # another index, or enough files: start over
+            _unresolved_cache[key] = by_source
     return [
         Unresolved(target, path, line, _json(attrs))
-        for target, path, line, attrs in index.conn.execute(
-            _UNRESOLVED_SQL, (node_id, node_id, kind)
-        )
+        for target, path, line, attrs in by_source.get(node_id, [])
     ]
 
 
