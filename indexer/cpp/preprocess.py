@@ -11,6 +11,7 @@ prepared bytes reports positions of the original file. What was blanked is remem
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ _OTHER_ATTRIBUTES = (
     "TENSORIMPL_MAYBE_VIRTUAL",
     "CUTLASS_HOST",
     "CUTE_HOST",
+    "VISIBILITY_HIDDEN",
 )
 # Macros that make a kernel or a device function, by what they mark.
 _MARKING = {
@@ -94,7 +96,7 @@ _PASSES = (
 # names with no common prefix would be tried at every byte); rare, so looked for only in
 # files holding one of these needles.
 _RARE_NEEDLES = (b"CUTLASS_", b"CUTE_", b"_GLOBAL", b"JITERATOR_", b"GPU_LAMBDA", b"RESTRICT")
-_RARE_NEEDLES += (b"PYTORCH_QNNP_INTERNAL", b"TENSORIMPL_MAYBE_VIRTUAL")
+_RARE_NEEDLES += (b"PYTORCH_QNNP_INTERNAL", b"TENSORIMPL_MAYBE_VIRTUAL", b"VISIBILITY_HIDDEN")
 _RARE_PASSES = (
     *(
         (re.compile(rb"(?P<mark>" + name.encode() + rb")(?!\w)"), (name.encode(),))
@@ -115,6 +117,12 @@ _LAUNCH = re.compile(rb"<<<[^;{}]*?>>>")
 # numbers) the bulk of the parse. A run is blanked only when its braces balance.
 _NUMBER_TABLE = re.compile(rb"(?:^[ \t]*[-+0-9a-fA-FxXuUlL.{}, \t]*,[ \t]*\r?\n){256,}", re.M)
 _LARGE = 256 * 1024
+# A file's own object-like macro that opens or closes a namespace
+# (``#define NLOHMANN_JSON_NAMESPACE_BEGIN namespace nlohmann {``): its uses are written
+# out, padded to the same length, or every brace after them is off by one.
+_NAMESPACE_MACRO = re.compile(
+    rb"#[ \t]*define[ \t]+(\w+)[ \t]+(namespace[ \t]+[\w:]+[ \t]*\{|\})[ \t]*\r?\n"
+)
 _SPACES_KEEP_NEWLINES = bytes(10 if byte == 10 else 32 for byte in range(256))
 _DIRECTIVE = re.compile(rb"#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b")
 _IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -138,6 +146,30 @@ def _free_standing(data: bytes, start: int) -> bool:
     if start and data[start - 1] in _IDENTIFIER_BYTES:
         return False
     return data[max(0, start - 7) : start] != b"define "
+
+
+def _namespace_macro_uses(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, value padded to the name's length) of each use of the file's own
+    namespace-opening or -closing macros whose value fits in the name."""
+    values = {
+        match.group(1): match.group(2)
+        for match in _NAMESPACE_MACRO.finditer(data)
+        if len(match.group(2)) <= len(match.group(1))
+    }
+    if not values:
+        return []
+    uses = re.compile(rb"\b(?:" + _names(name.decode() for name in values) + rb")\b")
+    return [
+        (match.start(), values[match.group(0)].ljust(len(match.group(0))))
+        for match in uses.finditer(data)
+        if not _in_directive(data, match.start())
+    ]
+
+
+def _in_directive(data: bytes, start: int) -> bool:
+    """Whether ``start`` is on a preprocessor line (its first non-blank byte is '#')."""
+    line_start = data.rfind(b"\n", 0, start) + 1
+    return data[line_start:start].lstrip().startswith(b"#")
 
 
 def _split_brace_branches(data: bytes) -> list[tuple[int, int]]:
@@ -164,10 +196,39 @@ def _split_brace_branches(data: bytes) -> list[tuple[int, int]]:
             group.append(match)
             for opening, closing in itertools.pairwise(group):
                 start, end = opening.end(), closing.start()
-                if data.count(b"{", start, end) != data.count(b"}", start, end):
-                    spans.append((group[1].start(), match.start()))
+                if _braces(data, start, end, spans) != 0:
+                    # Inner groups are done first: only what they keep counts here, and
+                    # what they blanked after the first branch is blanked with it.
+                    while spans and spans[-1][0] >= group[1].start():
+                        spans.pop()
+                    # The kept branch reads as plain code: tree-sitter cannot parse a
+                    # conditional holding half a block.
+                    bisect.insort(spans, (group[0].start(), _line_end(data, group[0].start())))
+                    spans.append((group[1].start(), _line_end(data, match.start())))
                     break
     return spans
+
+
+def _line_end(data: bytes, start: int) -> int:
+    """The end of the (continued) line holding ``start``, before its newline."""
+    end = data.find(b"\n", start)
+    while end > 0 and data[end - 1 : end] == b"\\":
+        end = data.find(b"\n", end + 1)
+    return len(data) if end < 0 else end
+
+
+def _braces(data: bytes, start: int, end: int, blanked: list[tuple[int, int]]) -> int:
+    """Opening minus closing braces in [start, end), leaving out the blanked spans of the
+    conditionals nested in it."""
+    balance = data.count(b"{", start, end) - data.count(b"}", start, end)
+    for index in range(len(blanked) - 1, -1, -1):
+        inner_start, inner_end = blanked[index]
+        if inner_start < start:
+            break
+        if inner_end <= end:
+            balance -= data.count(b"{", inner_start, inner_end)
+            balance += data.count(b"}", inner_start, inner_end)
+    return balance
 
 
 def prepare(data: bytes) -> Prepared:
@@ -201,7 +262,12 @@ def prepare(data: bytes) -> Prepared:
             start = match.start()
             while start and data[start - 1] in _UPPER_BYTES:
                 start -= 1
-            if start < match.start() and 65 <= data[start] <= 90 and _free_standing(data, start):
+            if (
+                start < match.start()
+                and 65 <= data[start] <= 90
+                and _free_standing(data, start)
+                and not _in_directive(data, start)  # `#ifdef USE_CUDNN_RNN_V8_API`
+            ):
                 spans.append((start, match.end()))
     if b"<<<" in data:
         for match in _LAUNCH.finditer(data):
@@ -215,7 +281,8 @@ def prepare(data: bytes) -> Prepared:
             for match in _NUMBER_TABLE.finditer(data)
             if data.count(b"{", *match.span()) == data.count(b"}", *match.span())
         ]
-    if not spans:
+    written = _namespace_macro_uses(data) if b"namespace" in data and b"define" in data else []
+    if not spans and not written:
         return prepared
     buffer = bytearray(data)
     for start, end in spans:
@@ -224,6 +291,8 @@ def prepare(data: bytes) -> Prepared:
         buffer[start:end] = (
             text.translate(_SPACES_KEEP_NEWLINES) if b"\n" in text else b" " * (end - start)
         )
+    for start, value in written:
+        buffer[start : start + len(value)] = value
     prepared.data = bytes(buffer)
     for offsets in (
         prepared.global_at,
