@@ -7,15 +7,16 @@ that would otherwise build in a fraction of a second.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
 from indexer.workspace import Workspace
-from mcp_server.state import QUICK_FILE, ServerState
+from mcp_server.state import QUICK_FILE, ServerState, git_head
 from mcp_server.tools import Tools, _query
-from tests.helpers import line_of
+from tests.helpers import commit_all, git, line_of
 
 
 def _data(result) -> dict:
@@ -202,3 +203,66 @@ def test_an_unreadable_index_is_reported_not_served(minitorch_repo: Path) -> Non
     assert "cannot be read" in status["title"] and "not a TorchTalk index" in status["title"]
     with pytest.raises(ToolError, match="not a TorchTalk index"):
         tools.graph("gemm")
+
+
+def test_start_up_pauses_the_collector_and_freezes_what_it_built() -> None:
+    """The other start-up shortcut: no cyclic collection while the SDK is imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from mcp_server.sdk import preload, start_up\n"
+        "with start_up():\n"
+        "    assert not gc.isenabled()\n"
+        "    preload()\n"
+        "assert gc.isenabled()\n"
+        "assert gc.get_freeze_count() > 100_000, gc.get_freeze_count()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_status_says_when_the_tree_moved_past_the_index(minitorch_repo: Path) -> None:
+    """HEAD is read in the background (git rev-parse); a newer commit is pointed out."""
+    from pytest_torchtalk.cli import main
+
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    built_at = git(minitorch_repo, "rev-parse", "HEAD").strip()
+    (minitorch_repo / "NOTES.md").write_text("later\n")
+    head = commit_all(minitorch_repo, "a later commit")
+    assert git_head(minitorch_repo / "minitorch") == head != built_at  # from a subdirectory
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    state.start()
+    deadline = time.monotonic() + 30
+    while state.snapshot()["head_commit"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    notes = _data(Tools(state).get_status())["notes"]
+    assert any(f"at commit {head[:12]}" in note and built_at[:12] in note for note in notes)
+
+
+def test_git_head_of_a_directory_outside_any_repository(tmp_path: Path) -> None:
+    assert git_head(tmp_path) is None
+
+
+def test_the_name_list_loads_only_once_the_server_is_idle(
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading every name holds the interpreter: it waits for a pause between requests."""
+    from pytest_torchtalk.cli import main
+
+    monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.2)
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    state.start()
+    try:
+        with state.serving():
+            index = state.index()
+            time.sleep(0.6)
+            assert "_all_names_lower" not in vars(index)  # busy: not loaded yet
+        deadline = time.monotonic() + 10
+        while "_all_names_lower" not in vars(index) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "_all_names_lower" in vars(index)
+    finally:
+        state.stop()
