@@ -72,8 +72,9 @@ def default_archive_name(name: str) -> str:
     return f"torchtalk-snapshot-{name.replace('/', '_')}.tar.gz"
 
 
-def export_snapshot(name: str, output: Path | None = None) -> Path:
-    """Write snapshot ``name`` to a .tar.gz (temp file, then renamed); returns its path."""
+def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPRESS_LEVEL) -> Path:
+    """Write snapshot ``name`` to a .tar.gz (temp file, then renamed); returns its path.
+    ``level`` is zlib's (1 fastest to 9 smallest); import speed hardly depends on it."""
     info = read_info(name)
     directory = snapshot_dir(name)
     db_path = db_of(name)
@@ -91,7 +92,7 @@ def export_snapshot(name: str, output: Path | None = None) -> Path:
     try:
         with (
             open(tmp, "wb") as raw,
-            BlockGzipWriter(raw, level=COMPRESS_LEVEL) as gz,
+            BlockGzipWriter(raw, level=level) as gz,
             tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
         ):
             tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
