@@ -98,6 +98,47 @@ void tiled(torch::Tensor& x) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   LAUNCH_TILED(float);
 }
+
+namespace ar = vllm;
+
+void beam(torch::Tensor& x) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchKernelEx(&cfg, ar::tiled_kernel<float>, x.data_ptr());
+}
+
+void prologue(torch::Tensor& x, bool conv) {
+  hipStream_t stream = nullptr;
+  if (conv)
+    hipLaunchKernelGGL((vllm::tiled_kernel<float>), dim3(1), dim3(32), 0, stream, nullptr, 1);
+}
+
+template <typename T>
+__global__ void guarded_kernel(T* x, int n) {
+  int i = threadIdx.x;
+#if (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800) && !defined(USE_ROCM)
+  if constexpr (sizeof(T) == 2) {
+    return;
+  } else {
+#endif
+    using Converter = vllm::TypeConverter<T>;
+    for (int j = i; j < n; j += blockDim.x) {
+      x[j] = T(0);
+    }
+#if (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800) && !defined(USE_ROCM)
+  }
+#endif
+}
+
+namespace {
+template <typename T>
+void launch_guarded(T* x, int n, cudaStream_t stream) {
+  guarded_kernel<T><<<1, 32, 0, stream>>>(x, n);
+}
+}  // namespace
+
+void after_guard(torch::Tensor& x) {
+  launch_guarded<float>(x.data_ptr<float>(), x.numel(), nullptr);
+}
 """
 
 BINDINGS = """
@@ -207,3 +248,26 @@ def test_registered_op_reaches_the_kernel_launched_by_a_macro(built: tuple[Path,
         hosts = {index.node(e.dst).qualname for e in index.out_edges(node.id, ["dispatches"])}
         assert host in hosts
         assert kernel in targets(index, one(index, host), "launches")
+
+
+def test_kernel_arguments_through_an_alias_or_in_parentheses(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    assert targets(index, one(index, "beam"), "launches") == {
+        "vllm::tiled_kernel": {line_of(path, "cudaLaunchKernelEx(&cfg, ar::tiled_kernel<float>")}
+    }
+    assert targets(index, one(index, "prologue"), "launches") == {
+        "vllm::tiled_kernel": {line_of(path, "hipLaunchKernelGGL((vllm::tiled_kernel<float>)")}
+    }
+
+
+def test_helper_launch_after_a_guarded_kernel(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    kernel = one(index, "guarded_kernel", "cuda_kernel")
+    assert kernel.end_line == line_of(path, "void launch_guarded(") - 4
+    helper = one(index, "(anonymous)::launch_guarded")
+    assert targets(index, helper, "launches") == {
+        "guarded_kernel": {line_of(path, "guarded_kernel<T><<<1, 32, 0, stream>>>")}
+    }
+    assert "(anonymous)::launch_guarded" in targets(index, one(index, "after_guard"), "calls")

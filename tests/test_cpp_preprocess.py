@@ -13,6 +13,7 @@ import pytest
 
 from indexer.build import build_index
 from indexer.cpp.preprocess import prepare
+from indexer.extract.source import SourceFile
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git, line_of
@@ -193,3 +194,34 @@ def test_api_suffixed_names_in_directives_stay() -> None:
     prepared = prepare(data).data
     assert b"USE_CUDNN_RNN_V8_API" in prepared
     assert b"TORCH_API" not in prepared and len(prepared) == len(data)
+
+
+GUARDED = b"""\
+template <typename T>
+__global__ void guarded_kernel(T* x, int n) {
+#if (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800) && !defined(USE_ROCM)
+  if constexpr (sizeof(T) == 2) {
+    return;
+  } else {
+#endif
+    x[0] = T(n);
+#if (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800) && !defined(USE_ROCM)
+  }
+#endif
+}
+"""
+
+
+def test_block_opened_and_closed_in_one_branch_conditionals() -> None:
+    """vLLM's fused_qknorm_rope_kernel.cu: each half of a block sits in a one-branch #if;
+    both are blanked with their directives, the code between them stays."""
+    source = SourceFile("guarded.cu", GUARDED, "cuda")
+    prepared = source.cpp_prepared.data
+    assert len(prepared) == len(GUARDED) and prepared.count(b"\n") == GUARDED.count(b"\n")
+    assert b"if constexpr" not in prepared and b"#if" not in prepared
+    assert b"x[0] = T(n);" in prepared
+
+    def broken(node) -> bool:
+        return node.type == "ERROR" or node.is_missing or any(map(broken, node.children))
+
+    assert not broken(source.cpp_tree.root_node)

@@ -314,6 +314,10 @@ class CallSites:
             if caller is None:
                 continue
             written = "".join(self.data[start : node.end_byte].decode("utf-8", "replace").split())
+            if self.aliases:
+                head, sep, rest = written.partition("::")
+                if sep and head in self.aliases:  # namespace ar = vllm::mnnvl;
+                    written = f"{self.aliases[head]}::{rest}"
             name = split_qualified(written)[-1:] if written else []
             if not name:
                 continue

@@ -60,6 +60,7 @@ _KERNEL_ARGUMENTS = """
 (argument_list [(identifier) (template_function) (qualified_identifier)] @karg)
 (argument_list (pointer_expression argument: [(identifier) (template_function) (qualified_identifier)] @karg))
 (argument_list (cast_expression value: [(identifier) (template_function) (qualified_identifier)] @karg))
+(argument_list (parenthesized_expression [(identifier) (template_function) (qualified_identifier)] @karg))
 """
 
 _queries: dict[bool, Query] = {}

@@ -175,7 +175,8 @@ def _in_directive(data: bytes, start: int) -> bool:
 def _split_brace_branches(data: bytes) -> list[tuple[int, int]]:
     """The #elif/#else branches of conditionals whose branches open or close braces they
     do not close or open, e.g. two spellings of one ``struct X {`` header: tree-sitter
-    cannot parse both, so only the first branch is kept."""
+    cannot parse both, so only the first branch is kept, as plain code. A conditional
+    with one branch that does not balance is blanked whole."""
     spans: list[tuple[int, int]] = []
     stack: list[list[re.Match[bytes]]] = []
     for match in _DIRECTIVE.finditer(data):
@@ -192,6 +193,13 @@ def _split_brace_branches(data: bytes) -> list[tuple[int, int]]:
         else:
             group = stack.pop()
             if len(group) < 2:
+                # One branch holding half a block (`#if X` `if (c) {` `#endif`, closed by a
+                # later `#if X` `}` `#endif`): neither half parses inside a conditional.
+                opening = group[0]
+                if _braces(data, opening.end(), match.start(), spans) != 0:
+                    while spans and spans[-1][0] >= opening.start():
+                        spans.pop()
+                    spans.append((opening.start(), _line_end(data, match.start())))
                 continue
             group.append(match)
             for opening, closing in itertools.pairwise(group):
@@ -273,7 +281,7 @@ def prepare(data: bytes) -> Prepared:
         for match in _LAUNCH.finditer(data):
             prepared.launch_at.append(match.start())
             spans.append((match.start(), match.end()))
-    if b"#el" in data:
+    if b"#if" in data:
         spans += _split_brace_branches(data)
     if len(data) > _LARGE:
         spans += [
