@@ -124,6 +124,10 @@ _NAMESPACE_MACRO = re.compile(
     rb"#[ \t]*define[ \t]+(\w+)[ \t]+(namespace[ \t]+[\w:]+[ \t]*\{|\})[ \t]*\r?\n"
 )
 _SPACES_KEEP_NEWLINES = bytes(10 if byte == 10 else 32 for byte in range(256))
+# Braces, and what holds braces that are not code: comments, string and char literals.
+_BRACE_TOKENS = re.compile(
+    rb"[{}]|//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'", re.S
+)
 _DIRECTIVE = re.compile(rb"#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b")
 _IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _UPPER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -227,15 +231,38 @@ def _line_end(data: bytes, start: int) -> int:
 
 def _braces(data: bytes, start: int, end: int, blanked: list[tuple[int, int]]) -> int:
     """Opening minus closing braces in [start, end), leaving out the blanked spans of the
-    conditionals nested in it."""
-    balance = data.count(b"{", start, end) - data.count(b"}", start, end)
+    conditionals nested in it. Counted plainly first; when that does not balance, again
+    without the braces of comments and literals (``// contiguous") {``)."""
+    inner = []
     for index in range(len(blanked) - 1, -1, -1):
         inner_start, inner_end = blanked[index]
         if inner_start < start:
             break
         if inner_end <= end:
-            balance -= data.count(b"{", inner_start, inner_end)
-            balance += data.count(b"}", inner_start, inner_end)
+            inner.append((inner_start, inner_end))
+    balance = _plain_balance(data, start, end)
+    for inner_start, inner_end in inner:
+        balance -= _plain_balance(data, inner_start, inner_end)
+    if balance == 0:
+        return 0
+    balance = _code_balance(data, start, end)
+    for inner_start, inner_end in inner:
+        balance -= _code_balance(data, inner_start, inner_end)
+    return balance
+
+
+def _plain_balance(data: bytes, start: int, end: int) -> int:
+    return data.count(b"{", start, end) - data.count(b"}", start, end)
+
+
+def _code_balance(data: bytes, start: int, end: int) -> int:
+    balance = 0
+    for match in _BRACE_TOKENS.finditer(data, start, end):
+        token = match.group(0)
+        if token == b"{":
+            balance += 1
+        elif token == b"}":
+            balance -= 1
     return balance
 
 
