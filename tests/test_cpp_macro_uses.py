@@ -106,6 +106,17 @@ void beam(torch::Tensor& x) {
   cudaLaunchKernelEx(&cfg, ar::tiled_kernel<float>, x.data_ptr());
 }
 
+void resolve(torch::Tensor& x) {
+  auto kernel = vllm::tiled_kernel<float>;
+  kernel<<<1, 32>>>(x.data_ptr<float>(), 1);
+}
+
+void cluster(torch::Tensor& x) {
+  cudaLaunchConfig_t cfg = {};
+  auto kernel = &vllm::tiled_kernel<float>;
+  cudaLaunchKernelEx(&cfg, kernel, x.data_ptr());
+}
+
 void prologue(torch::Tensor& x, bool conv) {
   hipStream_t stream = nullptr;
   if (conv)
@@ -271,3 +282,14 @@ def test_helper_launch_after_a_guarded_kernel(built: tuple[Path, Index]) -> None
         "guarded_kernel": {line_of(path, "guarded_kernel<T><<<1, 32, 0, stream>>>")}
     }
     assert "(anonymous)::launch_guarded" in targets(index, one(index, "after_guard"), "calls")
+
+
+def test_kernel_held_in_a_local_variable(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    assert targets(index, one(index, "resolve"), "launches") == {
+        "vllm::tiled_kernel": {line_of(path, "kernel<<<1, 32>>>")}
+    }
+    assert targets(index, one(index, "cluster"), "launches") == {
+        "vllm::tiled_kernel": {line_of(path, "cudaLaunchKernelEx(&cfg, kernel,")}
+    }

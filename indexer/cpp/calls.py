@@ -29,6 +29,8 @@ _KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
 _LAUNCH_HELPER = re.compile(r"launch", re.I)
 _CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
 _NEWLINE = re.compile(rb"\n")
+# `= name;`, `= &ns::name<T, 4>;`: a variable set to a function's name.
+_ASSIGNED_NAME = rb"\s*=\s*&?\s*([A-Za-z_][\w:]*(?:\s*<[^;{}()=]*>)?)\s*;"
 _SMART_POINTERS = frozenset(
     {"shared_ptr", "unique_ptr", "weak_ptr", "intrusive_ptr", "weak_intrusive_ptr", "MaybeOwned"}
 )
@@ -291,6 +293,8 @@ class CallSites:
             row = bisect_right(newlines, start)
             line = line_map[row] if line_map is not None else row + 1
             if launch:
+                if kind == _IDENTIFIER:  # auto kernel = pick_kernel; kernel<<<...>>>(...)
+                    target = self._initializer(target, caller.start, start) or target
                 refs.append(
                     RefFact(caller.local, _LAUNCHES, _CPP, target, line, None, caller.launch())
                 )
@@ -302,6 +306,24 @@ class CallSites:
                 if kernel_helpers and _LAUNCH_HELPER.search(target):
                     self.helper_arguments.add(arguments.start_byte)
             refs.append(RefFact(caller.local, _CALLS, _CPP, target, line, None, attrs))
+
+    def _initializer(self, name: str, body_start: int, at: int) -> str | None:
+        """The name a local variable was last set to before ``at`` (``auto k = kern<T>;``,
+        ``k = &kern;``), if it was set to a name."""
+        if not name.isidentifier():
+            return None
+        found = None
+        pattern = re.compile(rb"\b" + name.encode() + _ASSIGNED_NAME)
+        for match in pattern.finditer(self.data, body_start, at):
+            found = match.group(1)
+        if found is None:
+            return None
+        written = "".join(found.decode("utf-8", "replace").split())
+        if self.aliases:
+            head, sep, rest = written.partition("::")
+            if sep and head in self.aliases:
+                written = f"{self.aliases[head]}::{rest}"
+        return written
 
     def add_kernel_arguments(self, arguments: list[Node], kernel_names: set[str]) -> None:
         """Kernels passed as arguments: ``launch_kernel(k<T>, ...)``, ``cudaLaunchKernel((void*)k)``."""
@@ -332,13 +354,16 @@ class CallSites:
                     holder = holder.parent
                 if holder is None or holder.start_byte not in helper_arguments:
                     continue
-                if (
+                initial = self._initializer(written, caller.start, start)
+                if initial is not None:  # auto kernel = resolve_kernel; launch(kernel, ...)
+                    written = initial
+                elif (
                     direct
                     and node.type != "template_function"
                     and node.prev_named_sibling is not None
                 ):
                     continue
-                if any(
+                elif any(
                     caller.start <= at < start for at in self.variables.get(written.encode(), ())
                 ):
                     continue  # a local variable or parameter, not a kernel
