@@ -106,6 +106,22 @@ void beam(torch::Tensor& x) {
   cudaLaunchKernelEx(&cfg, ar::tiled_kernel<float>, x.data_ptr());
 }
 
+void in_body_define(torch::Tensor& x, int64_t n) {
+  dim3 grid(n);
+  #define KERNEL(T, BLOCK)                                                     \
+    vllm::tiled_kernel<T><<<grid, BLOCK, 0, stream>>>(x.data_ptr<T>(), n);
+  #define LAUNCH_ON(T)                                                       \
+    if (n > 1024) {                                                          \
+      KERNEL(T, 1024);                                                       \
+    } else {                                                                 \
+      KERNEL(T, 256);                                                        \
+    }
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  LAUNCH_ON(float);
+  #undef LAUNCH_ON
+  #undef KERNEL
+}
+
 void resolve(torch::Tensor& x) {
   auto kernel = vllm::tiled_kernel<float>;
   kernel<<<1, 32>>>(x.data_ptr<float>(), 1);
@@ -293,3 +309,13 @@ def test_kernel_held_in_a_local_variable(built: tuple[Path, Index]) -> None:
     assert targets(index, one(index, "cluster"), "launches") == {
         "vllm::tiled_kernel": {line_of(path, "cudaLaunchKernelEx(&cfg, kernel,")}
     }
+
+
+def test_macros_defined_inside_the_body(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    path = repo / "csrc/cache_kernels.cu"
+    host = one(index, "in_body_define")
+    assert targets(index, host, "launches") == {
+        "vllm::tiled_kernel": {line_of(path, "LAUNCH_ON(float);")}
+    }
+    assert not [node for node in index.nodes_in_file("csrc/cache_kernels.cu") if "(" in node.name]

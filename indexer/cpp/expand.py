@@ -21,6 +21,8 @@ _MAX_DEPTH = 4
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
 _PASTE = re.compile(r"\s*##\s*")
 _CONTINUATION = re.compile(r"\\\r?\n")
+# `#define NAME(params) body`, the body running over continued lines.
+_DEFINE = re.compile(r"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))((?:[^\n]*\\\r?\n)*[^\n]*)")
 # Something called (``f(``, ``k<T><<<``): what a use inside a function body is worth.
 _CALLS = re.compile(r"\w\s*(?:\(|<<<)|>\s*(?:\(|<<<)")
 
@@ -65,6 +67,16 @@ def definition(name: str, params: str, body: str, offset: int) -> Macro | None:
 _GROUPING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()\[\]{},]")
 _PARENS = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()]")
 _STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+
+
+def definitions(text: str) -> list[Macro]:
+    """The function-like macros of a file worth expanding, in the order written."""
+    found = []
+    for match in _DEFINE.finditer(text):
+        macro = definition(match.group(1), match.group(2), match.group(3), match.start())
+        if macro is not None:
+            found.append(macro)
+    return found
 
 
 def split_arguments(text: str) -> list[str]:

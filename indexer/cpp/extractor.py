@@ -22,7 +22,7 @@ from tree_sitter import Query, QueryCursor
 
 from indexer.cpp import macros
 from indexer.cpp.calls import Caller, CallSites
-from indexer.cpp.expand import Expander, Macro, definition
+from indexer.cpp.expand import Expander, Macro, definitions
 from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified, strip_templates
@@ -44,7 +44,6 @@ _QUERY = """
 (using_declaration "namespace" (_) @using)
 (namespace_alias_definition) @alias
 (preproc_include path: (_) @include)
-(preproc_function_def) @define
 (ERROR) @error
 (declaration
   type: [(type_identifier) (qualified_identifier) (template_type)] @vtype
@@ -69,6 +68,8 @@ _STATIC = re.compile(rb"\bstatic\b")
 _DISPATCH = b"DISPATCH"
 _NEWLINE = re.compile(rb"\n")
 _STAND_IN = "__torchtalk_macro_use_"
+_DEFINE = b"define"
+_FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+\w+\(")
 
 
 def _query(cuda: bool) -> Query:
@@ -200,8 +201,8 @@ class _Extraction:
         sites.add_calls(captures.get("call", []), "karg" in captures)
         if "karg" in captures:
             sites.add_kernel_arguments(captures["karg"], self.kernel_names)
-        if not expansion and "define" in captures:
-            self._expand_macros(captures["define"], outer)
+        if not expansion and _DEFINE in self.src.data:
+            self._expand_macros(outer)
 
     # -- structure -------------------------------------------------------------------
 
@@ -280,6 +281,8 @@ class _Extraction:
         scope, outer_caller = self._enclosing(region)
         if region.in_function and outer_caller is None:
             return  # nested in a function we could not name: its calls stay with that one
+        if (shape.macro is not None or region.in_function) and self._in_define(node.start_byte):
+            return  # a #define in a body read as code: its uses are expanded instead
         attrs: dict[str, object] = {}
         if shape.macro is not None:
             name, components, scope_tail, attrs = macro_names(
@@ -358,6 +361,15 @@ class _Extraction:
         region.caller = Caller(region.start, region.end, local, ref_scope, this_class, outer_caller)
         self.callers.append(region.caller)
 
+    def _in_define(self, start: int) -> bool:
+        """Whether ``start`` lies on a #define line or a line continuing one."""
+        data = self.data
+        line_start = data.rfind(b"\n", 0, start) + 1
+        if data[line_start:start].lstrip().startswith(b"#"):
+            return True
+        previous = data[max(0, line_start - 3) : line_start].rstrip()
+        return previous.endswith(b"\\")
+
     def _after_template_parameters(self, start: int) -> bool:
         """Whether a definition follows ``template <...>`` (cheaper than asking the tree)."""
         data = self.data
@@ -386,29 +398,19 @@ class _Extraction:
 
     # -- macro expansion -------------------------------------------------------------
 
-    def _expand_macros(self, defines: list[Node], outer: list[Region]) -> None:
+    def _expand_macros(self, outer: list[Region]) -> None:
         # Macro text comes from the original bytes (same offsets as the prepared ones, where
         # `<<<...>>>` and `__global__` are blanked): the synthetic buffer is prepared again.
+        # Definitions are found in the text: a #define inside a function body does not
+        # always parse as one.
         original = self.src.data
-        found = []
-        for node in defines:
-            name = node.child_by_field_name("name")
-            params = node.child_by_field_name("parameters")
-            value = node.child_by_field_name("value")
-            if name is None or params is None or value is None:
-                continue
-            macro = definition(
-                _latin1(original, name),
-                _latin1(original, params),
-                _latin1(original, value),
-                node.start_byte,
-            )
-            if macro is not None:
-                found.append(macro)
+        if _FUNCTION_LIKE_DEFINE.search(original) is None:
+            return
+        text = original.decode("latin-1")  # one character per byte: offsets stay byte offsets
+        found = definitions(text)
         if not found:
             return
         expander = Expander(found)
-        text = original.decode("latin-1")  # one character per byte: offsets stay byte offsets
         prepared = self.data
         callers = sorted(self.callers, key=lambda caller: caller.start)
         body_starts = [caller.start for caller in callers]
@@ -479,10 +481,6 @@ def _outermost(errors: list[Node]) -> int:
             count += 1
             last_end = node.end_byte
     return count
-
-
-def _latin1(data: bytes, node: Node) -> str:
-    return data[node.start_byte : node.end_byte].decode("latin-1")
 
 
 def _drop_repeated_calls(refs: list[RefFact], before: int, hosts: set[int]) -> None:
