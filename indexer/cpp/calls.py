@@ -303,7 +303,7 @@ class CallSites:
             if arguments is not None and arguments.kind_id == _ARGUMENT_LIST:
                 # The argument count picks among overloads at link time.
                 attrs = caller.with_nargs(attrs, arguments.named_child_count)
-                if kernel_helpers and _LAUNCH_HELPER.search(target):
+                if kernel_helpers and _LAUNCH_HELPER.search(target.partition("<")[0]):
                     self.helper_arguments.add(arguments.start_byte)
             refs.append(RefFact(caller.local, _CALLS, _CPP, target, line, None, attrs))
 
