@@ -146,12 +146,15 @@ class Bridges:
 
     def _registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
         """Definitions a decorator's dotted base may name: exactly, or re-exported from a
-        submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``)."""
+        submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``).
+        A module is no registry: ``@config.patch(...)`` calls a function of the module."""
         base = target.rsplit(".", 1)[0]
         if "." not in base:
             return []
         rows = self.index.conn.execute(
-            "SELECT id, kind, file_id FROM nodes WHERE qualname = ? AND kind != 'file'", (base,)
+            "SELECT id, kind, file_id FROM nodes WHERE qualname = ?"
+            " AND kind NOT IN ('file', 'python_module', 'test_file')",
+            (base,),
         ).fetchall()
         if rows:
             return rows

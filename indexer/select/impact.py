@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
-from indexer.query.index import Index, Node
+from indexer.query.index import Index
 from indexer.select.bridges import Bridges, Found, Step, placeholders
+from indexer.select.deferral import Deferral
 from indexer.select.module_scope import ModuleStatements
 
 REVERSE_KINDS = (
@@ -58,7 +59,6 @@ REVERSE_KINDS = (
 FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
 CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
 MODULE = NodeKind.PYTHON_MODULE.value
-PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
 OP = NodeKind.OP.value
 DERIVATIVE = NodeKind.DERIVATIVE.value
 CONTAINS = EdgeKind.CONTAINS.value
@@ -75,7 +75,6 @@ MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
 _BATCH = 900
-_DEFER_DEPTH = 8  # calls followed to decide that a call runs none of the changed code
 
 
 @dataclass
@@ -91,6 +90,9 @@ class Reach:
     # it at import: only the users of these module names are affected.
     module_names: dict[int, frozenset[str]] = field(default_factory=dict)
     depth: dict[int, int] = field(default_factory=dict)  # hops from a start (absent: 0)
+    # (module, definition) of top-level calls judged to run none of the reached code:
+    # asked again when the frontier runs out (indexer.select.deferral).
+    deferred_calls: list[tuple[int, int]] = field(default_factory=list)
 
     def merge(self, other: Reach) -> None:
         """Add what ``other`` reached and this did not; chains stay paths of real steps."""
@@ -129,6 +131,7 @@ class ImpactWalker(Bridges):
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
         self.statements = ModuleStatements(source)
+        self.deferral = Deferral(index, self.statements)
         manifest = json.loads(index.meta.get("manifest") or "{}")
         self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
         self._paths: dict[int, str] | None = None
@@ -146,7 +149,10 @@ class ImpactWalker(Bridges):
         if self._paths is None:
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         name = target.rsplit(".", 1)[-1]
-        return self.statements.calls_at(self._paths.get(file_id, ""), line, name)
+        path = self._paths.get(file_id, "")
+        if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
+            return False  # memo.add(m) on a set: not the op
+        return self.statements.calls_at(path, line, name)
 
     def _module_use(self, reach: Reach, module: int, step: Step, file_id: int) -> list[Found]:
         """Top-level code of ``module`` names a reached definition (``step.dst``): does
@@ -155,14 +161,22 @@ class ImpactWalker(Bridges):
         if self._paths is None:
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         named = self.index.node(step.dst)
+        asked: list[bool] = []
+
+        def deferred() -> bool:
+            asked.append(self.deferral.deferred(reach, named))
+            return asked[-1]
+
         use = self.statements.use(
             self._paths.get(file_id, ""),
             step.line,
             named.name,
             named.kind in COMPILED,
             self.op_registrars,
-            lambda: self._deferred(reach, named),
+            deferred,
         )
+        if any(asked) and not use.run_at_import:
+            reach.deferred_calls.append((module, named.id))
         if use.run_at_import:
             reach.import_live.add(module)
             reach.module_names.pop(module, None)
@@ -172,31 +186,19 @@ class ImpactWalker(Bridges):
             return []
         return self._registered_op_callers(step.dst, use.op_name)
 
-    def _deferred(self, reach: Reach, named: Node, seen: frozenset[int] = frozenset()) -> bool:
-        """Whether calling the Python function ``named`` runs none of the reached code:
-        each of its uses of a reached node sits in a function nested in it (a method of a
-        class it makes), or calls a function for which this holds in turn."""
-        if named.kind != PYTHON_FUNCTION or named.id in seen or len(seen) > _DEFER_DEPTH:
-            return False
-        seen = seen | {named.id}
-        uses = self.index.conn.execute(
-            "SELECT dst_id, line FROM edges WHERE src_id = ? AND kind IN (?, ?)",
-            (named.id, EdgeKind.CALLS.value, REFERENCES),
-        ).fetchall()
-        reached = reach.steps.get(named.id)
-        if reached is None or reached.src != named.id:
-            return False  # reached otherwise than through its own code: it may run it
-        uses.append((reached.dst, reached.line))  # also a bridged step with no edge
-        for dst, line in uses:
-            if dst not in reach.steps:
+    def _undeferred(self, reach: Reach) -> list[int]:
+        """Modules whose top-level call was judged to run none of the reached code, and
+        does now that the walk has reached more: they run it at import after all."""
+        flipped = []
+        for module, named_id in reach.deferred_calls:
+            if module in reach.import_live:
                 continue
-            if self.statements.deferred(named.path, named.line, line):
-                continue
-            if reach.kind.get(dst) != PYTHON_FUNCTION:
-                return False
-            if not self._deferred(reach, self.index.node(dst), seen):
-                return False
-        return True
+            if not self.deferral.deferred(reach, self.index.node(named_id)):
+                reach.import_live.add(module)
+                reach.module_names.pop(module, None)
+                flipped.append(module)
+        reach.deferred_calls = [d for d in reach.deferred_calls if d[0] not in reach.import_live]
+        return flipped
 
     def _widen_module(
         self, reach: Reach, module: int, step: Step, kind: str, file_id: int, found: list[Found]
@@ -246,7 +248,11 @@ class ImpactWalker(Bridges):
         forward = list(FORWARD_KINDS)
         conn = self.index.conn
         depth = 0
-        while frontier and (max_depth is None or depth < max_depth):
+        while True:
+            if not frontier:
+                frontier = self._undeferred(reach)
+            if not frontier or (max_depth is not None and depth >= max_depth):
+                return reach
             depth += 1
             found: list[tuple[int, Step, str, int]] = []
             explicit = self._explicit_methods(frontier, reach)
@@ -307,7 +313,13 @@ class ImpactWalker(Bridges):
             frontier = []
             for node_id, step, kind, file_id in found:  # grows: registered ops' callers
                 if node_id in reach.steps:
-                    if self._widen_module(reach, node_id, step, kind, file_id, found):
+                    if step.kind == IMPORTS and kind in MODULE_KINDS:
+                        if node_id not in reach.import_live:
+                            # reached before for some names; its import runs changed code
+                            reach.import_live.add(node_id)
+                            reach.module_names.pop(node_id, None)
+                            frontier.append(node_id)
+                    elif self._widen_module(reach, node_id, step, kind, file_id, found):
                         frontier.append(node_id)  # more of its names are affected now
                     continue
                 reach.steps[node_id] = step
@@ -322,4 +334,3 @@ class ImpactWalker(Bridges):
                 frontier.append(node_id)
                 if until is not None and until(file_id):
                     return reach
-        return reach

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from indexer.select.receivers import Receivers
+
 _BLOCKS = (ast.If, ast.Try, ast.With, ast.For, ast.While, ast.AsyncWith, ast.AsyncFor)
 if hasattr(ast, "TryStar"):
     _BLOCKS = (*_BLOCKS, ast.TryStar)
@@ -108,6 +110,7 @@ class ModuleStatements:
         self.root = root
         self._parsed: dict[str, list[ast.stmt] | None] = {}
         self._trees: dict[str, ast.Module | None] = {}
+        self.receivers = Receivers(self._tree)
         self._lines: dict[str, list[str] | None] = {}
 
     def calls_at(self, path: str, line: int, name: str) -> bool:
@@ -215,6 +218,8 @@ class ModuleStatements:
             if not isinstance(node, ast.Call):
                 continue
             callee = _last_name(node.func)
+            if callee == name and compiled and self.receivers.module_level(path, node.func):
+                continue  # SKIPLIST.add(x) on a module-level set: not the op
             if callee == name and not deferred():
                 return RUN
             if callee in registrars and registered is None:
