@@ -13,6 +13,7 @@ other files are not expanded: extraction reads one file.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,10 +22,16 @@ _MAX_DEPTH = 4
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
 _PASTE = re.compile(r"\s*##\s*")
 _CONTINUATION = re.compile(r"\\\r?\n")
+_CALLED_NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")
 # `#define NAME(params) body`, the body running over continued lines.
 _DEFINE = re.compile(r"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))((?:[^\n]*\\\r?\n)*[^\n]*)")
-# Something called (``f(``, ``k<T><<<``): what a use inside a function body is worth.
-_CALLS = re.compile(r"\w\s*(?:\(|<<<)|>\s*(?:\(|<<<)")
+# What a use inside a function body is worth expanding for: a launch, or a call of a
+# function by name (not a member call, not an ALL_CAPS macro, not a keyword).
+_CALLS = re.compile(
+    r"<<<|(?<![\w.>:])(?!(?:if|for|while|switch|return|sizeof|decltype|alignof|alignas"
+    r"|static_assert|catch|defined|noexcept|throw)\b)(?:[A-Za-z_]\w*\s*::\s*)*"
+    r"(?:[a-z_]\w*|[A-Z]\w*[a-z]\w*)\s*(?:<[^;{}()]*>\s*)?\("
+)
 
 
 @dataclass(slots=True)
@@ -41,18 +48,16 @@ class Macro:
     def parameter_pattern(self) -> re.Pattern[str]:
         if self._pattern is None:
             names = [*self.params, "__VA_ARGS__"] if self.variadic else self.params
-            self._pattern = _parameter_pattern(names)
+            self._pattern = _parameter_pattern(tuple(names))
         return self._pattern
 
 
-def definition(name: str, params: str, body: str, offset: int) -> Macro | None:
-    """A function-like macro worth expanding: one whose body defines something ('{') or
-    calls something."""
+def definition(name: str, params: str, body: str, offset: int) -> Macro:
+    """A function-like macro, with what its body does: defines something ('{'), calls
+    something."""
     body = _CONTINUATION.sub(" ", body).strip()
     defines = "{" in body
     calls = _CALLS.search(body) is not None
-    if not defines and not calls:
-        return None
     params = _CONTINUATION.sub(" ", params)
     names = [param.strip() for param in params.strip()[1:-1].split(",") if param.strip()]
     variadic = bool(names) and names[-1].endswith("...")
@@ -70,13 +75,23 @@ _STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 
 
 def definitions(text: str) -> list[Macro]:
-    """The function-like macros of a file worth expanding, in the order written."""
-    found = []
-    for match in _DEFINE.finditer(text):
-        macro = definition(match.group(1), match.group(2), match.group(3), match.start())
-        if macro is not None:
-            found.append(macro)
-    return found
+    """The function-like macros of a file worth expanding, in the order written: those
+    that define or call something, themselves or through the file's other macros."""
+    found = [
+        definition(match.group(1), match.group(2), match.group(3), match.start())
+        for match in _DEFINE.finditer(text)
+    ]
+    calling = {macro.name for macro in found if macro.calls}
+    quiet = {macro.name: macro for macro in found if not macro.calls}
+    used = {name: set(_CALLED_NAME.findall(macro.body)) for name, macro in quiet.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name, macro in quiet.items():
+            if not macro.calls and used[name] & calling:
+                macro.calls = changed = True
+                calling.add(name)
+    return [macro for macro in found if macro.defines or macro.calls]
 
 
 def split_arguments(text: str) -> list[str]:
@@ -111,7 +126,8 @@ def closing_paren(text: str, open_at: int) -> int:
     return -1
 
 
-def _parameter_pattern(names: list[str]) -> re.Pattern[str]:
+@functools.lru_cache(maxsize=4096)
+def _parameter_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     """Strings (left alone), ``##``, ``#param`` and ``param`` for these parameter names."""
     alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
     return re.compile(_STRING.pattern + rf"|##|#\s*(?:{alternatives})\b|\b(?:{alternatives})\b")
@@ -149,7 +165,6 @@ class Expander:
             self.by_name.setdefault(macro.name, []).append(macro)
         names = sorted(self.by_name, key=len, reverse=True)
         alternatives = "|".join(map(re.escape, names))
-        self.pattern = re.compile(r"\b(" + alternatives + r")\s*\(")
         self.mentions = re.compile(r"\b(" + alternatives + r")\b(\s*\()?")
 
     def _macro(self, name: str, offset: int) -> Macro | None:
@@ -166,8 +181,8 @@ class Expander:
         out: list[str] = []
         position = 0
         size = 0
-        for match in self.pattern.finditer(text):
-            if match.start() < position:
+        for match in self.mentions.finditer(text):
+            if match.start() < position or match.group(2) is None:
                 continue
             macro = self._macro(match.group(1), offset)
             close = closing_paren(text, match.end() - 1)
