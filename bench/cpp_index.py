@@ -13,6 +13,10 @@
    time, peak memory (ru_maxrss of this process and its children), files, functions,
    kernels, and ``cpp`` edges resolved / ambiguous / unresolved from its link_stats.
 
+3. With ``--op-bindings FILE`` (default ``csrc/torch_bindings.cpp`` for the vllm harness):
+   of the ops registered for CUDA in that file, how many reach a ``cuda_kernel`` from
+   their host function through calls, launches and dispatches (8 steps at most).
+
 ``--every K`` takes every K-th file (a quick look); the figures in docs/performance.md
 use every file.
 """
@@ -103,7 +107,45 @@ def measure_ratio(source: Path, manifest, entries, profile: str | None) -> dict[
     }
 
 
-def build_cpp_index(source: Path, manifest, entries, jobs: int | None, keep: Path | None) -> dict:
+def op_kernel_reach(conn: sqlite3.Connection, bindings: str) -> tuple[list[str], list[str]]:
+    """(CUDA ops registered in ``bindings``, those whose host reaches a kernel)."""
+    hosts: dict[str, set[int]] = {}
+    rows = conn.execute(
+        "SELECT o.qualname, e.dst_id, e.attrs FROM edges e JOIN nodes o ON o.id = e.src_id"
+        " JOIN files f ON f.id = o.file_id"
+        " WHERE e.kind = 'dispatches' AND o.kind = 'op' AND f.path = ?",
+        (bindings,),
+    )
+    for op, host, attrs in rows:
+        keys = json.loads(attrs or "{}")
+        if "CUDA" in [keys.get("key"), *keys.get("keys", [])]:
+            hosts.setdefault(op, set()).add(host)
+    kinds = dict(
+        conn.execute(
+            "SELECT id, kind FROM nodes"
+            " WHERE kind IN ('cpp_function', 'cuda_kernel', 'registration')"
+        )
+    )
+    out: dict[int, list[int]] = {}
+    for src, dst in conn.execute(
+        "SELECT src_id, dst_id FROM edges WHERE kind IN ('calls', 'launches', 'dispatches')"
+    ):
+        out.setdefault(src, []).append(dst)
+    reaching = []
+    for op, starts in sorted(hosts.items()):
+        seen, frontier = set(starts), list(starts)
+        for _ in range(8):
+            if any(kinds.get(node) == "cuda_kernel" for node in frontier):
+                reaching.append(op)
+                break
+            frontier = [d for n in frontier for d in out.get(n, ()) if d in kinds and d not in seen]
+            seen.update(frontier)
+    return sorted(hosts), reaching
+
+
+def build_cpp_index(
+    source: Path, manifest, entries, jobs: int | None, keep: Path | None, op_bindings: str | None
+) -> dict:
     from indexer.extract.pipeline import extract_all
     from indexer.link import link
     from indexer.store import IndexWriter
@@ -128,6 +170,7 @@ def build_cpp_index(source: Path, manifest, entries, jobs: int | None, keep: Pat
         )
         files_with_errors, error_regions = errors.fetchone()
         problems = conn.execute("SELECT COUNT(*) FROM files WHERE error IS NOT NULL").fetchone()[0]
+        ops, reaching = op_kernel_reach(conn, op_bindings) if op_bindings else ([], [])
         calls_unambiguous, calls_to_ops = conn.execute(
             "SELECT SUM(e.attrs IS NULL OR e.attrs NOT LIKE '%ambiguous%'),"
             " SUM(d.kind = 'op') FROM edges e JOIN nodes d ON d.id = e.dst_id"
@@ -146,6 +189,8 @@ def build_cpp_index(source: Path, manifest, entries, jobs: int | None, keep: Pat
         "file_problems": problems,
         "calls_unambiguous": calls_unambiguous or 0,
         "calls_to_ops": calls_to_ops or 0,
+        "cuda_ops": ops,
+        "cuda_ops_reaching_kernels": reaching,
     }
 
 
@@ -170,17 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", help="write a cProfile of our extraction here")
     parser.add_argument("--keep", type=Path, help="keep the C++ index database at this path")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--op-bindings", help="count the CUDA ops registered in this file that reach a kernel"
+    )
     args = parser.parse_args(argv)
     if not (args.source / "aten").is_dir() and args.harness == "pytorch":
         print(f"error: no PyTorch tree at {args.source} (set --source)", file=sys.stderr)
         return 2
     manifest, entries, registries = cpp_entries(args.source, args.harness, args.every)
+    if args.op_bindings is None and args.harness == "vllm":
+        args.op_bindings = "csrc/torch_bindings.cpp"
     report: dict = {"files": len(entries), "bytes": sum(e.size for e in entries)}
     if not args.skip_ratio:
         report.update(measure_ratio(args.source, manifest, entries, args.profile))
     if not args.skip_build:
         report.update(
-            build_cpp_index(args.source, manifest, entries + registries, args.jobs, args.keep)
+            build_cpp_index(
+                args.source, manifest, entries + registries, args.jobs, args.keep, args.op_bindings
+            )
         )
     report["peak_memory_mb"] = peak_memory_mb()
     if args.json:
@@ -223,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"include refs          {include.get('refs', 0)}: resolved {include.get('resolved', 0)}, ambiguous {include.get('ambiguous', 0)}, unresolved {include.get('unresolved', 0)}"
         )
+        if args.op_bindings:
+            ops, reaching = report["cuda_ops"], report["cuda_ops_reaching_kernels"]
+            print(
+                f"CUDA ops reaching a kernel  {len(reaching)} of {len(ops)} ({args.op_bindings});"
+                f" not: {', '.join(sorted(set(ops) - set(reaching)))}"
+            )
         print(
             f"parse errors          {report['parse_error_regions']} ERROR regions in {report['files_with_parse_errors']} files; {report['file_problems']} files with problems"
         )
