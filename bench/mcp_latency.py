@@ -295,7 +295,6 @@ def main() -> int:
             print(
                 f"  {label:58} {first_ms:7.1f} {'(one call)':>15}  {first_ms / P95_TARGET_MS:5.0f}"
             )
-            worst = max(worst, first_ms)
             continue
         p50, p95 = percentile(rest, 0.5), percentile(rest, 0.95)
         worst = max(worst, p95)
@@ -305,8 +304,8 @@ def main() -> int:
         for _, _, status, _, rest in rows
         if status == "ok" and rest and percentile(rest, 0.95) <= P95_TARGET_MS
     )
-    print(f"\n{met} of {len(rows)} queries meet p95 < 50 ms; worst p95 {worst:.1f} ms:")
-    print(f"ratio to the 50 ms target {worst / P95_TARGET_MS:.2f}")
+    print(f"\n{met} of {len(rows)} queries meet p95 < 50 ms; worst p95 of those measured")
+    print(f"by several calls {worst:.1f} ms: ratio to the 50 ms target {worst / P95_TARGET_MS:.2f}")
     return 0
 
 
