@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +86,14 @@ def load_average() -> str:
     return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
+def cpu_seconds() -> float:
+    """User + system CPU of this process (all threads) and of its finished children: what
+    the work costs whatever else the machine is doing."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def best_and_median(values: list[float]) -> str:
     return f"{min(values):.2f} s best, {statistics.median(values):.2f} s median"
 
@@ -96,6 +106,7 @@ def import_and_load(archive: Path, clone: Path, cache: Path) -> dict[str, float]
     home = os.environ["TORCHTALK_CACHE_DIR"]
     os.environ["TORCHTALK_CACHE_DIR"] = str(cache)
     times: dict[str, float] = {}
+    cpu = cpu_seconds()
     try:
         started = time.perf_counter()
         import_snapshot(archive)
@@ -106,6 +117,7 @@ def import_and_load(archive: Path, clone: Path, cache: Path) -> dict[str, float]
         install_snapshot(workspace, nearest.info)
         times["install"] = time.perf_counter() - started - times["import"] - times["pick"]
         times["total"] = time.perf_counter() - started
+        times["cpu"] = cpu_seconds() - cpu
     finally:
         os.environ["TORCHTALK_CACHE_DIR"] = home
         shutil.rmtree(cache, ignore_errors=True)
@@ -118,6 +130,7 @@ def import_and_load_cli(archive: Path, clone: Path, cache: Path) -> dict[str, fl
     beside = Path(sys.executable).with_name("torchtalk")
     cli = [str(beside) if beside.exists() else shutil.which("torchtalk") or "torchtalk"]
     times: dict[str, float] = {}
+    cpu = cpu_seconds()
     for label, argv in (
         ("import", ["snapshot", "import", str(archive)]),
         ("load", ["snapshot", "load", "--nearest", "--source", str(clone)]),
@@ -126,8 +139,62 @@ def import_and_load_cli(archive: Path, clone: Path, cache: Path) -> dict[str, fl
         subprocess.run([*cli, *argv], env=env, check=True, capture_output=True, cwd=ROOT)
         times[label] = time.perf_counter() - started
     times["total"] = times["import"] + times["load"]
+    times["cpu"] = cpu_seconds() - cpu
     shutil.rmtree(cache)
     return times
+
+
+SECTION_PATH = {"files": 0, "nodes": 3, "refs": 0, "edges": 3}  # where a row's file is
+
+
+def extraction_by_file(graph: dict) -> dict[str, Counter]:
+    """What extraction alone made of each file (its row, nodes and refs without their
+    resolution), to tell a nondeterministic extraction from a wrong update."""
+    made: dict[str, Counter] = {}
+    for section in ("files", "nodes", "refs"):
+        at = SECTION_PATH[section]
+        for row, count in graph[section].items():
+            key = row[:6] + row[7:] if section == "refs" else row  # drop the resolved target
+            made.setdefault(row[at], Counter())[(section, key)] += count
+    return made
+
+
+def verify(base: Path, updated: Path, rebuilt: Path, touched: set[str]) -> int:
+    """0 when the updated index equals the rebuild, or differs from it only in files the
+    update did not touch whose extraction differs between the base build and the rebuild
+    (two full builds of the same file); 1 otherwise."""
+    from tests.test_update_equals_rebuild import assert_same_graph, graph_of
+
+    got, want = graph_of(updated), graph_of(rebuilt)
+    if got == want:
+        print("verify: the updated index equals a full rebuild")
+        return 0
+    before, after = extraction_by_file(graph_of(base)), extraction_by_file(want)
+    unstable = {
+        path
+        for path in set(before) | set(after)
+        if path not in touched and before.get(path) != after.get(path)
+    }
+    unexplained, explained = [], set()
+    for section, at in SECTION_PATH.items():
+        for row in (got[section] - want[section]) + (want[section] - got[section]):
+            if row[at] in unstable:
+                explained.add(row[at])
+            else:
+                unexplained.append((section, row))
+    if unexplained:
+        try:
+            assert_same_graph(updated, rebuilt, "10-file C++ change")
+        except AssertionError as exc:
+            print(exc)
+        print(f"verify: FAILED, {len(unexplained)} differences not explained by extraction")
+        return 1
+    print(
+        f"verify: the updated index equals the rebuild except in {len(explained)} file(s) the "
+        "update did not touch, whose extraction differs between two full builds of the same "
+        f"code (nondeterministic extraction): {', '.join(sorted(explained)[:6])}"
+    )
+    return 0
 
 
 def main() -> int:
@@ -195,6 +262,7 @@ def main() -> int:
                 results,
             )
         db_bytes = workspace.db_path.stat().st_size
+        built_db = workspace.db_path
         timed("snapshot save", lambda: save_snapshot(workspace, "nightly/bench"), results)
         archive = work / "nightly.tar.gz"
         timed("snapshot export", lambda: export_snapshot("nightly/bench", archive), results)
@@ -210,12 +278,13 @@ def main() -> int:
         print(
             f"  import + load --nearest      {best_and_median([r['total'] for r in runs])} "
             f"(best: import {best['import']:.2f}, pick {best['pick']:.2f}, "
-            f"install {best['install']:.2f})"
+            f"install {best['install']:.2f}; CPU {min(r['cpu'] for r in runs):.2f} s)"
         )
         best_cli = min(cli_runs, key=lambda run: run["total"])
         print(
             f"  same, two torchtalk commands {best_and_median([r['total'] for r in cli_runs])} "
-            f"(best: import {best_cli['import']:.2f}, load {best_cli['load']:.2f})"
+            f"(best: import {best_cli['import']:.2f}, load {best_cli['load']:.2f}; "
+            f"CPU {min(r['cpu'] for r in cli_runs):.2f} s)"
         )
         levels: dict[int, tuple[float, int, float]] = {}
         for level in LEVELS:
@@ -256,11 +325,13 @@ def main() -> int:
             )
         print(
             f"import + load --nearest     {best['total']:8.2f} s   best of {len(runs)} "
-            f"(median {statistics.median(r['total'] for r in runs):.2f} s; target < 2 s)"
+            f"(median {statistics.median(r['total'] for r in runs):.2f} s; target < 2 s), "
+            f"CPU {min(r['cpu'] for r in runs):.2f} s"
         )
         print(
             f"  as two torchtalk commands {best_cli['total']:8.2f} s   best of {len(cli_runs)} "
-            f"(median {statistics.median(r['total'] for r in cli_runs):.2f} s)"
+            f"(median {statistics.median(r['total'] for r in cli_runs):.2f} s), "
+            f"CPU {min(r['cpu'] for r in cli_runs):.2f} s"
         )
         ratio = (
             f"{update_seconds / results['full build'] * 100:8.2f} %   (target < 5%)"
@@ -280,7 +351,6 @@ def main() -> int:
             print(f"update warning: {warning}")
         if args.verify:
             sys.path.insert(0, str(ROOT))
-            from tests.test_update_equals_rebuild import assert_same_graph
 
             copy = work / "rebuild"
             shutil.copytree(clone, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
@@ -289,8 +359,8 @@ def main() -> int:
                 lambda: build_index(Workspace.resolve(copy), jobs=args.jobs, show_progress=False),
                 results,
             )
-            assert_same_graph(updated.db_path, rebuilt.db_path, "10-file C++ change")
-            print("verify: the updated index equals a full rebuild")
+            touched = set(paths) | set(updated.dependents)
+            return verify(built_db, updated.db_path, rebuilt.db_path, touched)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
