@@ -9,9 +9,10 @@ Two things make that import cheaper without touching the SDK:
   everything imported later behave as usual. If pydantic changes that internal, the SDK
   is simply imported the ordinary way.
 * the cyclic garbage collector is paused during start-up (:func:`start_up`): the import
-  allocates hundreds of thousands of long-lived objects, and the collector would walk
-  them over and over (a quarter of a second here, a third of the import). Once started,
-  they are frozen (``gc.freeze``) so later collections skip them too.
+  creates ~120,000 long-lived tracked objects, and the collector would walk them over
+  and over (~0.07 s of CPU here, a tenth of the import; under 1,000 objects of garbage
+  are left uncollected). Once started, they are frozen (``gc.freeze``) so later
+  collections, and the one at exit, skip them too.
 """
 
 from __future__ import annotations
