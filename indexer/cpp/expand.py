@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 _MAX_DEPTH = 4
+_FIND_LIMIT = 12  # macros in a file up to which uses are found by str.find
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
 _PASTE = re.compile(r"\s*##\s*")
 _CONTINUATION = re.compile(r"\\\r?\n")
@@ -163,9 +164,42 @@ class Expander:
         self.by_name: dict[str, list[Macro]] = {}
         for macro in sorted(macros, key=lambda macro: macro.offset):
             self.by_name.setdefault(macro.name, []).append(macro)
-        names = sorted(self.by_name, key=len, reverse=True)
-        alternatives = "|".join(map(re.escape, names))
-        self.mentions = re.compile(r"\b(" + alternatives + r")\b(\s*\()?")
+        self.pattern: re.Pattern[str] | None = None
+        if len(self.by_name) > _FIND_LIMIT:  # few names: found faster than compiled
+            names = sorted(self.by_name, key=len, reverse=True)
+            alternatives = "|".join(map(re.escape, names))
+            self.pattern = re.compile(r"\b(" + alternatives + r")\b(\s*\()?")
+
+    def mentions(self, text: str) -> list[tuple[int, int, str, int | None]]:
+        """(start, end of the name, name, just after its '(' if called) of each whole-word
+        mention of the file's macros, in order."""
+        if self.pattern is not None:
+            return [
+                (
+                    match.start(),
+                    match.end(1),
+                    match.group(1),
+                    match.end() if match.group(2) else None,
+                )
+                for match in self.pattern.finditer(text)
+            ]
+        found = []
+        size = len(text)
+        for name in self.by_name:
+            start = text.find(name)
+            while start >= 0:
+                end = start + len(name)
+                if (start == 0 or not _word(text[start - 1])) and (
+                    end == size or not _word(text[end])
+                ):
+                    after = end
+                    while after < size and text[after] in " \t\r\n\f\v":
+                        after += 1
+                    opened = after + 1 if after < size and text[after] == "(" else None
+                    found.append((start, end, name, opened))
+                start = text.find(name, end)
+        found.sort()
+        return found
 
     def _macro(self, name: str, offset: int) -> Macro | None:
         found = None
@@ -181,18 +215,18 @@ class Expander:
         out: list[str] = []
         position = 0
         size = 0
-        for match in self.mentions.finditer(text):
-            if match.start() < position or match.group(2) is None:
+        for start, _, name, opened in self.mentions(text):
+            if start < position or opened is None:
                 continue
-            macro = self._macro(match.group(1), offset)
-            close = closing_paren(text, match.end() - 1)
+            macro = self._macro(name, offset)
+            close = closing_paren(text, opened - 1)
             if macro is None or close < 0:
                 continue
-            arguments = split_arguments(text[match.end() : close])
+            arguments = split_arguments(text[opened:close])
             expanded = self.expand(_substitute(macro, arguments), offset, depth + 1)
-            out.append(text[position : match.start()])
+            out.append(text[position:start])
             out.append(expanded)
-            size += match.start() - position + len(expanded)
+            size += start - position + len(expanded)
             position = close + 1
             if size > _MAX_EXPANSION:
                 break
@@ -211,12 +245,11 @@ class Expander:
         macro (``DISPATCH_BY_KV_CACHE_DTYPE(dtype, kv_dtype, CALL_RESHAPE_AND_CACHE)``),
         which applies it to arguments we cannot see: it expands with its parameters' names.
         """
-        for match in self.mentions.finditer(text):
-            start = match.start()
-            called = match.group(2) is not None
-            if not called and not _passed_by_name(text, start, match.end()):
+        for start, end, name, opened in self.mentions(text):
+            called = opened is not None
+            if not called and not _passed_by_name(text, start, end):
                 continue
-            macro = self._macro(match.group(1), start)
+            macro = self._macro(name, start)
             if macro is None or not wanted(start, macro, called):
                 continue
             line_start = text.rfind("\n", 0, start) + 1
@@ -227,13 +260,17 @@ class Expander:
             if previous.endswith("\\"):
                 continue  # inside a multi-line #define
             if not called:
-                yield start, match.end(), self.expand(_substitute(macro, macro.params), start, 1)
+                yield start, end, self.expand(_substitute(macro, macro.params), start, 1)
                 continue
-            close = closing_paren(text, match.end() - 1)
+            close = closing_paren(text, opened - 1)
             if close < 0:
                 continue
-            arguments = split_arguments(text[match.end() : close])
+            arguments = split_arguments(text[opened:close])
             yield start, close + 1, self.expand(_substitute(macro, arguments), start, 1)
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def _passed_by_name(text: str, start: int, end: int) -> bool:
