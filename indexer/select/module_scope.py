@@ -103,26 +103,53 @@ def _bound(targets: list[ast.expr]) -> tuple[set[str], bool]:
     return names, mutates
 
 
+def _opens_block(text: str) -> bool:
+    """Whether a line starts a top-level statement (not a continuation of the one above:
+    a closing bracket, ``else``, ``elif``, ``except``, ``finally``, a comment)."""
+    if not text or text[0].isspace() or text.startswith(("#", ")", "]", "}")):
+        return False
+    return not text.startswith(("else", "elif", "except", "finally"))
+
+
+def _flatten(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements of a body, looking into the blocks (if, try, with, for) around them."""
+    statements = []
+    stack = list(body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, _BLOCKS):
+            for field in ("body", "orelse", "finalbody"):
+                stack.extend(getattr(stmt, field, []) or [])
+            for handler in getattr(stmt, "handlers", []) or []:
+                stack.extend(handler.body)
+        else:
+            statements.append(stmt)
+    return statements
+
+
 class ModuleStatements:
     """Top-level statements of Python files under ``root``, parsed once each."""
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
-        self._parsed: dict[str, list[ast.stmt] | None] = {}
         self._trees: dict[str, ast.Module | None] = {}
-        self.receivers = Receivers(self._tree)
         self._lines: dict[str, list[str] | None] = {}
+        self.receivers = Receivers(self._tree, self.lines)
 
-    def calls_at(self, path: str, line: int, name: str) -> bool:
-        """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``);
-        True when the line cannot be read, so that unknown counts as a call."""
+    def lines(self, path: str) -> list[str] | None:
+        """The lines of a file under the root (None if it cannot be read)."""
         if path not in self._lines:
             try:
                 text = (self.root / path).read_text(encoding="utf-8", errors="replace")
                 self._lines[path] = text.splitlines()
             except (OSError, TypeError):
                 self._lines[path] = None
-        lines = self._lines[path]
+        return self._lines[path]
+
+    def calls_at(self, path: str, line: int, name: str) -> bool:
+        """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``);
+        True when the line cannot be read, so that unknown counts as a call."""
+        lines = self.lines(path)
         if lines is None or not 0 < line <= len(lines):
             return True
         pattern = _call_pattern(name)
@@ -147,25 +174,33 @@ class ModuleStatements:
             self._trees[path] = tree
         return self._trees[path]
 
-    def _statements(self, path: str) -> list[ast.stmt] | None:
-        if path not in self._parsed:
-            statements: list[ast.stmt] | None = None
-            if self.root is not None:
-                tree = self._tree(path)
-                if tree is not None:
-                    statements = []
-                    stack = list(tree.body)
-                    while stack:
-                        stmt = stack.pop()
-                        if isinstance(stmt, _BLOCKS):
-                            for field in ("body", "orelse", "finalbody"):
-                                stack.extend(getattr(stmt, field, []) or [])
-                            for handler in getattr(stmt, "handlers", []) or []:
-                                stack.extend(handler.body)
-                        else:
-                            statements.append(stmt)
-            self._parsed[path] = statements
-        return self._parsed[path]
+    def _statement_at(self, path: str, line: int) -> ast.stmt | None:
+        """The top-level statement (inside module-level blocks) holding ``line``. Only the
+        lines of the top-level block around it are parsed: whole library files cost
+        ~30 ms each, and a selection asks of hundreds."""
+        lines = self.lines(path)
+        if lines is None or not 0 < line <= len(lines):
+            return None
+        start = line - 1
+        while start > 0 and not _opens_block(lines[start]):
+            start -= 1
+        while start > 0 and lines[start - 1].startswith("@"):
+            start -= 1  # the decorators of a definition
+        end = line
+        while end < len(lines) and not _opens_block(lines[end]):
+            end += 1
+        try:
+            chunk = ast.parse("\n".join(lines[start:end]))
+        except (SyntaxError, ValueError):
+            chunk = self._tree(path)  # a string spanning the guess: parse the whole file
+            start = 0
+            if chunk is None:
+                return None
+        ast.increment_lineno(chunk, start)
+        return next(
+            (s for s in _flatten(chunk.body) if s.lineno <= line <= (s.end_lineno or s.lineno)),
+            None,
+        )
 
     def deferred(self, path: str, def_line: int, line: int) -> bool:
         """Whether ``line`` lies in a function (or a method of a class) nested in the
@@ -207,10 +242,7 @@ class ModuleStatements:
         ``deferred``: whether calling ``name`` runs none of the changed code (see
         ``deferred``), asked only of a statement that calls it.
         """
-        statements = self._statements(path)
-        if statements is None:
-            return RUN
-        stmt = next((s for s in statements if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        stmt = self._statement_at(path, line)
         if stmt is None or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return RUN  # a decorator or a base class: registration or inheritance
         registered = None

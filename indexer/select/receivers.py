@@ -19,9 +19,18 @@ else, including a name bound by an import, may be a tensor.
 from __future__ import annotations
 
 import ast
+import re
+import textwrap
 from collections.abc import Callable
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# NAME = [ / { / "..." / set( / Trie( : a name given a literal or a call, on one line.
+_ASSIGNMENT = re.compile(
+    r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?\|?=(?!=)[ \t]*"
+    r"(?:([\[{'\"]|[rbf]+['\"])|(\w+)[ \t]*\()",
+    re.MULTILINE,
+)
+_CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 _CONTAINER_NODES = (
     ast.Set,
     ast.Dict,
@@ -43,59 +52,176 @@ _CONTAINER_TYPES = frozenset(
 
 
 class Receivers:
-    """Receiver typing over the files a ``tree(path)`` callable parses (cached there)."""
+    """Receiver typing over the files a ``tree(path)`` callable parses (cached there);
+    ``lines(path)`` gives a file's lines, to rule most calls out before parsing."""
 
-    def __init__(self, tree: Callable[[str], ast.Module | None]) -> None:
+    def __init__(
+        self,
+        tree: Callable[[str], ast.Module | None],
+        lines: Callable[[str], list[str] | None],
+    ) -> None:
         self._tree = tree
-        self._module_names: dict[tuple[str, str], frozenset[str]] = {}
+        self._lines = lines
+        self._globals: dict[tuple[str, str, str], bool] = {}
+        self._answers: dict[tuple[str, int, str], bool] = {}
+        self._texts: dict[str, str] = {}
+        self._typed: dict[str, set[str]] = {}
 
     def not_a_tensor_at(self, path: str, line: int, method: str) -> bool:
         """Whether every ``.method(...)`` call on ``line`` of ``path`` has a receiver the
         file shows is no tensor."""
+        key = (path, line, method)
+        if key not in self._answers:
+            self._answers[key] = self._not_a_tensor_at(path, line, method)
+        return self._answers[key]
+
+    def _not_a_tensor_at(self, path: str, line: int, method: str) -> bool:
+        lines = self._lines(path)
+        if lines is None or not 0 < line <= len(lines):
+            return False
+        text = lines[line - 1]
+        named = re.escape(method)
+        receivers = set(re.findall(rf"(?<![\w.])([A-Za-z_]\w*)\s*\.\s*{named}\s*\(", text))
+        if not receivers or len(re.findall(rf"\.\s*{named}\s*\(", text)) != len(
+            re.findall(rf"(?<![\w.])[A-Za-z_]\w*\s*\.\s*{named}\s*\(", text)
+        ):
+            return False  # some receiver is no plain name (self.x.add, f().add)
+        whole = self._text(path)
+        if not all(self._may_be_typed(path, receiver) for receiver in receivers):
+            return False  # decided from the text (the common case)
+        span = _enclosing_function(lines, line - 1)
+        if span is None:  # module level (or a class body: not typed here)
+            return all(self._global_typed(path, r, method) for r in receivers)
+        # Parse the function alone: parsing whole library files costs ~50 ms each.
+        try:
+            snippet = ast.parse(textwrap.dedent("\n".join(lines[span[0] : span[1]])))
+        except (SyntaxError, ValueError):
+            return False
+        function = snippet.body[0] if snippet.body else None
+        if not isinstance(function, FUNCTIONS):
+            return False
+        typed = _typer(lambda name: name in self._classes(path, method, whole, name))
+        local = _bound_names(function)
+        known = _function_names(function, typed)
+        for receiver in receivers:
+            if receiver in local:
+                if receiver not in known:
+                    return False
+            elif not self._global_typed(path, receiver, method):
+                return False
+        return True
+
+    def _text(self, path: str) -> str:
+        if path not in self._texts:
+            self._texts[path] = "\n".join(self._lines(path) or ())
+        return self._texts[path]
+
+    def _may_be_typed(self, path: str, name: str) -> bool:
+        """A textual filter, before parsing: is ``name`` ever given a container literal,
+        a container, or an instance of a class the file defines? (One regex pass per file.)"""
+        if path not in self._typed:
+            text = self._text(path)
+            classes = set(_CLASS.findall(text))
+            self._typed[path] = {
+                match.group(1)
+                for match in _ASSIGNMENT.finditer(text)
+                if match.group(2) or match.group(3) in _CONTAINER_TYPES or match.group(3) in classes
+            }
+        return name in self._typed[path]
+
+    def _classes(self, path: str, method: str, text: str, name: str) -> frozenset[str]:
+        """The file's classes defining ``method``, parsed only if it may define ``name``."""
+        if not re.search(rf"^class\s+{re.escape(name)}\b", text, re.MULTILINE):
+            return frozenset()
         tree = self._tree(path)
-        if tree is None:
-            return False
-        scope: ast.AST = tree
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, FUNCTIONS)
-                and node.lineno <= line <= (node.end_lineno or node.lineno)
-                and node.lineno > getattr(scope, "lineno", 0)
-            ):
-                scope = node  # the innermost function around the line
-        calls = [
-            node.func
-            for node in ast.walk(scope)
-            if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == method
-            and node.lineno <= line <= (node.end_lineno or node.lineno)
-        ]
-        if not calls or not all(isinstance(func.value, ast.Name) for func in calls):
-            return False
-        known = set(self._at_module_level(path, method))
-        if isinstance(scope, FUNCTIONS):
-            typed = _typer(_local_classes(tree, method))
-            known = (known - _bound_names(scope)) | _function_names(scope, typed)
-        return all(func.value.id in known for func in calls)
+        return _local_classes(tree, method) if tree is not None else frozenset()
 
     def module_level(self, path: str, func: ast.expr) -> bool:
         """Whether ``func`` is ``NAME.method`` with ``NAME`` a module-level name of ``path``
         the file shows is no tensor."""
         if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
             return False
-        return func.value.id in self._at_module_level(path, func.attr)
+        return self._global_typed(path, func.value.id, func.attr)
 
-    def _at_module_level(self, path: str, method: str) -> frozenset[str]:
-        key = (path, method)
-        if key not in self._module_names:
-            tree = self._tree(path)
-            names: frozenset[str] = frozenset()
-            if tree is not None:
-                typed = _typer(_local_classes(tree, method))
-                names = _typed_names(_flatten(tree.body), typed)
-            self._module_names[key] = names
-        return self._module_names[key]
+    def _global_typed(self, path: str, name: str, method: str) -> bool:
+        """Whether ``name`` is assigned at module level and every assignment of it in the
+        file (at any depth: a same-named local only makes this more cautious) gives an
+        accepted value. Each assignment statement is parsed alone."""
+        key = (path, name, method)
+        if key in self._globals:
+            return self._globals[key]
+        text = self._text(path)
+        answer = _assigned_at_module_level(name, text) and self._may_be_typed(path, name)
+        if answer and re.search(rf"\bimport\b[^\n]*\b{re.escape(name)}\b", text):
+            answer = False  # also bound by an import
+        if answer:
+            lines = self._lines(path) or []
+            typed = _typer(lambda callee: callee in self._classes(path, method, text, callee))
+            pattern = re.compile(rf"^\s*{re.escape(name)}\s*(?::[^=\n]+)?\|?=(?!=)")
+            for index, line in enumerate(lines):
+                if pattern.match(line):
+                    value = _assigned_value(lines, index)
+                    if value is None or not typed(value):
+                        answer = False
+                        break
+        self._globals[key] = answer
+        return answer
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def _enclosing_function(lines: list[str], index: int) -> tuple[int, int] | None:
+    """(first, end) line indexes of the innermost ``def`` around line ``index``, found by
+    indentation; None at module level or in a class body."""
+    limit = _indent(lines[index])
+    start = None
+    for i in range(index - 1, -1, -1):
+        stripped = lines[i].lstrip()
+        if not stripped or stripped.startswith("#") or _indent(lines[i]) >= limit:
+            continue
+        if stripped.startswith(("def ", "async def ")):
+            start = i
+            break
+        if stripped.startswith("class ") or _indent(lines[i]) == 0:
+            return None
+        limit = _indent(lines[i])
+    if start is None:
+        return None
+    level = _indent(lines[start])
+    end = start + 1
+    while end < len(lines):
+        stripped = lines[end].lstrip()
+        closes = stripped.startswith((")", "]", "}"))  # the end of a multi-line signature
+        if (
+            stripped
+            and not stripped.startswith("#")
+            and _indent(lines[end]) <= level
+            and not closes
+        ):
+            break
+        end += 1
+    return start, end
+
+
+def _assigned_value(lines: list[str], index: int) -> ast.expr | None:
+    """The value of the assignment starting on line ``index`` (parsed alone, with as
+    many following lines as it spans; None if it cannot be read)."""
+    for end in range(index + 1, min(index + 60, len(lines)) + 1):
+        try:
+            module = ast.parse(textwrap.dedent("\n".join(lines[index:end])))
+        except (SyntaxError, ValueError):
+            continue
+        stmt = module.body[0] if module.body else None
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            return stmt.value
+        return None
+    return None
+
+
+def _assigned_at_module_level(name: str, text: str) -> bool:
+    return re.search(rf"^{re.escape(name)}\s*(?::[^=\n]+)?\|?=", text, re.MULTILINE) is not None
 
 
 def _local_classes(tree: ast.Module, method: str) -> frozenset[str]:
@@ -108,7 +234,7 @@ def _local_classes(tree: ast.Module, method: str) -> frozenset[str]:
     )
 
 
-def _typer(classes: frozenset[str]) -> Callable[[ast.expr | None], bool]:
+def _typer(local_class: Callable[[str], bool]) -> Callable[[ast.expr | None], bool]:
     def typed(value: ast.expr | None) -> bool:
         if isinstance(value, _CONTAINER_NODES):
             return True
@@ -120,7 +246,7 @@ def _typer(classes: frozenset[str]) -> Callable[[ast.expr | None], bool]:
             return False
         callee = value.func
         if isinstance(callee, ast.Name):
-            return callee.id in _CONTAINER_TYPES or callee.id in classes
+            return callee.id in _CONTAINER_TYPES or local_class(callee.id)
         return isinstance(callee, ast.Attribute) and callee.attr in _CONTAINER_TYPES
 
     return typed
