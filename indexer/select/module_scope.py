@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from indexer.select.pysource import parse
 from indexer.select.receivers import Receivers
 
 _BLOCKS = (ast.If, ast.Try, ast.With, ast.For, ast.While, ast.AsyncWith, ast.AsyncFor)
@@ -168,8 +169,8 @@ class ModuleStatements:
             tree = None
             if self.root is not None:
                 try:
-                    tree = ast.parse((self.root / path).read_bytes())
-                except (OSError, SyntaxError, ValueError):
+                    tree = parse((self.root / path).read_bytes())
+                except OSError:
                     tree = None
             self._trees[path] = tree
         return self._trees[path]
@@ -189,9 +190,8 @@ class ModuleStatements:
         end = line
         while end < len(lines) and not _opens_block(lines[end]):
             end += 1
-        try:
-            chunk = ast.parse("\n".join(lines[start:end]))
-        except (SyntaxError, ValueError):
+        chunk = parse("\n".join(lines[start:end]))
+        if chunk is None:
             chunk = self._tree(path)  # a string spanning the guess: parse the whole file
             start = 0
             if chunk is None:

@@ -23,6 +23,8 @@ import re
 import textwrap
 from collections.abc import Callable
 
+from indexer.select.pysource import parse
+
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # NAME = [ / { / "..." / set( / Trie( : a name given a literal or a call, on one line.
 _ASSIGNMENT = re.compile(
@@ -93,11 +95,8 @@ class Receivers:
         if span is None:  # module level (or a class body: not typed here)
             return all(self._global_typed(path, r, method) for r in receivers)
         # Parse the function alone: parsing whole library files costs ~50 ms each.
-        try:
-            snippet = ast.parse(textwrap.dedent("\n".join(lines[span[0] : span[1]])))
-        except (SyntaxError, ValueError):
-            return False
-        function = snippet.body[0] if snippet.body else None
+        snippet = parse(textwrap.dedent("\n".join(lines[span[0] : span[1]])))
+        function = snippet.body[0] if snippet is not None and snippet.body else None
         if not isinstance(function, FUNCTIONS):
             return False
         typed = _typer(lambda name: name in self._classes(path, method, whole, name))
@@ -209,9 +208,8 @@ def _assigned_value(lines: list[str], index: int) -> ast.expr | None:
     """The value of the assignment starting on line ``index`` (parsed alone, with as
     many following lines as it spans; None if it cannot be read)."""
     for end in range(index + 1, min(index + 60, len(lines)) + 1):
-        try:
-            module = ast.parse(textwrap.dedent("\n".join(lines[index:end])))
-        except (SyntaxError, ValueError):
+        module = parse(textwrap.dedent("\n".join(lines[index:end])))
+        if module is None:
             continue
         stmt = module.body[0] if module.body else None
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
