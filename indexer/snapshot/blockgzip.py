@@ -103,7 +103,9 @@ def _block_length(header: bytes) -> int | None:
     *_, xlen, si1, si2, sublen, size = _HEADER.unpack(header[: _HEADER.size])
     if xlen < 8 or si1 + si2 != _EXTRA_ID or sublen != 4:
         return None
-    if size <= _HEADER.size + 8:
+    # Deflate never grows data by more than a few bytes per 16 KiB: a longer member would
+    # only make the reader hold a crafted length in memory.
+    if size <= _HEADER.size + 8 or size > MAX_BLOCK_BYTES + MAX_BLOCK_BYTES // 64:
         raise BlockGzipError(f"gzip member states an impossible length ({size} bytes)")
     return size
 
