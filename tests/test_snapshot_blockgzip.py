@@ -69,6 +69,17 @@ def test_empty_input_is_one_empty_member() -> None:
     assert inflate_all(blob) == (b"", True)
 
 
+def test_an_empty_member_between_blocks_is_not_the_end() -> None:
+    first, second = compress(b"a" * 5000), compress(b"b" * 3000)
+    assert inflate_all(first + compress(b"") + second) == (b"a" * 5000 + b"b" * 3000, True)
+
+
+def test_input_of_whole_blocks_ends_without_an_empty_member() -> None:
+    data = sample(BLOCK * 3)[: BLOCK * 3]
+    blob = compress(data)
+    assert len(member_offsets(blob)) == 3 and gzip.decompress(blob) == data
+
+
 def test_a_gzip_of_another_tool_is_read_member_by_member() -> None:
     first, second = sample(20_000), sample(3_000)
     blob = gzip.compress(first) + gzip.compress(second, mtime=0)

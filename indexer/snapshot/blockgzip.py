@@ -58,6 +58,7 @@ class BlockGzipWriter:
         self._level = level
         self._block = block_bytes or BLOCK_BYTES
         self._pending = bytearray()
+        self._members = 0
         self._pool = ThreadPoolExecutor(_workers(), thread_name_prefix="snapshot-deflate")
         self._inflight: deque[Future[bytes]] = deque()
 
@@ -69,6 +70,7 @@ class BlockGzipWriter:
         return len(data)
 
     def _submit(self, payload: bytes) -> None:
+        self._members += 1
         self._inflight.append(self._pool.submit(_member, payload, self._level))
         while len(self._inflight) > 2 * _workers():
             self._out.write(self._inflight.popleft().result())
@@ -76,7 +78,7 @@ class BlockGzipWriter:
     def close(self) -> None:
         """Compress what is left and write every member, in order."""
         try:
-            if self._pending or not self._inflight:
+            if self._pending or not self._members:  # empty input: one empty member
                 self._submit(bytes(self._pending))
                 self._pending.clear()
             while self._inflight:
@@ -163,13 +165,18 @@ class BlockGzipReader:
 
     def _fill_parallel(self) -> bytes:
         assert self._pool is not None
-        while not self._ended and len(self._inflight) < 2 * _workers():
-            member = self._next_member()
-            if member is None:
-                self._ended = True
-            else:
-                self._inflight.append(self._pool.submit(_inflate, member))
-        return self._inflight.popleft().result() if self._inflight else b""
+        while True:
+            while not self._ended and len(self._inflight) < 2 * _workers():
+                member = self._next_member()
+                if member is None:
+                    self._ended = True
+                else:
+                    self._inflight.append(self._pool.submit(_inflate, member))
+            if not self._inflight:
+                return b""
+            data = self._inflight.popleft().result()
+            if data:  # an empty member is valid gzip, not the end
+                return data
 
     # -- fallback: one member after another in this thread --------------------------------
     def _fill_serial(self) -> bytes:
