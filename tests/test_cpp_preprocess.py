@@ -124,6 +124,36 @@ struct VISIBILITY_HIDDEN CUDAPythonModuleValue : public PythonValue {
 """
 
 
+INDEXING = """\
+namespace at::native {
+
+template <typename T, typename IndexType, unsigned int Dims, int IdxDim>
+__global__ void indexFuncSmallIndex(T* self, IndexType n) {}
+
+void index_add_cuda_impl(const Tensor& self, int64_t n) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+#define SMALL_INDEX(TENSOR_TYPE, INDICES_TYPE, TYPE, SELF_DIM)              \\
+  indexFuncSmallIndex<TENSOR_TYPE, INDICES_TYPE, TYPE, SELF_DIM>           \\
+    <<<grid, block, 0, stream>>>(self.data_ptr<TENSOR_TYPE>(), n);
+  if (self.dim() == 1) {
+    SMALL_INDEX(float, int64_t, unsigned int, 1);
+  } else if (self.dim() == 2) {
+    SMALL_INDEX(float, int64_t, unsigned int, -2);
+  } else {
+    SMALL_INDEX(double, int64_t, unsigned int, -1);
+  }
+#undef SMALL_INDEX
+}
+
+Tensor& index_add_cuda_out(const Tensor& self, int64_t n, Tensor& result) {
+  index_add_cuda_impl(self, n);
+  return result;
+}
+
+} // namespace at::native
+"""
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     base = tmp_path_factory.mktemp("cpp-preprocess")
@@ -132,6 +162,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     (repo / "csrc/RNN.cpp").write_text(RNN, encoding="utf-8")
     (repo / "csrc/generated_serialization_types.h").write_text(SERIALIZATION, encoding="utf-8")
     (repo / "csrc/python_sugared_value.h").write_text(SUGARED, encoding="utf-8")
+    (repo / "csrc/Indexing.cu").write_text(INDEXING, encoding="utf-8")
     git(repo, "init", "-q", "-b", "main")
     commit_all(repo, "preprocessor shapes")
     saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
@@ -225,3 +256,27 @@ def test_block_opened_and_closed_in_one_branch_conditionals() -> None:
         return node.type == "ERROR" or node.is_missing or any(map(broken, node.children))
 
     assert not broken(source.cpp_tree.root_node)
+
+
+def test_macro_uses_with_builtin_types_do_not_read_as_declarations(
+    built: tuple[Path, Index],
+) -> None:
+    """Indexing.cu: `SMALL_INDEX(scalar_t, index_t, unsigned int, 2, 2, -2);` made
+    tree-sitter lose the host functions; the use is blanked and its expansion read."""
+    repo, index = built
+    path = repo / "csrc/Indexing.cu"
+    assert lines(index, "at::native::index_add_cuda_impl") == [
+        line_of(path, "void index_add_cuda_impl(")
+    ]
+    assert lines(index, "at::native::index_add_cuda_out") == [line_of(path, "index_add_cuda_out(")]
+    host = next(
+        n for n in index.find("at::native::index_add_cuda_impl") if n.kind == "cpp_function"
+    )
+    launches = {e.line for e in index.out_edges(host.id, ["launches"])}
+    assert launches == {
+        line_of(path, "SMALL_INDEX(float, int64_t, unsigned int, 1);"),
+        line_of(path, "SMALL_INDEX(float, int64_t, unsigned int, -2);"),
+        line_of(path, "SMALL_INDEX(double, int64_t, unsigned int, -1);"),
+    }
+    errors = {row[0]: row[4] for row in index.file_rows()}
+    assert errors["csrc/Indexing.cu"] == 0

@@ -424,9 +424,11 @@ class _Extraction:
                 caller = caller.outer
             return caller
 
+        typed_uses = set(self.prepared.macro_use_at)
+
         def wanted(offset: int, macro: Macro, called: bool) -> bool:
             end = offset + len(macro.name)
-            if prepared[offset:end] != original[offset:end]:
+            if prepared[offset:end] != original[offset:end] and offset not in typed_uses:
                 return False  # in a branch kept out of the parse
             index = bisect_right(body_starts, offset) - 1
             if index < 0 or offset >= reach[index]:

@@ -128,6 +128,9 @@ _SPACES_KEEP_NEWLINES = bytes(10 if byte == 10 else 32 for byte in range(256))
 _BRACE_TOKENS = re.compile(
     rb"[{}]|//[^\n]*|/\*.*?\*/|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'", re.S
 )
+_FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+(\w+)\(")
+_BUILTIN_TYPE = re.compile(rb"\b(?:unsigned|signed|short|long|char|int|float|double|bool|void)\b")
+_PAREN_TOKENS = re.compile(rb"[()]|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _DIRECTIVE = re.compile(rb"#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b")
 _IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _UPPER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -143,6 +146,7 @@ class Prepared:
     host_at: list[int] = field(default_factory=list)  # `__host__`
     host_device_at: list[int] = field(default_factory=list)  # C10_HOST_DEVICE
     launch_at: list[int] = field(default_factory=list)  # `<<<`
+    macro_use_at: list[int] = field(default_factory=list)  # blanked uses of the file's macros
 
 
 def _free_standing(data: bytes, start: int) -> bool:
@@ -168,6 +172,44 @@ def _namespace_macro_uses(data: bytes) -> list[tuple[int, bytes]]:
         for match in uses.finditer(data)
         if not _in_directive(data, match.start())
     ]
+
+
+def _typed_macro_uses(data: bytes) -> list[tuple[int, int]]:
+    """Statement uses of the file's own function-like macros whose arguments hold a builtin
+    type (``SMALL_INDEX(scalar_t, index_t, unsigned int, 1, 1, -2);`` in Indexing.cu):
+    tree-sitter reads them as declarations and, failing, loses the functions around them.
+    Their expansion is what extraction reads (indexer/cpp/expand.py)."""
+    names = {match.group(1) for match in _FUNCTION_LIKE_DEFINE.finditer(data)}
+    if not names:
+        return []
+    found = []
+    uses = re.compile(rb"\b(?:" + _names(name.decode() for name in names) + rb")\s*\(")
+    for match in uses.finditer(data):
+        start = match.start()
+        if _in_directive(data, start):
+            continue
+        line_start = data.rfind(b"\n", 0, start) + 1
+        if data[max(0, line_start - 3) : line_start].rstrip().endswith(b"\\"):
+            continue  # a line of a multi-line #define
+        close = _closing_paren(data, match.end() - 1)
+        if close < 0 or not _BUILTIN_TYPE.search(data, match.end(), close):
+            continue
+        if data[close + 1 : close + 64].lstrip().startswith(b";"):
+            found.append((start, close + 1))
+    return found
+
+
+def _closing_paren(data: bytes, open_at: int) -> int:
+    depth = 0
+    for match in _PAREN_TOKENS.finditer(data, open_at):
+        token = match.group(0)
+        if token == b"(":
+            depth += 1
+        elif token == b")":
+            depth -= 1
+            if depth == 0:
+                return match.start()
+    return -1
 
 
 def _in_directive(data: bytes, start: int) -> bool:
@@ -304,6 +346,10 @@ def prepare(data: bytes) -> Prepared:
                 and not _in_directive(data, start)  # `#ifdef USE_CUDNN_RNN_V8_API`
             ):
                 spans.append((start, match.end()))
+    if b"define" in data:
+        uses = _typed_macro_uses(data)
+        prepared.macro_use_at = [start for start, _ in uses]
+        spans += uses
     if b"<<<" in data:
         for match in _LAUNCH.finditer(data):
             prepared.launch_at.append(match.start())
