@@ -158,7 +158,14 @@ class _Extraction:
     def run(self) -> None:
         prepared = self.prepared
         cuda = self.src.language == "cuda" or bool(prepared.global_at or prepared.launch_at)
-        captures = QueryCursor(_query(cuda)).captures(self.src.cpp_tree.root_node)
+        # In source order, outermost first: the order captures come in varies between runs,
+        # and the index must not (update equals rebuild, snapshots compare).
+        captures = {
+            name: sorted(nodes, key=_source_order)
+            for name, nodes in QueryCursor(_query(cuda))
+            .captures(self.src.cpp_tree.root_node)
+            .items()
+        }
         expansion = self.line_map is not None
         if not expansion:
             errors = _outermost(captures.get("error", ()))
@@ -475,10 +482,15 @@ def _scope_at(regions: list[Region], offset: int, namespaces_only: bool) -> list
     return scope
 
 
+def _source_order(node: Node) -> tuple[int, int]:
+    return node.start_byte, -node.end_byte
+
+
 def _outermost(errors: list[Node]) -> int:
+    """ERROR regions not inside another (``errors`` in source order, outermost first)."""
     count = 0
     last_end = -1
-    for node in sorted(errors, key=lambda node: node.start_byte):
+    for node in errors:
         if node.start_byte >= last_end:
             count += 1
             last_end = node.end_byte
