@@ -29,13 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from indexer.select.pysource import parse
+from indexer.select.pysource import parse, statements
 from indexer.select.receivers import Receivers
-
-_BLOCKS = (ast.If, ast.Try, ast.With, ast.For, ast.While, ast.AsyncWith, ast.AsyncFor)
-if hasattr(ast, "TryStar"):
-    _BLOCKS = (*_BLOCKS, ast.TryStar)
-
 
 # What a call of the enclosing function only defines: their bodies run later, if ever.
 _DEFERRED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -112,22 +107,6 @@ def _opens_block(text: str) -> bool:
     return not text.startswith(("else", "elif", "except", "finally"))
 
 
-def _flatten(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Statements of a body, looking into the blocks (if, try, with, for) around them."""
-    statements = []
-    stack = list(body)
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, _BLOCKS):
-            for field in ("body", "orelse", "finalbody"):
-                stack.extend(getattr(stmt, field, []) or [])
-            for handler in getattr(stmt, "handlers", []) or []:
-                stack.extend(handler.body)
-        else:
-            statements.append(stmt)
-    return statements
-
-
 class ModuleStatements:
     """Top-level statements of Python files under ``root``, parsed once each."""
 
@@ -198,7 +177,11 @@ class ModuleStatements:
                 return None
         ast.increment_lineno(chunk, start)
         return next(
-            (s for s in _flatten(chunk.body) if s.lineno <= line <= (s.end_lineno or s.lineno)),
+            (
+                s
+                for s in statements(chunk.body, blocks=False, definitions=True)
+                if s.lineno <= line <= (s.end_lineno or s.lineno)
+            ),
             None,
         )
 

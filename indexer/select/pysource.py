@@ -15,3 +15,40 @@ def parse(source: str | bytes) -> ast.Module | None:
             return ast.parse(source)
         except (SyntaxError, ValueError):
             return None
+
+
+BLOCKS: tuple[type[ast.stmt], ...] = (
+    ast.If,
+    ast.Try,
+    ast.With,
+    ast.For,
+    ast.While,
+    ast.AsyncWith,
+    ast.AsyncFor,
+    *((ast.TryStar,) if hasattr(ast, "TryStar") else ()),
+)
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def statements(body: list[ast.stmt], *, blocks: bool, definitions: bool) -> list[ast.stmt]:
+    """The statements of a body and of the blocks in it (if, try, with, for, while).
+    ``blocks``: the block statements themselves are listed too (a ``for`` binds its target);
+    ``definitions``: functions and classes are listed (their bodies are never entered)."""
+    found: list[ast.stmt] = []
+    stack = list(body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, DEFINITIONS):
+            if definitions:
+                found.append(stmt)
+            continue
+        if not isinstance(stmt, BLOCKS):
+            found.append(stmt)
+            continue
+        if blocks:
+            found.append(stmt)
+        for field in ("body", "orelse", "finalbody"):
+            stack.extend(getattr(stmt, field, []) or [])
+        for handler in getattr(stmt, "handlers", []) or []:
+            stack.extend(handler.body)
+    return found

@@ -23,7 +23,7 @@ import re
 import textwrap
 from collections.abc import Callable
 
-from indexer.select.pysource import parse
+from indexer.select.pysource import parse, statements
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # NAME = [ / { / "..." / set( / Trie( : a name given a literal or a call, on one line.
@@ -250,22 +250,6 @@ def _typer(local_class: Callable[[str], bool]) -> Callable[[ast.expr | None], bo
     return typed
 
 
-def _flatten(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Statements of a body and its blocks, nested definitions left out."""
-    found: list[ast.stmt] = []
-    stack = list(body)
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, (*FUNCTIONS, ast.ClassDef)):
-            continue
-        found.append(stmt)
-        for field in ("body", "orelse", "finalbody"):
-            stack.extend(getattr(stmt, field, []) or [])
-        for handler in getattr(stmt, "handlers", []) or []:
-            stack.extend(handler.body)
-    return found
-
-
 def _targets(stmt: ast.stmt) -> list[ast.expr]:
     if isinstance(stmt, ast.Assign):
         return list(stmt.targets)
@@ -316,7 +300,7 @@ def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, a
 
 def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     names = set(_parameters(function))
-    for stmt in _flatten(function.body):
+    for stmt in statements(function.body, blocks=True, definitions=False):
         for target in _targets(stmt):
             names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return names
@@ -327,7 +311,7 @@ def _function_names(
 ) -> set[str]:
     """Names the function binds only to accepted values; a parameter only when it
     defaults to None and is given such a value in the body."""
-    names = set(_typed_names(_flatten(function.body), typed))
+    names = set(_typed_names(statements(function.body, blocks=True, definitions=False), typed))
     for name, default in _parameters(function).items():
         if name in names and not (isinstance(default, ast.Constant) and default.value is None):
             names.discard(name)
