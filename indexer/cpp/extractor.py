@@ -68,6 +68,8 @@ _STATIC = re.compile(rb"\bstatic\b")
 _DISPATCH = b"DISPATCH"
 _NEWLINE = re.compile(rb"\n")
 _STAND_IN = "__torchtalk_macro_use_"
+# Captures whose order makes refs or counts (nest() and add_variables() sort their own).
+_ORDERED_CAPTURES = ("error", "using", "alias", "include", "call", "karg")
 _DEFINE = b"define"
 _FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+\w+\(")
 
@@ -160,12 +162,10 @@ class _Extraction:
         cuda = self.src.language == "cuda" or bool(prepared.global_at or prepared.launch_at)
         # In source order, outermost first: the order captures come in varies between runs,
         # and the index must not (update equals rebuild, snapshots compare).
-        captures = {
-            name: sorted(nodes, key=_source_order)
-            for name, nodes in QueryCursor(_query(cuda))
-            .captures(self.src.cpp_tree.root_node)
-            .items()
-        }
+        captures = QueryCursor(_query(cuda)).captures(self.src.cpp_tree.root_node)
+        for name in _ORDERED_CAPTURES:  # the others are sorted where they are used
+            if name in captures:
+                captures[name] = sorted(captures[name], key=_source_order)
         expansion = self.line_map is not None
         if not expansion:
             errors = _outermost(captures.get("error", ()))
