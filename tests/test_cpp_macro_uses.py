@@ -178,6 +178,25 @@ TORCH_LIBRARY_FRAGMENT(_C, cache_ops) {
 """
 
 
+# CUDA_KERNEL_LOOP comes from a header (ATen/cuda/detail/KernelUtils.h): its use reads as
+# a function definition nested in the kernel.
+LOOP_KERNELS = """\
+#include <ATen/cuda/detail/KernelUtils.h>
+
+namespace vllm {
+
+__device__ float clamp_value(float x) { return x; }
+
+__global__ void clamp_kernel(float* x, int n) {
+  CUDA_KERNEL_LOOP(index, n) {
+    x[index] = clamp_value(x[index]);
+  }
+}
+
+}  // namespace vllm
+"""
+
+
 def _build(repo: Path, base: Path) -> Index:
     saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
     os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
@@ -201,6 +220,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     repo = make_fixture_repo("miniext", base / "miniext")
     (repo / "csrc/cache_kernels.cu").write_text(CACHE_KERNELS, encoding="utf-8")
     (repo / "csrc/ScaleOps.cpp").write_text(ATEN, encoding="utf-8")
+    (repo / "csrc/loop_kernels.cu").write_text(LOOP_KERNELS, encoding="utf-8")
     with open(repo / "csrc/torch_bindings.cpp", "a", encoding="utf-8") as bindings:
         bindings.write(BINDINGS)
     commit_all(repo, "macro uses")
@@ -319,3 +339,13 @@ def test_macros_defined_inside_the_body(built: tuple[Path, Index]) -> None:
         "vllm::tiled_kernel": {line_of(path, "LAUNCH_ON(float);")}
     }
     assert not [node for node in index.nodes_in_file("csrc/cache_kernels.cu") if "(" in node.name]
+
+
+def test_a_loop_macro_is_no_function_of_its_own(built: tuple[Path, Index]) -> None:
+    """``CUDA_KERNEL_LOOP(index, n) { ... }`` parses as a nested function definition; C++
+    has none, so its body is the kernel's, calls included."""
+    repo, index = built
+    assert not [n for n in index.find("CUDA_KERNEL_LOOP") if "CUDA_KERNEL_LOOP" in n.qualname]
+    kernel = one(index, "vllm::clamp_kernel", "cuda_kernel")
+    line = line_of(repo / "csrc/loop_kernels.cu", "x[index] = clamp_value(")
+    assert targets(index, kernel, "calls") == {"vllm::clamp_value": {line}}

@@ -273,6 +273,10 @@ class _Extraction:
         return region.scope, None
 
     def _add_function(self, region: Region) -> None:
+        if region.parent is not None and region.parent.kind == FUNCTION:
+            # C++ has no nested functions: this is a loop macro read as one
+            # (CUDA_KERNEL_LOOP(i, n) { ... }); its body belongs to the function around it.
+            return
         node = region.node
         shape = describe(node, self.data)
         if shape is None:
