@@ -6,8 +6,12 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from indexer.query.index import Index
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPORA = Path.home() / ".cache" / "torchtalk-corpora"
@@ -50,6 +54,27 @@ def make_fixture_repo(name: str, dest: Path) -> Path:
     git(dest, "init", "-q", "-b", "main")
     commit_all(dest, f"{name} fixture")
     return dest
+
+
+def build_private_index(repo: Path, base: Path) -> Index:
+    """Index ``repo`` with its cache and configuration under ``base`` (the environment is
+    restored after), so a test's index is its own."""
+    from indexer.build import build_index
+    from indexer.query.index import Index
+    from indexer.workspace import Workspace
+
+    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
+    os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
+    os.environ["TORCHTALK_CONFIG_DIR"] = str(base / "config")
+    try:
+        result = build_index(Workspace.resolve(repo), show_progress=False)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return Index(result.db_path)
 
 
 def line_of(path: Path, text: str, occurrence: int = 1) -> int:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from indexer.build import build_index
 from indexer.query.index import Edge, Index, Node
-from indexer.workspace import Workspace
-from tests.helpers import commit_all, make_fixture_repo
+from tests.helpers import build_private_index, commit_all, make_fixture_repo
 
 
 def build_fixture(
@@ -24,18 +21,7 @@ def build_fixture(
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(text, encoding="utf-8")
         commit_all(repo, "extra files")
-    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
-    os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
-    os.environ["TORCHTALK_CONFIG_DIR"] = str(base / "config")
-    try:
-        result = build_index(Workspace.resolve(repo), show_progress=False)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return repo, Index(result.db_path)
+    return repo, build_private_index(repo, base)
 
 
 def node(index: Index, qualname: str, kind: str | None = None) -> Node:

@@ -6,15 +6,12 @@ to a dispatch macro from a header, an op registered for that host function)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from indexer.build import build_index
 from indexer.query.index import Index, Node
-from indexer.workspace import Workspace
-from tests.helpers import commit_all, line_of, make_fixture_repo
+from tests.helpers import build_private_index, commit_all, line_of, make_fixture_repo
 
 ATEN = """\
 #include <ATen/Dispatch.h>
@@ -197,21 +194,6 @@ __global__ void clamp_kernel(float* x, int n) {
 """
 
 
-def _build(repo: Path, base: Path) -> Index:
-    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
-    os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
-    os.environ["TORCHTALK_CONFIG_DIR"] = str(base / "config")
-    try:
-        result = build_index(Workspace.resolve(repo), show_progress=False)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return Index(result.db_path)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     """miniext with a cache-kernels file in vLLM's style and its ops registered, plus an
@@ -224,7 +206,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     with open(repo / "csrc/torch_bindings.cpp", "a", encoding="utf-8") as bindings:
         bindings.write(BINDINGS)
     commit_all(repo, "macro uses")
-    return repo, _build(repo, base)
+    return repo, build_private_index(repo, base)
 
 
 def one(index: Index, qualname: str, kind: str = "cpp_function") -> Node:

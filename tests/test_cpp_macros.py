@@ -3,16 +3,13 @@ macro-written definitions, local classes, attribute macros, #if variants, inheri
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from indexer.build import build_index
 from indexer.cpp.preprocess import prepare
 from indexer.query.index import Index, Node
-from indexer.workspace import Workspace
-from tests.helpers import commit_all, git, line_of
+from tests.helpers import build_private_index, commit_all, git, line_of
 
 UNARY = """\
 #include <ATen/core/Tensor.h>
@@ -110,18 +107,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     (repo / "csrc/Attributes.h").write_text(ATTRIBUTES, encoding="utf-8")
     git(repo, "init", "-q", "-b", "main")
     commit_all(repo, "cpp rules")
-    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
-    os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
-    os.environ["TORCHTALK_CONFIG_DIR"] = str(base / "config")
-    try:
-        result = build_index(Workspace.resolve(repo), show_progress=False)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return repo, Index(result.db_path)
+    return repo, build_private_index(repo, base)
 
 
 def one(index: Index, qualname: str, kind: str = "cpp_function") -> Node:
