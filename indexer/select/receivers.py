@@ -151,8 +151,8 @@ class Receivers:
             return self._globals[key]
         text = self._text(path)
         answer = _assigned_at_module_level(name, text) and self._may_be_typed(path, name)
-        if answer and re.search(rf"\bimport\b[^\n]*\b{re.escape(name)}\b", text):
-            answer = False  # also bound by an import
+        if answer and _bound_otherwise(name, text):
+            answer = False  # also a parameter, a loop variable, an import...
         if answer:
             lines = self._lines(path) or []
             typed = _typer(lambda callee: callee in self._classes(path, method, text, callee))
@@ -216,6 +216,23 @@ def _assigned_value(lines: list[str], index: int) -> ast.expr | None:
             return stmt.value
         return None
     return None
+
+
+def _bound_otherwise(name: str, text: str) -> bool:
+    """Whether ``name`` is bound anywhere in the file other than by ``name = ...``: an
+    import, a parameter, a ``for``/``with``/``except``/walrus/lambda target."""
+    n = re.escape(name)
+    return any(
+        re.search(pattern, text)
+        for pattern in (
+            rf"\bimport\b[^\n]*\b{n}\b",
+            rf"\bdef\s+\w+\s*\([^)]*\b{n}\b",
+            rf"\bfor\s+[^:\n]*\b{n}\b[^:\n]*\bin\b",
+            rf"\bas\s+{n}\b",
+            rf"\b{n}\s*:=",
+            rf"\blambda\b[^:\n]*\b{n}\b[^:\n]*:",
+        )
+    )
 
 
 def _assigned_at_module_level(name: str, text: str) -> bool:
