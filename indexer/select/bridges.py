@@ -101,6 +101,7 @@ class Bridges:
         self._method_names: dict[str, int] = {}  # method name -> how many define it
         self._users_of_file: dict[int, set[int]] = {}  # file -> files with edges into it
         self._hierarchy: ClassHierarchy | None = None
+        self._untyped: dict[str, list[tuple[int, int, int, str, int]]] = {}
 
     def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
         """A decorated Python function registers itself somewhere (``@op.register_impl``,
@@ -190,7 +191,22 @@ class Bridges:
                     explicit[node_id] = name
         return explicit
 
-    def _method_callers(self, methods: dict[int, str]) -> list[tuple[int, Step, str, int]]:
+    def _untyped_calls(self, name: str) -> list[tuple[int, int, int, str, int]]:
+        """(src, file, line, src kind, src file) of the unresolved ``obj.name(...)`` refs:
+        read once per walker, however many methods of that name the walk reaches."""
+        if name not in self._untyped:
+            self._untyped[name] = self.index.conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target = ?"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                (name, f".{name}"),
+            ).fetchall()
+        return self._untyped[name]
+
+    def _method_callers(
+        self, methods: dict[int, str], reached: dict[int, Step | None]
+    ) -> list[tuple[int, Step, str, int]]:
         """Callers of methods by name: ``obj.m(...)`` with a receiver the index cannot
         type stays an unresolved ``py`` ref ``.m``. Such a call is attributed to a method
         ``m`` of class C when the calling file can see C: it is C's own file, or it uses
@@ -207,13 +223,9 @@ class Bridges:
                 name
             )
             users = None if rare else self._files_using(method_file)
-            for src, file_id, line, src_kind, src_file in conn.execute(
-                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
-                " FROM refs r JOIN nodes n ON n.id = r.src_id"
-                " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target = ?"
-                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
-                (name, f".{name}"),
-            ):
+            for src, file_id, line, src_kind, src_file in self._untyped_calls(name):
+                if src in reached:
+                    continue
                 if users is not None and src_file != method_file and src_file not in users:
                     continue
                 step = Step(method_id, EdgeKind.CALLS.value, src, method_id, file_id, line)
@@ -281,7 +293,9 @@ class Bridges:
             }
         return self._users_of_file[file_id]
 
-    def _dispatcher_callers(self, op_ids: list[int]) -> list[tuple[int, Step, str, int]]:
+    def _dispatcher_callers(
+        self, op_ids: list[int], reached: dict[int, Step | None]
+    ) -> list[tuple[int, Step, str, int]]:
         """Code calling aten ops through generated bindings the index never sees: C++'s
         ``at::addmm(...)`` / ``self.t()`` (generated headers) and Python's
         ``torch._C._VariableFunctions.add`` / ``torch._C.add`` / ``torch._VF.add``
@@ -300,6 +314,8 @@ class Bridges:
                 " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
                 keys,
             ):
+                if src in reached:
+                    continue
                 if scheme == "cpp" and _calls_op_api(target, attrs, keys):
                     kind = EdgeKind.CALLS.value
                 elif scheme == "py" and target.endswith(_python_bindings(op.name)):

@@ -257,7 +257,7 @@ class ImpactWalker(Bridges):
             found: list[tuple[int, Step, str, int]] = []
             explicit = self._explicit_methods(frontier, reach)
             if explicit:
-                found += self._method_callers(explicit)
+                found += self._method_callers(explicit, reach.steps)
                 found += self._overridden(explicit)
             found += self._registrations(frontier, reach)
             steps = reach.steps
@@ -309,7 +309,7 @@ class ImpactWalker(Bridges):
                     )
             ops = [n for n in frontier if reach.kind.get(n) == OP]
             if ops:
-                found += self._dispatcher_callers(ops)
+                found += self._dispatcher_callers(ops, reach.steps)
             frontier = []
             for node_id, step, kind, file_id in found:  # grows: registered ops' callers
                 if node_id in reach.steps:
