@@ -107,42 +107,6 @@ def measure_ratio(source: Path, manifest, entries, profile: str | None) -> dict[
     }
 
 
-def op_kernel_reach(conn: sqlite3.Connection, bindings: str) -> tuple[list[str], list[str]]:
-    """(CUDA ops registered in ``bindings``, those whose host reaches a kernel)."""
-    hosts: dict[str, set[int]] = {}
-    rows = conn.execute(
-        "SELECT o.qualname, e.dst_id, e.attrs FROM edges e JOIN nodes o ON o.id = e.src_id"
-        " JOIN files f ON f.id = o.file_id"
-        " WHERE e.kind = 'dispatches' AND o.kind = 'op' AND f.path = ?",
-        (bindings,),
-    )
-    for op, host, attrs in rows:
-        keys = json.loads(attrs or "{}")
-        if "CUDA" in [keys.get("key"), *keys.get("keys", [])]:
-            hosts.setdefault(op, set()).add(host)
-    kinds = dict(
-        conn.execute(
-            "SELECT id, kind FROM nodes"
-            " WHERE kind IN ('cpp_function', 'cuda_kernel', 'registration')"
-        )
-    )
-    out: dict[int, list[int]] = {}
-    for src, dst in conn.execute(
-        "SELECT src_id, dst_id FROM edges WHERE kind IN ('calls', 'launches', 'dispatches')"
-    ):
-        out.setdefault(src, []).append(dst)
-    reaching = []
-    for op, starts in sorted(hosts.items()):
-        seen, frontier = set(starts), list(starts)
-        for _ in range(8):
-            if any(kinds.get(node) == "cuda_kernel" for node in frontier):
-                reaching.append(op)
-                break
-            frontier = [d for n in frontier for d in out.get(n, ()) if d in kinds and d not in seen]
-            seen.update(frontier)
-    return sorted(hosts), reaching
-
-
 def build_cpp_index(
     source: Path, manifest, entries, jobs: int | None, keep: Path | None, op_bindings: str | None
 ) -> dict:
@@ -170,7 +134,9 @@ def build_cpp_index(
         )
         files_with_errors, error_regions = errors.fetchone()
         problems = conn.execute("SELECT COUNT(*) FROM files WHERE error IS NOT NULL").fetchone()[0]
-        ops, reaching = op_kernel_reach(conn, op_bindings) if op_bindings else ([], [])
+        from indexer.query.kernel_reach import cuda_ops_reaching_kernels
+
+        ops, reaching = cuda_ops_reaching_kernels(conn, op_bindings) if op_bindings else ([], [])
         calls_unambiguous, calls_to_ops = conn.execute(
             "SELECT SUM(e.attrs IS NULL OR e.attrs NOT LIKE '%ambiguous%'),"
             " SUM(d.kind = 'op') FROM edges e JOIN nodes d ON d.id = e.dst_id"

@@ -3,14 +3,13 @@ files."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from indexer.query.index import Index
+from indexer.query.kernel_reach import cuda_ops_reaching_kernels
 from indexer.workspace import Workspace
 from tests.helpers import line_of
 
@@ -100,42 +99,6 @@ def vllm(vllm_index: tuple[Path, Path]) -> Index:
     return Index(db_path)
 
 
-def cuda_ops_reaching_kernels(index: Index, bindings: str) -> tuple[set[str], set[str]]:
-    """(CUDA ops registered in ``bindings``, those of them whose host function reaches a
-    cuda_kernel through calls, launches and dispatches, 8 steps at most)."""
-    hosts: dict[str, set[int]] = defaultdict(set)
-    rows = index.conn.execute(
-        "SELECT o.qualname, e.dst_id, e.attrs FROM edges e JOIN nodes o ON o.id = e.src_id"
-        " JOIN files f ON f.id = o.file_id"
-        " WHERE e.kind = 'dispatches' AND o.kind = 'op' AND f.path = ?",
-        (bindings,),
-    )
-    for op, host, attrs in rows:
-        keys = json.loads(attrs or "{}")
-        if "CUDA" in [keys.get("key"), *keys.get("keys", [])]:
-            hosts[op].add(host)
-    kinds = dict(
-        index.conn.execute(
-            "SELECT id, kind FROM nodes WHERE kind IN ('cpp_function', 'cuda_kernel', 'registration')"
-        )
-    )
-    out: dict[int, list[int]] = defaultdict(list)
-    for src, dst in index.conn.execute(
-        "SELECT src_id, dst_id FROM edges WHERE kind IN ('calls', 'launches', 'dispatches')"
-    ):
-        out[src].append(dst)
-    reaching = set()
-    for op, starts in hosts.items():
-        seen, frontier = set(starts), list(starts)
-        for _ in range(8):
-            if any(kinds.get(node) == "cuda_kernel" for node in frontier):
-                reaching.add(op)
-                break
-            frontier = [d for n in frontier for d in out[n] if d in kinds and d not in seen]
-            seen.update(frontier)
-    return set(hosts), reaching
-
-
 def test_vllm_kernel_launched_from_a_macro_used_in_the_host(vllm: Index, vllm_source: Path) -> None:
     path = "csrc/layernorm_kernels.cu"
     hosts = [n for n in vllm.find("fused_add_rms_norm", ["cpp_function"]) if n.path == path]
@@ -148,10 +111,10 @@ def test_vllm_kernel_launched_from_a_macro_used_in_the_host(vllm: Index, vllm_so
 
 
 def test_vllm_cuda_ops_reach_their_kernels(vllm: Index) -> None:
-    ops, reaching = cuda_ops_reaching_kernels(vllm, "csrc/torch_bindings.cpp")
+    ops, reaching = cuda_ops_reaching_kernels(vllm.conn, "csrc/torch_bindings.cpp")
     assert len(ops) > 100
     for op in ("_C::rms_norm", "_C::fused_add_rms_norm", "_C::silu_and_mul"):
         assert op in reaching, op
     # 50 of 119 before macro uses in bodies were expanded; the rest launch through CUTLASS
     # or other code outside the tree, function pointers, or launch nothing.
-    assert len(reaching) >= 90, sorted(ops - reaching)
+    assert len(reaching) >= 90, sorted(set(ops) - set(reaching))
