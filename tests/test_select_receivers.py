@@ -23,7 +23,8 @@ def add_change(tmp_path_factory: pytest.TempPathFactory):
 
 def test_add_on_sets_and_a_local_class_is_not_the_op(add_change) -> None:
     """_registry.py calls NAMES.add(...) (a NameTrie) and _SEEN_NAMES.add(...) (a set) at
-    import, and memo.add(...) (a set, or None replaced by one) in remember()."""
+    import, memo.add(...) (a set, or None replaced by one) in remember(), and
+    tally.add(1) in a closure whose enclosing function made tally a Tally()."""
     assert "test/test_name_registry.py" not in selected(add_change)
 
 

@@ -91,24 +91,23 @@ class Receivers:
         whole = self._text(path)
         if not all(self._may_be_typed(path, receiver) for receiver in receivers):
             return False  # decided from the text (the common case)
-        span = _enclosing_function(lines, line - 1)
-        if span is None:  # module level (or a class body: not typed here)
-            return all(self._global_typed(path, r, method) for r in receivers)
-        # Parse the function alone: parsing whole library files costs ~50 ms each.
-        snippet = parse(textwrap.dedent("\n".join(lines[span[0] : span[1]])))
-        function = snippet.body[0] if snippet is not None and snippet.body else None
-        if not isinstance(function, FUNCTIONS):
-            return False
         typed = _typer(lambda name: name in self._classes(path, method, whole, name))
-        local = _bound_names(function)
-        known = _function_names(function, typed)
-        for receiver in receivers:
-            if receiver in local:
-                if receiver not in known:
-                    return False
-            elif not self._global_typed(path, receiver, method):
+        pending = set(receivers)
+        span = _enclosing_function(lines, line - 1)
+        # From the innermost function outwards: a name not bound in one is a free variable
+        # of the next (a closure), then a module-level name.
+        while span is not None and pending:
+            # Parse the function alone: parsing whole library files costs ~50 ms each.
+            snippet = parse(textwrap.dedent("\n".join(lines[span[0] : span[1]])))
+            function = snippet.body[0] if snippet is not None and snippet.body else None
+            if not isinstance(function, FUNCTIONS):
                 return False
-        return True
+            local = pending & _bound_names(function)
+            if not local <= _function_names(function, typed):
+                return False
+            pending -= local
+            span = _enclosing_function(lines, span[0])
+        return all(self._global_typed(path, receiver, method) for receiver in pending)
 
     def _text(self, path: str) -> str:
         if path not in self._texts:
@@ -178,7 +177,9 @@ def _enclosing_function(lines: list[str], index: int) -> tuple[int, int] | None:
     start = None
     for i in range(index - 1, -1, -1):
         stripped = lines[i].lstrip()
-        if not stripped or stripped.startswith("#") or _indent(lines[i]) >= limit:
+        if not stripped or stripped.startswith(("#", ")", "]", "}")):
+            continue  # blank, comment, or the end of a multi-line signature
+        if _indent(lines[i]) >= limit:
             continue
         if stripped.startswith(("def ", "async def ")):
             start = i
