@@ -40,3 +40,10 @@ def test_constructing_a_class_does_not_run_its_call(add_change) -> None:
 def test_the_op_tests_are_still_selected(add_change) -> None:
     assert "test/test_ops.py" in selected(add_change)
     assert "test/test_binary_ufuncs.py" in selected(add_change)
+
+
+def test_a_test_files_decorator_registers_nothing(add_change) -> None:
+    """test_patched.py's helper is decorated with config.patch(...): pytest runs it, and
+    no other test file can reach it through the config module that _settings.py names."""
+    assert "test/test_patched.py" in selected(add_change)
+    assert "test/test_settings.py" not in selected(add_change)

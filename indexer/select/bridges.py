@@ -101,6 +101,7 @@ class Bridges:
         self._method_names: dict[str, int] = {}  # method name -> how many define it
         self._users_of_file: dict[int, set[int]] = {}  # file -> files with edges into it
         self._hierarchy: ClassHierarchy | None = None
+        self._test_files: set[int] | None = None
         self._untyped: dict[str, list[tuple[int, int, int, str, int]]] = {}
 
     def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
@@ -108,8 +109,21 @@ class Bridges:
         ``@register_decomposition(aten.add)``): whoever calls through that registry runs
         it. The registry is what the decorator names before its last attribute
         (``vllm.ir.ops.rms_norm`` of ``vllm.ir.ops.rms_norm.register_impl``), or an op
-        the decorator's arguments name; impact flows forward to it."""
-        ids = [n for n in frontier if reach.kind.get(n) in DECORATED_KINDS]
+        the decorator's arguments name; impact flows forward to it. Definitions in test
+        files register nothing another test file can reach (``@config.patch(...)`` on a
+        test): pytest runs them, and their own file is selected already."""
+        if self._test_files is None:
+            self._test_files = {
+                file_id
+                for (file_id,) in self.index.conn.execute(
+                    "SELECT file_id FROM nodes WHERE kind = ?", (NodeKind.TEST_FILE.value,)
+                )
+            }
+        ids = [
+            n
+            for n in frontier
+            if reach.kind.get(n) in DECORATED_KINDS and reach.file_id.get(n) not in self._test_files
+        ]
         found = []
         conn = self.index.conn
         decorated: dict[int, dict[int, int]] = {}  # file id -> node id -> its def line
@@ -147,14 +161,14 @@ class Bridges:
 
     def _registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
         """Definitions a decorator's dotted base may name: exactly, or re-exported from a
-        submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``).
-        A module is no registry: ``@config.patch(...)`` calls a function of the module."""
+        submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``),
+        a module included (``@torch._dynamo.register_backend`` fills a table of that package)."""
         base = target.rsplit(".", 1)[0]
         if "." not in base:
             return []
         rows = self.index.conn.execute(
             "SELECT id, kind, file_id FROM nodes WHERE qualname = ?"
-            " AND kind NOT IN ('file', 'python_module', 'test_file')",
+            " AND kind NOT IN ('file', 'test_file')",
             (base,),
         ).fetchall()
         if rows:
