@@ -143,13 +143,16 @@ class ImpactWalker(Bridges):
         row = self.index.conn.execute("SELECT target FROM refs WHERE id = ?", (ref_id,)).fetchone()
         return (row[0] or "") if row else ""
 
+    def _path(self, file_id: int) -> str:
+        if self._paths is None:
+            self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
+        return self._paths.get(file_id, "")
+
     def _calls(self, file_id: int, line: int, target: str) -> bool:
         if not target:
             return True
-        if self._paths is None:
-            self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         name = target.rsplit(".", 1)[-1]
-        path = self._paths.get(file_id, "")
+        path = self._path(file_id)
         if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
             return False  # memo.add(m) on a set: not the op
         return self.statements.calls_at(path, line, name)
@@ -158,8 +161,6 @@ class ImpactWalker(Bridges):
         """Top-level code of ``module`` names a reached definition (``step.dst``): does
         importing the module run it, which module names are bound to it, or which op is it
         registered as (then the op's callers are returned, to be reached next)?"""
-        if self._paths is None:
-            self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         named = self.index.node(step.dst)
         asked: list[bool] = []
 
@@ -168,7 +169,7 @@ class ImpactWalker(Bridges):
             return asked[-1]
 
         use = self.statements.use(
-            self._paths.get(file_id, ""),
+            self._path(file_id),
             step.line,
             named.name,
             named.kind in COMPILED,
@@ -205,7 +206,7 @@ class ImpactWalker(Bridges):
     ) -> bool:
         """A module already reached, named again by another top-level statement: whether
         more of it is affected now (so its users must be walked again)."""
-        if kind != MODULE or step.kind != EdgeKind.REFERENCES.value:
+        if kind != MODULE or step.kind != REFERENCES:
             return False
         if module not in reach.module_names:
             return False  # already fully affected
@@ -277,8 +278,10 @@ class ImpactWalker(Bridges):
                     if kind == IMPORTS and dst not in reach.import_live:
                         continue  # importing a name runs none of its body
                     names = reach.module_names.get(dst)
-                    if names is not None and not names.intersection(
-                        self._target(ref_id).split(".")
+                    if (
+                        names is not None
+                        and ref_id is not None  # a local edge names no module attribute
+                        and not names.intersection(self._target(ref_id).split("."))
                     ):
                         continue  # uses a module name the changed code is not bound to
                     if (
