@@ -252,10 +252,7 @@ class Bridges:
             self._hierarchy = ClassHierarchy(self.index)
         found = []
         for method_id in methods:
-            for ancestor, file_id, line in self._hierarchy.overridden(method_id):
-                ancestor_file = self.index.conn.execute(
-                    "SELECT file_id FROM nodes WHERE id = ?", (ancestor,)
-                ).fetchone()[0]
+            for ancestor, ancestor_file, file_id, line in self._hierarchy.overridden(method_id):
                 step = Step(method_id, OVERRIDES, method_id, ancestor, file_id, line)
                 found.append((ancestor, step, NodeKind.PYTHON_FUNCTION.value, ancestor_file))
         return found

@@ -62,10 +62,10 @@ class ClassHierarchy:
         self._bases[class_id] = found
         return found
 
-    def overridden(self, method_id: int) -> list[tuple[int, int | None, int]]:
-        """(ancestor method id, file id, line) of the nearest definition of the same name
-        along each path up the bases of ``method_id``'s class; the evidence is the
-        ``class C(B)`` line of the first step up."""
+    def overridden(self, method_id: int) -> list[tuple[int, int, int | None, int]]:
+        """(ancestor method id, its file id, evidence file id, evidence line) of the nearest
+        definition of the same name along each path up the bases of ``method_id``'s class;
+        the evidence is the ``class C(B)`` line of the first step up."""
         conn = self.index.conn
         row = conn.execute(
             "SELECT name, parent_id FROM nodes WHERE id = ? AND kind = ?",
@@ -74,7 +74,7 @@ class ClassHierarchy:
         if row is None or row[1] is None:
             return []
         name, owner = row
-        found: list[tuple[int, int | None, int]] = []
+        found: list[tuple[int, int, int | None, int]] = []
         seen = {owner}
         stack = [(base, file_id, line) for base, file_id, line in self._direct_bases(owner)]
         while stack:
@@ -84,12 +84,12 @@ class ClassHierarchy:
             seen.add(class_id)
             qualname = conn.execute("SELECT qualname FROM nodes WHERE id = ?", (class_id,))
             method = conn.execute(
-                "SELECT id FROM nodes WHERE qualname = ? AND kind = ?",
+                "SELECT id, file_id FROM nodes WHERE qualname = ? AND kind = ?",
                 (f"{qualname.fetchone()[0]}.{name}", PYTHON_FUNCTION),
             ).fetchone()
             if method is not None:
                 # B.m, once reached, climbs on from its own class with its own evidence.
-                found.append((method[0], file_id, line))
+                found.append((method[0], method[1], file_id, line))
                 continue
             stack += [(base, file_id, line) for base, _, _ in self._direct_bases(class_id)]
         return found
