@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from indexer.select.pysource import parse, statements
+from indexer.select.pysource import parse, statements, targets
 from indexer.select.receivers import Receivers
 
 # What a call of the enclosing function only defines: their bodies run later, if ever.
@@ -70,14 +70,6 @@ def _registered_op(call: ast.Call, name: str) -> str | None:
         if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value:
             return value.value.rsplit("::", 1)[-1].split(".", 1)[0]
     return None
-
-
-def _targets(stmt: ast.stmt) -> list[ast.expr]:
-    if isinstance(stmt, ast.Assign):
-        return list(stmt.targets)
-    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
-        return [stmt.target]
-    return []
 
 
 def _bound(targets: list[ast.expr]) -> tuple[set[str], bool]:
@@ -241,7 +233,7 @@ class ModuleStatements:
                 registered = _registered_op(node, name)
         if registered is not None:
             return StatementUse(False, frozenset(), registered)
-        names, mutates = _bound(_targets(stmt))
+        names, mutates = _bound(targets(stmt))
         if mutates:
             return RUN  # stored into a registry or an object: run later, by anyone
         if names:

@@ -52,3 +52,16 @@ def statements(body: list[ast.stmt], *, blocks: bool, definitions: bool) -> list
         for handler in getattr(stmt, "handlers", []) or []:
             stack.extend(handler.body)
     return found
+
+
+def targets(stmt: ast.stmt) -> list[ast.expr]:
+    """What a statement binds: assignment targets, a ``for`` target, ``with ... as`` names."""
+    if isinstance(stmt, ast.Assign):
+        return list(stmt.targets)
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        return [stmt.target]
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return [stmt.target]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in stmt.items if item.optional_vars is not None]
+    return []

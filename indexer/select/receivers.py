@@ -23,7 +23,7 @@ import re
 import textwrap
 from collections.abc import Callable
 
-from indexer.select.pysource import parse, statements
+from indexer.select.pysource import parse, statements, targets
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # NAME = [ / { / "..." / set( / Trie( : a name given a literal or a call, on one line.
@@ -268,18 +268,6 @@ def _typer(local_class: Callable[[str], bool]) -> Callable[[ast.expr | None], bo
     return typed
 
 
-def _targets(stmt: ast.stmt) -> list[ast.expr]:
-    if isinstance(stmt, ast.Assign):
-        return list(stmt.targets)
-    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
-        return [stmt.target]
-    if isinstance(stmt, (ast.For, ast.AsyncFor)):
-        return [stmt.target]
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return [item.optional_vars for item in stmt.items if item.optional_vars is not None]
-    return []
-
-
 def _typed_names(
     statements: list[ast.stmt], typed: Callable[[ast.expr | None], bool]
 ) -> frozenset[str]:
@@ -295,7 +283,7 @@ def _typed_names(
             if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign))
             else None
         )
-        for target in _targets(stmt):
+        for target in targets(stmt):
             for name in ast.walk(target):
                 if isinstance(name, ast.Name):
                     plain = target is name and value is not None
@@ -319,7 +307,7 @@ def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, a
 def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     names = set(_parameters(function))
     for stmt in statements(function.body, blocks=True, definitions=False):
-        for target in _targets(stmt):
+        for target in targets(stmt):
             names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return names
 
