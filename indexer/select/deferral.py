@@ -17,10 +17,10 @@ reach a constructor (``ImpactWalker.walk``).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.select.bridges import placeholders
 
 if TYPE_CHECKING:
     from indexer.query.index import Index, Node
@@ -54,7 +54,7 @@ class Deferral:
             return False  # reached otherwise than through its own code: it may run it
         seen = seen | {named.id}
         uses = self.index.conn.execute(
-            f"SELECT dst_id, line, kind FROM edges WHERE src_id = ? AND kind IN ({_marks(USES)})",
+            f"SELECT dst_id, line, kind FROM edges WHERE src_id = ? AND kind IN ({placeholders(USES)})",
             (named.id, *USES),
         ).fetchall()
         uses.append((reached.dst, reached.line, reached.kind))  # a bridged step has no edge
@@ -80,9 +80,4 @@ class Deferral:
 
     def _is_base(self, named: Node, dst: int) -> bool:
         qualname = self.index.node(dst).qualname
-        attrs = named.attrs if isinstance(named.attrs, dict) else json.loads(named.attrs or "{}")
-        return qualname in (attrs.get("bases") or ())
-
-
-def _marks(values: tuple[str, ...]) -> str:
-    return ",".join("?" * len(values))
+        return qualname in (named.attrs.get("bases") or ())

@@ -72,12 +72,12 @@ def _registered_op(call: ast.Call, name: str) -> str | None:
     return None
 
 
-def _bound(targets: list[ast.expr]) -> tuple[set[str], bool]:
+def _bound(written: list[ast.expr]) -> tuple[set[str], bool]:
     """Names bound by assignment targets, and whether a target mutates an object
     (``REGISTRY[key] = f``, ``obj.attr = f``) rather than binding a module name."""
     names: set[str] = set()
     mutates = False
-    stack = list(targets)
+    stack = list(written)
     while stack:
         target = stack.pop()
         if isinstance(target, ast.Name):
