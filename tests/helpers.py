@@ -157,3 +157,13 @@ def corpus_index(name: str, harness: str | None = None) -> tuple[Path, Path]:
         else:
             os.environ["TORCHTALK_CACHE_DIR"] = previous
     return source, cache
+
+
+def corpus_db(corpus: tuple[Path, Path]) -> Path:
+    """The database of a built corpus index, (source, cache_dir) as ``corpus_index`` gives."""
+    from indexer.workspace import Workspace
+
+    source, cache = corpus
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
+        return Workspace.resolve(source).db_path

@@ -6,7 +6,6 @@ definitions are checked by reading the C++ file at the reported line.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 
 from indexer.query.index import Index
 from indexer.query.trace import trace
-from indexer.workspace import Workspace
+from tests.helpers import corpus_db
 
 pytestmark = pytest.mark.corpus
 
@@ -24,22 +23,9 @@ NATIVE = "aten/src/ATen/native"
 SAMPLE = 240
 
 
-def open_index(corpus: tuple[Path, Path]) -> Index:
-    source, cache = corpus
-    previous = os.environ.get("TORCHTALK_CACHE_DIR")
-    os.environ["TORCHTALK_CACHE_DIR"] = str(cache)
-    try:
-        return Index(Workspace.resolve(source).db_path)
-    finally:
-        if previous is None:
-            os.environ.pop("TORCHTALK_CACHE_DIR", None)
-        else:
-            os.environ["TORCHTALK_CACHE_DIR"] = previous
-
-
 @pytest.fixture(scope="module")
 def pytorch(pytorch_index: tuple[Path, Path]) -> tuple[Path, Index]:
-    return pytorch_index[0], open_index(pytorch_index)
+    return pytorch_index[0], Index(corpus_db(pytorch_index))
 
 
 def cpu_kernels(source: Path) -> list[tuple[str, str, bool]]:

@@ -17,7 +17,7 @@ import pytest
 
 from indexer.query.index import Index
 from indexer.query.trace import trace
-from tests.test_bindings_corpus import open_index
+from tests.helpers import corpus_db
 
 pytestmark = pytest.mark.corpus
 
@@ -43,7 +43,7 @@ _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)((?:[^\n]*\\\n)*[^\n]*)", 
 
 @pytest.fixture(scope="module")
 def vllm(vllm_index: tuple[Path, Path]) -> tuple[Path, Index]:
-    return vllm_index[0], open_index(vllm_index)
+    return vllm_index[0], Index(corpus_db(vllm_index))
 
 
 def _blank(match: re.Match[str]) -> str:

@@ -10,8 +10,7 @@ import pytest
 
 from indexer.query.index import Index
 from indexer.query.kernel_reach import cuda_ops_reaching_kernels
-from indexer.workspace import Workspace
-from tests.helpers import line_of
+from tests.helpers import corpus_db, line_of
 
 pytestmark = pytest.mark.corpus
 
@@ -20,11 +19,7 @@ LINALG = "aten/src/ATen/native/LinearAlgebra.cpp"
 
 @pytest.fixture(scope="module")
 def index(pytorch_index: tuple[Path, Path]) -> Index:
-    source, cache = pytorch_index
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-        db_path = Workspace.resolve(source).db_path
-    return Index(db_path)
+    return Index(corpus_db(pytorch_index))
 
 
 def test_matmul_definition_line(index: Index, pytorch_source: Path) -> None:
@@ -92,11 +87,7 @@ def test_cuda_kernels_have_launch_edges_from_host_functions(
 
 @pytest.fixture(scope="module")
 def vllm(vllm_index: tuple[Path, Path]) -> Index:
-    source, cache = vllm_index
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-        db_path = Workspace.resolve(source).db_path
-    return Index(db_path)
+    return Index(corpus_db(vllm_index))
 
 
 def test_vllm_kernel_launched_from_a_macro_used_in_the_host(vllm: Index, vllm_source: Path) -> None:

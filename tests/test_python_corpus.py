@@ -6,7 +6,6 @@ Expected values are read from the source files themselves (line numbers, counts 
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -15,34 +14,19 @@ import pytest
 from indexer.query.index import Index
 from indexer.query.modules import modules
 from indexer.query.tests import tests as find_tests
-from indexer.workspace import Workspace
-from tests.helpers import line_of
+from tests.helpers import corpus_db, line_of
 
 pytestmark = pytest.mark.corpus
 
 
-def open_index(source: Path, cache: Path) -> Index:
-    previous = os.environ.get("TORCHTALK_CACHE_DIR")
-    os.environ["TORCHTALK_CACHE_DIR"] = str(cache)
-    try:
-        return Index(Workspace.resolve(source).db_path)
-    finally:
-        if previous is None:
-            os.environ.pop("TORCHTALK_CACHE_DIR", None)
-        else:
-            os.environ["TORCHTALK_CACHE_DIR"] = previous
-
-
 @pytest.fixture(scope="module")
 def pytorch(pytorch_index: tuple[Path, Path]) -> tuple[Path, Index]:
-    source, cache = pytorch_index
-    return source, open_index(source, cache)
+    return pytorch_index[0], Index(corpus_db(pytorch_index))
 
 
 @pytest.fixture(scope="module")
 def vllm(vllm_index: tuple[Path, Path]) -> tuple[Path, Index]:
-    source, cache = vllm_index
-    return source, open_index(source, cache)
+    return vllm_index[0], Index(corpus_db(vllm_index))
 
 
 def count(index: Index, kind: str) -> int:

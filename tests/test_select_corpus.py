@@ -18,6 +18,7 @@ import pytest
 from indexer.select.engine import select_tests
 from indexer.select.model import Selection
 from indexer.workspace import Workspace
+from tests.helpers import corpus_db
 
 pytestmark = pytest.mark.corpus
 
@@ -51,11 +52,8 @@ def _private_tree(
     clone = base / name
     subprocess.run(["git", "clone", "-q", "--shared", str(source), str(clone)], check=True)
     cache = base / "cache"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHTALK_CACHE_DIR", str(shared_cache))
-        shared_db = Workspace.resolve(source).db_path
-        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-        private_db = Workspace.resolve(clone).db_path
+    shared_db = corpus_db((source, shared_cache))
+    private_db = corpus_db((clone, cache))
     private_db.parent.mkdir(parents=True)
     shutil.copyfile(shared_db, private_db)
     return clone, cache
