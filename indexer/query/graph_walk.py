@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from indexer.cpp.names import strip_templates
 from indexer.query.index import Index, Node
 
 MAX_NODES = 20_000  # a walk stops here and says so, rather than answering slowly
@@ -171,7 +172,7 @@ def _may_name(scheme: str, target: str, node: Node) -> bool:
     name can mean a definition elsewhere.
     """
     if scheme == "cpp":
-        written = _without_templates(target).lstrip(":")
+        written = strip_templates(target).lstrip(":")
         if "::" not in written:
             return True
         qualname = without_anonymous(node.qualname)
@@ -179,18 +180,6 @@ def _may_name(scheme: str, target: str, node: Node) -> bool:
     if scheme == "py":
         return target.startswith(".") or "." not in target
     return False
-
-
-def _without_templates(name: str) -> str:
-    depth, kept = 0, []
-    for char in name:
-        if char == "<":
-            depth += 1
-        elif char == ">" and depth:
-            depth -= 1
-        elif depth == 0:
-            kept.append(char)
-    return "".join(kept)
 
 
 def walk(
