@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from indexer.python.scope import callee_name
 from indexer.select.pysource import parse, statements, targets
 from indexer.select.receivers import Receivers
 
@@ -51,18 +52,12 @@ def _call_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"\b{re.escape(name)}\s*\(")
 
 
-def _last_name(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return None
-
-
 def _registered_op(call: ast.Call, name: str) -> str | None:
     """The op name a registrar call gives ``name``: the ``op_name=``/``name=`` keyword or
     the first string argument, without its namespace and overload (``ns::x.out`` -> x)."""
-    passed = any(_last_name(arg) == name for arg in [*call.args, *(k.value for k in call.keywords)])
+    passed = any(
+        callee_name(arg) == name for arg in [*call.args, *(k.value for k in call.keywords)]
+    )
     if not passed:
         return None
     strings = [k.value for k in call.keywords if k.arg in ("op_name", "name")] + list(call.args)
@@ -224,7 +219,7 @@ class ModuleStatements:
         for node in ast.walk(stmt):
             if not isinstance(node, ast.Call):
                 continue
-            callee = _last_name(node.func)
+            callee = callee_name(node.func)
             if callee == name and compiled and self.receivers.module_level(path, node.func):
                 continue  # SKIPLIST.add(x) on a module-level set: not the op
             if callee == name and not deferred():
