@@ -17,10 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from indexer.cpp.shared_macros import HeaderMacros, modelled_macros, scan_headers
 from indexer.errors import IndexBusyError
+from indexer.extract.context import TreeContext, context_meta
 from indexer.extract.discover import SourceEntry, discover
 from indexer.extract.pipeline import extract_all
 from indexer.gitinfo import head_commit
+from indexer.harness import Manifest
 from indexer.link import link
 from indexer.locations import LOCK_FILE
 from indexer.progress import Progress
@@ -62,6 +65,17 @@ def files_fingerprint(shas: list[tuple[str, str]]) -> str:
     for path, sha in sorted(shas):
         digest.update(f"{path}\0{sha}\n".encode())
     return digest.hexdigest()
+
+
+def tree_context(source: Path, manifest: Manifest, entries: list[SourceEntry]) -> TreeContext:
+    """What every file's extraction may know of the others: the headers' shared macros."""
+    headers = [entry.path for entry in entries if entry.language in ("cpp", "cuda")]
+    return TreeContext(cpp_header_macros=scan_header_macros(source, manifest, headers))
+
+
+def scan_header_macros(source: Path, manifest: Manifest, paths: list[str]) -> HeaderMacros:
+    max_bytes = manifest.get("sources", "max_file_bytes", 4_000_000)
+    return scan_headers(source, paths, max_bytes, modelled_macros(manifest))
 
 
 def count_by_kind(conn, table: str) -> dict[str, int]:
@@ -106,7 +120,9 @@ def build_index(
         with IndexWriter(db_path) as writer:
             phase = time.perf_counter()
             report("extract", 0, len(entries))
-            for facts in extract_all(workspace.source, workspace.manifest, entries, jobs):
+            context = tree_context(workspace.source, workspace.manifest, entries)
+            timings["context_s"] = time.perf_counter() - phase
+            for facts in extract_all(workspace.source, workspace.manifest, entries, jobs, context):
                 writer.add(facts)
                 shas.append((facts.path, facts.sha))
                 errors += facts.error is not None
@@ -141,6 +157,7 @@ def build_index(
                     "link_stats": stats.as_dict(),
                     "files": len(entries),
                     "file_errors": errors,
+                    **context_meta(context),
                     **(extra_meta or {}),
                 },
             )

@@ -8,7 +8,8 @@ database (renamed over the index under the build lock, so readers never see a ha
    index that was built from a dirty tree; files that appeared or vanished come from
    discovery.
 2. Every file whose include closure contains a changed file (reverse ``includes`` edges)
-   is re-extracted too.
+   is re-extracted too, and so is every file naming a shared header macro
+   (indexer/cpp/shared_macros.py) whose expansion the change altered.
 3. The old rows of those files are evicted; the new facts are inserted.
 4. Re-link the refs of re-extracted files, and of other files those whose resolution
    the change can affect (:mod:`indexer.relink`: edges that touched evicted nodes, refs
@@ -28,7 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from indexer.build import build_index, build_lock, files_fingerprint
+from indexer.build import build_index, build_lock, files_fingerprint, scan_header_macros
+from indexer.cpp.shared_macros import SharedMacros, changed_names
+from indexer.extract.context import TreeContext, context_meta, stored_context
 from indexer.extract.discover import SourceEntry, discover
 from indexer.extract.pipeline import content_hash, extract_all
 from indexer.gitinfo import head_commit
@@ -177,6 +180,47 @@ def _ids(conn: sqlite3.Connection, sql: str, values: list) -> set[int]:
     return found
 
 
+def _updated_context(workspace: Workspace, meta: dict[str, str], changes: Changes) -> TreeContext:
+    """The stored context with the changed headers scanned again."""
+    old = stored_context(meta) or TreeContext()
+    headers = dict(old.cpp_header_macros)
+    for path in changes.removed:
+        headers.pop(path, None)
+    changed = [
+        path for path in (*changes.modified, *changes.added) if language_of(path) in ("cpp", "cuda")
+    ]
+    for path in changed:
+        headers.pop(path, None)
+    headers.update(scan_header_macros(workspace.source, workspace.manifest, changed))
+    return TreeContext(cpp_header_macros=headers)
+
+
+def macro_users(
+    workspace: Workspace, meta: dict[str, str], changes: Changes, context: TreeContext
+) -> set[str]:
+    """C++ files naming a shared macro whose expansion changed (rare: a header edit to a
+    function-defining macro). Their text is searched, not the index: a file may name a
+    macro that only now becomes shared."""
+    old = stored_context(meta) or TreeContext()
+    names = changed_names(
+        SharedMacros(old.cpp_header_macros), SharedMacros(context.cpp_header_macros)
+    )
+    if not names:
+        return set()
+    wanted = [name.encode() for name in names]
+    users = set()
+    for path, entry in changes.entries.items():
+        if entry.language not in ("cpp", "cuda"):
+            continue
+        try:
+            data = (workspace.source / path).read_bytes()
+        except OSError:
+            continue
+        if any(name in data for name in wanted):
+            users.add(path)
+    return users
+
+
 def _orphan_warning(orphans: set[str]) -> str:
     sample = sorted(orphans)[:SAMPLE_PATHS]
     more = f" (and {len(orphans) - len(sample)} more)" if len(orphans) > len(sample) else ""
@@ -204,6 +248,8 @@ def full_build_reason(workspace: Workspace, base_path: Path) -> str | None:
         return f"harness {meta.get('harness')} != {workspace.harness}"
     if meta.get("manifest") != workspace.manifest.fingerprint():
         return "the harness manifest changed since the index was built"
+    if stored_context(meta) is None:
+        return "the index was built without the extraction context (shared header macros)"
     return None
 
 
@@ -284,11 +330,21 @@ def update_index(
                 try:
                     conn.execute("BEGIN")
                     ledger = Ledger(meta)
+                    context = _updated_context(workspace, meta, changes)
                     if changes:
                         _apply(
-                            conn, workspace, meta, ledger, changes, result, jobs, show_progress, lap
+                            conn,
+                            workspace,
+                            meta,
+                            ledger,
+                            changes,
+                            context,
+                            result,
+                            jobs,
+                            show_progress,
+                            lap,
                         )
-                    _refresh_meta(conn, workspace, meta, head, result, ledger)
+                    _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     conn.execute("COMMIT")
                 finally:
                     conn.close()
@@ -309,6 +365,7 @@ def _apply(
     meta: dict[str, str],
     ledger: Ledger,
     changes: Changes,
+    context: TreeContext,
     result: UpdateResult,
     jobs: int | None,
     show_progress: bool | None,
@@ -316,7 +373,8 @@ def _apply(
 ) -> None:
     paths = [*changes.modified, *changes.removed, *changes.added]
     code = [path for path in paths if language_of(path) in ("cpp", "cuda")]
-    dependents = include_dependents(conn, code)[0] - set(paths)
+    dependents = include_dependents(conn, code)[0] | macro_users(workspace, meta, changes, context)
+    dependents -= set(paths)
     result.dependents = sorted(path for path in dependents if path in changes.entries)
     lap("includes_s")
 
@@ -334,7 +392,7 @@ def _apply(
     extract += [changes.entries[path] for path in result.dependents]
     progress = Progress("updating", len(extract), enabled=show_progress)
     new_ids: list[int] = []
-    for facts in extract_all(workspace.source, workspace.manifest, extract, jobs):
+    for facts in extract_all(workspace.source, workspace.manifest, extract, jobs, context):
         new_ids.append(insert_file_facts(conn, facts))
         progress.advance()
     progress.close(f"re-extracted {len(extract)} files")
@@ -375,6 +433,7 @@ def _refresh_meta(
     head: str,
     result: UpdateResult,
     ledger: Ledger,
+    context: TreeContext,
 ) -> None:
     shas = list(conn.execute("SELECT path, sha FROM files"))
     counts, link_stats = ledger.result(conn)
@@ -394,6 +453,7 @@ def _refresh_meta(
             "file_errors": conn.execute(
                 "SELECT COUNT(*) FROM files WHERE error IS NOT NULL"
             ).fetchone()[0],
+            **context_meta(context),
             "updated_from": {
                 "base": result.base,
                 "base_commit": old.get("git_commit", ""),

@@ -8,7 +8,8 @@ parse. A use is expanded here the way the preprocessor would (parameters, ``#`` 
 ``##``, ``__VA_ARGS__``, the file's other macros rescanned, nested a few levels): at
 namespace scope, the definitions it makes are indexed at the line of the use; inside a
 function body, the calls and launches it makes belong to that function. Macros from
-other files are not expanded: extraction reads one file.
+other files are expanded only where they define something at namespace or class scope,
+and only those the tree's headers define one way (indexer/cpp/shared_macros.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ _FIND_LIMIT = 12  # macros in a file up to which uses are found by str.find
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
 _PASTE = re.compile(r"\s*##\s*")
 _CONTINUATION = re.compile(r"\\\r?\n")
+FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+\w+\(")  # a cheap test on bytes
 _CALLED_NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")
 # `#define NAME(params) body`, the body running over continued lines.
-_DEFINE = re.compile(r"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))((?:[^\n]*\\\r?\n)*[^\n]*)")
+DEFINE = re.compile(r"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))((?:[^\n]*\\\r?\n)*[^\n]*)")
 # What a use inside a function body is worth expanding for: a launch, or a call of a
 # function by name (not a member call, not an ALL_CAPS macro, not a keyword).
 _CALLS = re.compile(
@@ -44,6 +46,7 @@ class Macro:
     offset: int  # where it is defined: a use sees the latest definition before it
     defines: bool  # its body holds a block: a use at namespace scope defines something
     calls: bool  # its body calls or launches something: a use in a body is worth expanding
+    shared: bool = False  # from another file's #define (indexer/cpp/shared_macros.py)
     _pattern: re.Pattern[str] | None = None
 
     def parameter_pattern(self) -> re.Pattern[str]:
@@ -80,7 +83,7 @@ def definitions(text: str) -> list[Macro]:
     that define or call something, themselves or through the file's other macros."""
     found = [
         definition(match.group(1), match.group(2), match.group(3), match.start())
-        for match in _DEFINE.finditer(text)
+        for match in DEFINE.finditer(text)
     ]
     calling = {macro.name for macro in found if macro.calls}
     quiet = {macro.name: macro for macro in found if not macro.calls}

@@ -5,8 +5,10 @@ One tree-sitter query collects every node of interest (namespaces, classes, func
 definitions, callees, includes, macro definitions, ERROR regions) in C; Python then
 handles only those nodes, never the whole tree. The parse is of ``SourceFile.cpp_prepared``
 (CUDA qualifiers, attribute macros and launch configurations blanked, positions kept).
-Uses of the file's own function-defining macros are expanded (indexer/cpp/expand.py) and
-extracted from a second, synthetic buffer whose lines map back to the uses.
+Uses of the file's own function-defining macros, and namespace- or class-scope uses of
+the tree's shared header macros, are expanded (indexer/cpp/expand.py,
+indexer/cpp/shared_macros.py) and extracted from a second, synthetic buffer whose lines
+map back to the uses.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from tree_sitter import Query, QueryCursor
 
 from indexer.cpp import macros
 from indexer.cpp.calls import Caller, CallSites
-from indexer.cpp.expand import Expander, Macro, definitions
+from indexer.cpp.expand import FUNCTION_LIKE_DEFINE, Expander, Macro, definitions
 from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified, strip_templates
 from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, nest
+from indexer.cpp.shared_macros import SharedMacros
 from indexer.extract.source import SourceFile, cpp_parser
 from indexer.graph.facts import FILE_NODE, FileFacts, RefFact
 from indexer.graph.vocabulary import EdgeKind, NodeKind
@@ -71,7 +74,9 @@ _STAND_IN = "__torchtalk_macro_use_"
 # Captures whose order makes refs or counts (nest() and add_variables() sort their own).
 _ORDERED_CAPTURES = ("error", "using", "alias", "include", "call", "karg")
 _DEFINE = b"define"
-_FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+\w+\(")
+_NO_SHARED = SharedMacros()
+# Access specifiers in a macro written for class scope, expanded inside namespaces.
+_ACCESS = re.compile(r"\b(?:public|private|protected)\s*:(?!:)")
 
 
 def _query(cuda: bool) -> Query:
@@ -208,7 +213,7 @@ class _Extraction:
         sites.add_calls(captures.get("call", []), "karg" in captures)
         if "karg" in captures:
             sites.add_kernel_arguments(captures["karg"], self.kernel_names)
-        if not expansion and _DEFINE in self.src.data:
+        if not expansion:
             self._expand_macros(outer)
 
     # -- structure -------------------------------------------------------------------
@@ -415,10 +420,16 @@ class _Extraction:
         # Definitions are found in the text: a #define inside a function body does not
         # always parse as one.
         original = self.src.data
-        if _FUNCTION_LIKE_DEFINE.search(original) is None:
+        own = _DEFINE in original and FUNCTION_LIKE_DEFINE.search(original) is not None
+        shared_macros = self.src.context.cpp_macros if self.src.context else _NO_SHARED
+        shared = shared_macros.used_in(original)
+        if not own and not shared:
             return
         text = original.decode("latin-1")  # one character per byte: offsets stay byte offsets
-        found = definitions(text)
+        found = definitions(text) if own else []
+        defined_here = {macro.name for macro in found}
+        by_name = shared_macros.by_name
+        found += [by_name[name] for name in shared if name not in defined_here]
         if not found:
             return
         expander = Expander(found)
@@ -444,6 +455,8 @@ class _Extraction:
             index = bisect_right(body_starts, offset) - 1
             if index < 0 or offset >= reach[index]:
                 return called and macro.defines  # namespace scope: what it defines
+            if macro.shared:  # blanked for the parser: its expansion is the code
+                return offset in typed_uses and host_at(offset) is not None
             return macro.calls and host_at(offset) is not None  # a body: what it calls
 
         lines: list[str] = []
@@ -453,6 +466,7 @@ class _Extraction:
             flat = " ".join(expansion.split("\n"))
             host = host_at(start)
             if host is None:
+                flat = _ACCESS.sub(" ", flat)
                 scope = _scope_at(outer, start, namespaces_only=False)
                 opening = "".join(
                     "namespace { " if part == ANONYMOUS else f"namespace {part} {{ "

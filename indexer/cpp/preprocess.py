@@ -15,6 +15,10 @@ import bisect
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from indexer.cpp.shared_macros import SharedMacros
 
 # C10_* object-like macros that expand to attributes (or nothing).
 _C10_ATTRIBUTES = (
@@ -308,8 +312,10 @@ def _code_balance(data: bytes, start: int, end: int) -> int:
     return balance
 
 
-def prepare(data: bytes) -> Prepared:
-    """Blank CUDA qualifiers, attribute macros and launch configurations to spaces."""
+def prepare(data: bytes, shared: SharedMacros | None = None) -> Prepared:
+    """Blank CUDA qualifiers, attribute macros and launch configurations to spaces, and
+    the uses of macros whose expansion extraction reads (the file's own with builtin types
+    in their arguments, ``shared`` header macros opening a line)."""
     prepared = Prepared(data)
     spans: list[tuple[int, int]] = []
     marks = {
@@ -346,9 +352,11 @@ def prepare(data: bytes) -> Prepared:
                 and not _in_directive(data, start)  # `#ifdef USE_CUDNN_RNN_V8_API`
             ):
                 spans.append((start, match.end()))
-    if b"define" in data:
-        uses = _typed_macro_uses(data)
-        prepared.macro_use_at = [start for start, _ in uses]
+    uses = _typed_macro_uses(data) if b"define" in data else []
+    if shared:
+        uses += shared.statement_uses(data)
+    if uses:
+        prepared.macro_use_at = sorted(start for start, _ in uses)
         spans += uses
     if b"<<<" in data:
         for match in _LAUNCH.finditer(data):

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from indexer.extract.context import TreeContext
 from indexer.extract.discover import SourceEntry
 from indexer.extract.extractor import Extractor, load_extractors
 from indexer.extract.source import SourceFile
@@ -33,7 +34,11 @@ def content_hash(data: bytes) -> str:
 
 
 def extract_file(
-    root: Path, entry: SourceEntry, extractors: list[Extractor], max_bytes: int
+    root: Path,
+    entry: SourceEntry,
+    extractors: list[Extractor],
+    max_bytes: int,
+    context: TreeContext | None = None,
 ) -> FileFacts:
     """All facts of one file. Never raises for a bad file: the problem is recorded on it."""
     facts = FileFacts(entry.path, entry.language, sha="", size=entry.size)
@@ -56,7 +61,7 @@ def extract_file(
     if b"\0" in data[:8192]:
         facts.error = "binary content (NUL bytes); not indexed"
         return facts
-    src = SourceFile(entry.path, data, entry.language)
+    src = SourceFile(entry.path, data, entry.language, context)
     problems = []
     for extractor in extractors:
         if not extractor.wants(src):
@@ -72,9 +77,10 @@ def extract_file(
     return facts
 
 
-def _init_worker(root: str, manifest: Manifest) -> None:
+def _init_worker(root: str, manifest: Manifest, context: TreeContext | None) -> None:
     _worker_state["root"] = Path(root)
     _worker_state["extractors"] = load_extractors(manifest)
+    _worker_state["context"] = context
     _worker_state["max_bytes"] = manifest.get("sources", "max_file_bytes", 4_000_000)
 
 
@@ -82,7 +88,11 @@ def _extract_chunk(entries: list[SourceEntry]) -> list[FileFacts]:
     root = _worker_state["root"]
     extractors = _worker_state["extractors"]
     max_bytes = _worker_state["max_bytes"]
-    return [extract_file(root, entry, extractors, max_bytes) for entry in entries]  # type: ignore[arg-type]
+    context = _worker_state["context"]
+    return [
+        extract_file(root, entry, extractors, max_bytes, context)  # type: ignore[arg-type]
+        for entry in entries
+    ]
 
 
 def _chunks(entries: list[SourceEntry], size: int) -> Iterable[list[SourceEntry]]:
@@ -97,12 +107,16 @@ def default_jobs() -> int:
 
 
 def extract_all(
-    root: Path, manifest: Manifest, entries: list[SourceEntry], jobs: int | None = None
+    root: Path,
+    manifest: Manifest,
+    entries: list[SourceEntry],
+    jobs: int | None = None,
+    context: TreeContext | None = None,
 ) -> Iterator[FileFacts]:
     """Facts for every entry, in no particular order."""
     jobs = jobs or default_jobs()
     if jobs == 1 or len(entries) < POOL_THRESHOLD:
-        _init_worker(str(root), manifest)
+        _init_worker(str(root), manifest, context)
         for chunk in _chunks(entries, CHUNK_FILES):
             yield from _extract_chunk(chunk)
         return
@@ -113,7 +127,7 @@ def extract_all(
         max_workers=jobs,
         mp_context=context,
         initializer=_init_worker,
-        initargs=(str(root), manifest),
+        initargs=(str(root), manifest, context),
     ) as pool:
         # Big files first keeps the tail of the run short.
         ordered = sorted(entries, key=lambda entry: -entry.size)

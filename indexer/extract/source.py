@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import tree_sitter
 
     from indexer.cpp.preprocess import Prepared
+    from indexer.extract.context import TreeContext
 
 _parsers = threading.local()  # tree-sitter parsers are not thread-safe; one per thread
 
@@ -26,12 +27,16 @@ def cpp_parser() -> tree_sitter.Parser:
 
 
 class SourceFile:
-    """A file handed to every extractor that wants it, so it is read and parsed once."""
+    """A file handed to every extractor that wants it, so it is read and parsed once, with
+    what extraction may know of the rest of the tree (``context``)."""
 
-    def __init__(self, path: str, data: bytes, language: str) -> None:
+    def __init__(
+        self, path: str, data: bytes, language: str, context: TreeContext | None = None
+    ) -> None:
         self.path = path
         self.data = data
         self.language = language
+        self.context = context
         self.decode_error: str | None = None
 
     @cached_property
@@ -54,7 +59,7 @@ class SourceFile:
         lines and columns are the file's own (see indexer/cpp/preprocess.py)."""
         from indexer.cpp.preprocess import prepare
 
-        return prepare(self.data)
+        return prepare(self.data, self.context.cpp_macros if self.context else None)
 
     @cached_property
     def cpp_tree(self) -> tree_sitter.Tree:

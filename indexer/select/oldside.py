@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from indexer.extract.context import stored_context
 from indexer.extract.extractor import load_extractors
 from indexer.extract.pipeline import content_hash
 from indexer.extract.source import SourceFile
@@ -33,13 +34,15 @@ class OldSide:
         self.manifest = manifest
         self.index = index
         self._extractors = None
+        self._context = None
 
     def extract(self, path: str, language: str, data: bytes) -> OldFile:
         if self._extractors is None:
             self._extractors = load_extractors(self.manifest)
+            self._context = stored_context(self.index.meta)
         facts = FileFacts(path, language, content_hash(data), len(data))
         facts.add_node(NodeKind.FILE.value, path.rsplit("/", 1)[-1], path, 1, 1, None)
-        src = SourceFile(path, data, language)
+        src = SourceFile(path, data, language, self._context)
         problems = []
         for extractor in self._extractors:
             if not extractor.wants(src):

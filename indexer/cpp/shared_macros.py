@@ -1,0 +1,180 @@
+"""Function-defining macros of a tree's headers, for the files that use them.
+
+``TORCH_ARG(double, lr) = 1e-3;`` in an options class writes four accessor methods, and
+``REGISTER_OPERATOR_FUNCTOR(aten::add, aten_add, ...)`` an operator functor; the macros
+live in headers (torch/arg.h, static/ops.h), their uses in hundreds of other files.
+Extraction reads one file, so it sees those definitions only if it is told the headers'
+macros: before any file is extracted, the tree's headers are scanned once for
+function-like macros whose body holds a block, and a use of one at namespace or class
+scope in another file is expanded like the file's own macros (indexer/cpp/expand.py).
+
+Only unambiguous macros are shared: a name defined with different bodies in different
+headers (per platform, per backend) could be either in a given file, so neither is used.
+Uses inside function bodies are not expanded (``TORCH_CHECK`` and its kind would add
+calls to the error machinery to every function, at a cost and for nothing); a file's own
+definition of a name wins over a header's.
+
+The per-header table is stored in the index (meta ``cpp_header_macros``) so that an
+update extracts with what a rebuild would know: an edit that changes a shared macro
+re-extracts the files naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from indexer.cpp.expand import DEFINE, FUNCTION_LIKE_DEFINE, Macro, definition
+from indexer.cpp.macros import STRUCTURED
+from indexer.harness import Manifest
+from indexer.paths import is_header
+
+# Header path -> [name, params, variadic, body] of each function-defining macro it has.
+HeaderMacros = dict[str, list[list]]
+
+# A use that can define something: the macro's name opening a line, called.
+_LINE_START_CALL = re.compile(rb"^[ \t]*([A-Z_][A-Za-z0-9_]*)[ \t]*\(", re.MULTILINE)
+_STATEMENT = re.compile(
+    r"(?:do|if|for|while|switch|return|try|throw|case|goto|else|static_assert)\b|[\[({]"
+)
+# What ends a use's initializer (``TORCH_ARG(T, x) = {};``): a ';' outside brackets.
+_INITIALIZER_TOKENS = re.compile(rb"[;(){}\[\]]|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
+_MAX_INITIALIZER = 400
+
+
+def modelled_macros(manifest: Manifest) -> frozenset[str]:
+    """Macros the extractors read as what they mean (dispatch stubs, op registration
+    blocks, structured kernels), never as their expansion."""
+    return frozenset(
+        [
+            *manifest.list("bindings", "dispatch_stub_macros"),
+            *manifest.list("bindings", "torch_library_macros"),
+            *manifest.list("bindings", "pybind_macros"),
+            *manifest.list("bindings", "registration_wrappers"),
+            *STRUCTURED,
+        ]
+    )
+
+
+def header_macros(data: bytes, exclude: frozenset[str] = frozenset()) -> list[list]:
+    """The declaration-writing macros of one header's bytes, in the order written;
+    ``exclude``: names modelled otherwise (dispatch stubs, op registration blocks)."""
+    if FUNCTION_LIKE_DEFINE.search(data) is None:
+        return []
+    text = data.decode("latin-1")
+    found = []
+    for match in DEFINE.finditer(text):
+        if match.group(1) in exclude:
+            continue
+        macro = definition(match.group(1), match.group(2), match.group(3), match.start())
+        if macro.defines and _STATEMENT.match(macro.body) is None:
+            found.append([macro.name, macro.params, macro.variadic, macro.body])
+    return found
+
+
+def scan_headers(
+    root: Path, paths: Iterable[str], max_bytes: int, exclude: frozenset[str] = frozenset()
+) -> HeaderMacros:
+    """The declaration-writing macros of each header among ``paths`` that has some."""
+    table: HeaderMacros = {}
+    for path in paths:
+        if not is_header(path):
+            continue
+        try:
+            data = (root / path).read_bytes()
+        except OSError:
+            continue  # extraction reports the file
+        if len(data) > max_bytes:
+            continue
+        macros = header_macros(data, exclude)
+        if macros:
+            table[path] = macros
+    return table
+
+
+class SharedMacros:
+    """The unambiguous function-defining macros of a tree's headers, by name."""
+
+    def __init__(self, headers: Mapping[str, list[list]] | None = None) -> None:
+        bodies: dict[str, set[tuple]] = {}
+        for path in sorted(headers or {}):
+            for name, params, variadic, body in headers[path]:
+                bodies.setdefault(name, set()).add((tuple(params), variadic, body))
+        self.by_name: dict[str, Macro] = {}
+        self.ambiguous: set[str] = set()
+        for name, variants in bodies.items():
+            if len(variants) > 1:
+                self.ambiguous.add(name)
+                continue
+            ((params, variadic, body),) = variants
+            self.by_name[name] = Macro(
+                name, list(params), variadic, body, -1, defines=True, calls=False, shared=True
+            )
+
+    def __bool__(self) -> bool:
+        return bool(self.by_name)
+
+    def used_in(self, data: bytes) -> list[str]:
+        """Names of shared macros called at the start of a line of ``data``, in order."""
+        if not self.by_name:
+            return []
+        seen: dict[str, None] = {}
+        for match in _LINE_START_CALL.finditer(data):
+            name = match.group(1).decode("ascii")
+            if name in self.by_name:
+                seen[name] = None
+        return list(seen)
+
+    def statement_uses(self, data: bytes) -> list[tuple[int, int]]:
+        """(start, end) of each use opening a line, with the initializer after it if any
+        (``= 1e-3``, up to the ';'): what the parser must not see."""
+        spans = []
+        for match in _LINE_START_CALL.finditer(data):
+            if match.group(1).decode("ascii") not in self.by_name:
+                continue
+            if data[max(0, match.start() - 3) : match.start()].rstrip().endswith(b"\\"):
+                continue  # a line of a multi-line #define
+            close = _closing(data, match.end() - 1, b")")
+            if close < 0:
+                continue
+            end = close + 1
+            rest = data[end : end + 8].lstrip()
+            if rest.startswith(b"=") and not rest.startswith(b"=="):
+                semicolon = _closing(data, end, b";")
+                if 0 <= semicolon - end <= _MAX_INITIALIZER:
+                    end = semicolon
+            spans.append((match.start(1), end))
+        return spans
+
+    def meaning(self, name: str) -> tuple | None:
+        """What a name expands to (None: not shared), to compare two tables."""
+        macro = self.by_name.get(name)
+        if macro is None:
+            return None
+        return (tuple(macro.params), macro.variadic, macro.body)
+
+
+def _closing(data: bytes, start: int, wanted: bytes) -> int:
+    """Offset of the ``wanted`` token (')' closing the '(' at ``start``, or ';') at
+    bracket depth 0 from ``start``; -1 if none."""
+    depth = 0
+    for match in _INITIALIZER_TOKENS.finditer(data, start):
+        token = match.group(0)
+        if token in (b"(", b"{", b"["):
+            depth += 1
+        elif token in (b")", b"}", b"]"):
+            depth -= 1
+            if depth == 0 and token == wanted:
+                return match.start()
+            if depth < 0:
+                return -1
+        elif token == wanted and depth == 0:
+            return match.start()
+    return -1
+
+
+def changed_names(before: SharedMacros, after: SharedMacros) -> set[str]:
+    """Names whose expansion differs between two tables (added, removed, redefined)."""
+    names = set(before.by_name) | set(after.by_name)
+    return {name for name in names if before.meaning(name) != after.meaning(name)}
