@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-CPP_SUFFIXES = frozenset({".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl"})
+# Objective-C++ (.mm: PyTorch's MPS kernels) is indexed as C++: its own syntax is written
+# as C++ before parsing (indexer/cpp/preprocess.py).
+OBJC_SUFFIXES = (".mm",)
+CPP_SUFFIXES = frozenset(
+    {".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", *OBJC_SUFFIXES}
+)
 CUDA_SUFFIXES = frozenset({".cu", ".cuh"})
 HEADER_SUFFIXES = frozenset({".h", ".hpp", ".hh", ".hxx", ".cuh", ".inl"})
 

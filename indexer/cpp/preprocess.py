@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from indexer.cpp.objc import as_cpp
+
 if TYPE_CHECKING:
     from indexer.cpp.shared_macros import SharedMacros
 
@@ -312,10 +314,13 @@ def _code_balance(data: bytes, start: int, end: int) -> int:
     return balance
 
 
-def prepare(data: bytes, shared: SharedMacros | None = None) -> Prepared:
+def prepare(data: bytes, shared: SharedMacros | None = None, objc: bool = False) -> Prepared:
     """Blank CUDA qualifiers, attribute macros and launch configurations to spaces, and
     the uses of macros whose expansion extraction reads (the file's own with builtin types
-    in their arguments, ``shared`` header macros opening a line)."""
+    in their arguments, ``shared`` header macros opening a line); in Objective-C++
+    (``objc``), write its blocks and literals as the C++ they stand for."""
+    if objc:
+        data = as_cpp(data)
     prepared = Prepared(data)
     spans: list[tuple[int, int]] = []
     marks = {

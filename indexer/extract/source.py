@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from indexer.cpp.preprocess import Prepared
     from indexer.extract.context import TreeContext
 
+from indexer.paths import OBJC_SUFFIXES
+
 _parsers = threading.local()  # tree-sitter parsers are not thread-safe; one per thread
 
 
@@ -59,7 +61,8 @@ class SourceFile:
         lines and columns are the file's own (see indexer/cpp/preprocess.py)."""
         from indexer.cpp.preprocess import prepare
 
-        return prepare(self.data, self.context.cpp_macros if self.context else None)
+        shared = self.context.cpp_macros if self.context else None
+        return prepare(self.data, shared, objc=self.path.endswith(OBJC_SUFFIXES))
 
     @cached_property
     def cpp_tree(self) -> tree_sitter.Tree:
