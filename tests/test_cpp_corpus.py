@@ -30,6 +30,26 @@ def test_matmul_definition_line(index: Index, pytorch_source: Path) -> None:
     assert found[0].qualname == "at::native::matmul"
 
 
+def test_header_macro_accessors_are_methods_of_their_options_class(
+    index: Index, pytorch_source: Path
+) -> None:
+    adam = "torch/csrc/api/include/torch/optim/adam.h"
+    found = index.find("torch::optim::AdamOptions::lr", ["cpp_function"])
+    assert {n.path for n in found} == {adam}
+    # TORCH_ARG's four accessors: setters from const T& and T&&, const and mutable getters.
+    assert len(found) == 4, found
+    assert {n.line for n in found} == {line_of(pytorch_source / adam, "TORCH_ARG(double, lr)")}
+
+
+def test_mps_kernel_of_mm_is_indexed_with_its_namespace(index: Index, pytorch_source: Path) -> None:
+    path = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+    found = index.find("at::native::structured_mm_out_mps::impl", ["cpp_function"])
+    assert [n.path for n in found] == [path]
+    assert found[0].line == line_of(pytorch_source / path, "TORCH_IMPL_FUNC(mm_out_mps)")
+    calls = {index.node(e.dst).qualname for e in index.out_edges(found[0].id, ["calls"])}
+    assert "at::native::mps::mm_out_mps_impl" in calls
+
+
 def test_addmm_impl_calls_cpublas_gemm(index: Index, pytorch_source: Path) -> None:
     callers = [n for n in index.find("addmm_impl_cpu_", ["cpp_function"]) if n.path == LINALG]
     assert len(callers) == 1, callers

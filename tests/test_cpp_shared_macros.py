@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from indexer.build import build_index
+from indexer.build import build_index, tree_context
+from indexer.extract import pipeline
+from indexer.extract.discover import discover
 from indexer.query.index import Index, Node
 from indexer.update import update_index
 from indexer.workspace import Workspace
@@ -175,3 +177,18 @@ def test_editing_a_shared_macro_reextracts_its_users_like_a_rebuild(
     finally:
         index.close()
     assert_same_graph(workspace.db_path, rebuild_copy(repo, tmp_path / "rebuilt"), "macro edit")
+
+
+def test_worker_processes_extract_with_the_context(built, monkeypatch) -> None:
+    """A pool's workers get the context too (small trees are extracted in-process)."""
+    repo, _ = built
+    workspace = Workspace.resolve(repo)
+    entries = discover(repo, workspace.manifest)
+    context = tree_context(repo, workspace.manifest, entries)
+    monkeypatch.setattr(pipeline, "POOL_THRESHOLD", 0)
+    facts = {
+        f.path: f for f in pipeline.extract_all(repo, workspace.manifest, entries, 2, context)
+    }
+    options = facts["csrc/api/options.h"]
+    assert options.error is None
+    assert "mx::AdamOptions::lr" in {node.qualname for node in options.nodes}

@@ -122,10 +122,10 @@ def extract_all(
         return
     # forkserver: safe when the caller has threads (the MCP server builds in the background).
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
+    processes = multiprocessing.get_context(method)
     with ProcessPoolExecutor(
         max_workers=jobs,
-        mp_context=context,
+        mp_context=processes,
         initializer=_init_worker,
         initargs=(str(root), manifest, context),
     ) as pool:
