@@ -186,9 +186,7 @@ def test_worker_processes_extract_with_the_context(built, monkeypatch) -> None:
     entries = discover(repo, workspace.manifest)
     context = tree_context(repo, workspace.manifest, entries)
     monkeypatch.setattr(pipeline, "POOL_THRESHOLD", 0)
-    facts = {
-        f.path: f for f in pipeline.extract_all(repo, workspace.manifest, entries, 2, context)
-    }
+    facts = {f.path: f for f in pipeline.extract_all(repo, workspace.manifest, entries, 2, context)}
     options = facts["csrc/api/options.h"]
     assert options.error is None
     assert "mx::AdamOptions::lr" in {node.qualname for node in options.nodes}
