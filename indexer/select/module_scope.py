@@ -102,6 +102,11 @@ class ModuleStatements:
         self._trees: dict[str, ast.Module | None] = {}
         self._lines: dict[str, list[str] | None] = {}
         self.receivers = Receivers(self._tree, self.lines)
+        # Answers that depend only on a file's text, once per walker.
+        self._calls: dict[tuple[str, int, str], bool] = {}
+        self._statements: dict[tuple[str, int], ast.stmt | None] = {}
+        self._outer: dict[tuple[str, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
+        self._deferred: dict[tuple[str, int, int], bool] = {}
 
     def lines(self, path: str) -> list[str] | None:
         """The lines of a file under the root (None if it cannot be read)."""
@@ -116,6 +121,12 @@ class ModuleStatements:
     def calls_at(self, path: str, line: int, name: str) -> bool:
         """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``);
         True when the line cannot be read, so that unknown counts as a call."""
+        key = (path, line, name)
+        if key not in self._calls:
+            self._calls[key] = self._calls_at(path, line, name)
+        return self._calls[key]
+
+    def _calls_at(self, path: str, line: int, name: str) -> bool:
         lines = self.lines(path)
         if lines is None or not 0 < line <= len(lines):
             return True
@@ -142,9 +153,16 @@ class ModuleStatements:
         return self._trees[path]
 
     def _statement_at(self, path: str, line: int) -> ast.stmt | None:
-        """The top-level statement (inside module-level blocks) holding ``line``. Only the
-        lines of the top-level block around it are parsed: whole library files cost
-        ~30 ms each, and a selection asks of hundreds."""
+        """The top-level statement (inside module-level blocks) holding ``line``, parsed
+        once per walker (callers only read it)."""
+        key = (path, line)
+        if key not in self._statements:
+            self._statements[key] = self._parse_statement_at(path, line)
+        return self._statements[key]
+
+    def _parse_statement_at(self, path: str, line: int) -> ast.stmt | None:
+        """Only the lines of the top-level block around ``line`` are parsed: whole
+        library files cost ~30 ms each, and a selection asks of hundreds."""
         lines = self.lines(path)
         if lines is None or not 0 < line <= len(lines):
             return None
@@ -175,18 +193,28 @@ class ModuleStatements:
     def deferred(self, path: str, def_line: int, line: int) -> bool:
         """Whether ``line`` lies in a function (or a method of a class) nested in the
         function defined at ``def_line``: calling that function defines it, runs none of it."""
-        tree = self._tree(path)
-        if tree is None:
-            return False
-        outer = next(
-            (
-                node
-                for node in ast.walk(tree)
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and def_line in (node.lineno, *(d.lineno for d in node.decorator_list))
-            ),
-            None,
-        )
+        key = (path, def_line, line)
+        if key not in self._deferred:
+            self._deferred[key] = self._nested(path, def_line, line)
+        return self._deferred[key]
+
+    def _nested(self, path: str, def_line: int, line: int) -> bool:
+        if (path, def_line) not in self._outer:
+            tree = self._tree(path)
+            self._outer[(path, def_line)] = (
+                None
+                if tree is None
+                else next(
+                    (
+                        node
+                        for node in ast.walk(tree)
+                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and def_line in (node.lineno, *(d.lineno for d in node.decorator_list))
+                    ),
+                    None,
+                )
+            )
+        outer = self._outer[(path, def_line)]
         if outer is None:
             return False
         for node in ast.walk(outer):

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from indexer.select.pysource import parse, statements, targets
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 # NAME = [ / { / "..." / set( / Trie( : a name given a literal or a call, on one line.
 _ASSIGNMENT = re.compile(
     r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?\|?=(?!=)[ \t]*"
@@ -68,6 +69,14 @@ class Receivers:
         self._answers: dict[tuple[str, int, str], bool] = {}
         self._texts: dict[str, str] = {}
         self._typed: dict[str, set[str]] = {}
+        # Judgments that depend only on a file's text, kept per walker: a selection asks
+        # of the same functions and classes for many lines and many receivers.
+        self._functions: dict[tuple[str, int, int], FunctionNode | None] = {}
+        self._bound: dict[tuple[str, int, int], set[str]] = {}
+        self._function_typed: dict[tuple[str, int, int, str], set[str]] = {}
+        self._spans: dict[tuple[str, int], tuple[int, int] | None] = {}
+        self._defines_class: dict[tuple[str, str], bool] = {}
+        self._method_classes: dict[tuple[str, str], frozenset[str]] = {}
 
     def not_a_tensor_at(self, path: str, line: int, method: str) -> bool:
         """Whether every ``.method(...)`` call on ``line`` of ``path`` has a receiver the
@@ -88,26 +97,55 @@ class Receivers:
             re.findall(rf"(?<![\w.])[A-Za-z_]\w*\s*\.\s*{named}\s*\(", text)
         ):
             return False  # some receiver is no plain name (self.x.add, f().add)
-        whole = self._text(path)
         if not all(self._may_be_typed(path, receiver) for receiver in receivers):
             return False  # decided from the text (the common case)
-        typed = _typer(lambda name: name in self._classes(path, method, whole, name))
         pending = set(receivers)
-        span = _enclosing_function(lines, line - 1)
+        span = self._enclosing(path, lines, line - 1)
         # From the innermost function outwards: a name not bound in one is a free variable
         # of the next (a closure), then a module-level name.
         while span is not None and pending:
-            # Parse the function alone: parsing whole library files costs ~50 ms each.
+            if self._function(path, lines, span) is None:
+                return False
+            local = pending & self._bound[(path, *span)]
+            if not local <= self._function_names(path, lines, span, method):
+                return False
+            pending -= local
+            span = self._enclosing(path, lines, span[0])
+        return all(self._global_typed(path, receiver, method) for receiver in pending)
+
+    def _enclosing(self, path: str, lines: list[str], index: int) -> tuple[int, int] | None:
+        key = (path, index)
+        if key not in self._spans:
+            self._spans[key] = _enclosing_function(lines, index)
+        return self._spans[key]
+
+    def _function(self, path: str, lines: list[str], span: tuple[int, int]) -> FunctionNode | None:
+        """The function at ``span`` parsed alone (whole library files cost ~50 ms each to
+        parse), once per walker; None when it does not parse as one."""
+        key = (path, *span)
+        if key not in self._functions:
             snippet = parse(textwrap.dedent("\n".join(lines[span[0] : span[1]])))
             function = snippet.body[0] if snippet is not None and snippet.body else None
             if not isinstance(function, FUNCTIONS):
-                return False
-            local = pending & _bound_names(function)
-            if not local <= _function_names(function, typed):
-                return False
-            pending -= local
-            span = _enclosing_function(lines, span[0])
-        return all(self._global_typed(path, receiver, method) for receiver in pending)
+                function = None
+            self._functions[key] = function
+            if function is not None:
+                self._bound[key] = _bound_names(function)
+        return self._functions[key]
+
+    def _function_names(
+        self, path: str, lines: list[str], span: tuple[int, int], method: str
+    ) -> set[str]:
+        """The names the function at ``span`` binds only to values no tensor can be, for
+        receivers of ``method`` (instances of the file's classes defining it count)."""
+        key = (path, *span, method)
+        if key not in self._function_typed:
+            function = self._function(path, lines, span)
+            typed = _typer(lambda name: name in self._classes(path, method, name))
+            self._function_typed[key] = (
+                _function_names(function, typed) if function is not None else set()
+            )
+        return self._function_typed[key]
 
     def _text(self, path: str) -> str:
         if path not in self._texts:
@@ -127,12 +165,19 @@ class Receivers:
             }
         return name in self._typed[path]
 
-    def _classes(self, path: str, method: str, text: str, name: str) -> frozenset[str]:
+    def _classes(self, path: str, method: str, name: str) -> frozenset[str]:
         """The file's classes defining ``method``, parsed only if it may define ``name``."""
-        if not re.search(rf"^class\s+{re.escape(name)}\b", text, re.MULTILINE):
+        key = (path, name)
+        if key not in self._defines_class:
+            pattern = rf"^class\s+{re.escape(name)}\b"
+            self._defines_class[key] = bool(re.search(pattern, self._text(path), re.MULTILINE))
+        if not self._defines_class[key]:
             return frozenset()
-        tree = self._tree(path)
-        return _local_classes(tree, method) if tree is not None else frozenset()
+        if (path, method) not in self._method_classes:
+            tree = self._tree(path)
+            found = _local_classes(tree, method) if tree is not None else frozenset()
+            self._method_classes[(path, method)] = found
+        return self._method_classes[(path, method)]
 
     def module_level(self, path: str, func: ast.expr) -> bool:
         """Whether ``func`` is ``NAME.method`` with ``NAME`` a module-level name of ``path``
@@ -154,7 +199,7 @@ class Receivers:
             answer = False  # also a parameter, a loop variable, an import...
         if answer:
             lines = self._lines(path) or []
-            typed = _typer(lambda callee: callee in self._classes(path, method, text, callee))
+            typed = _typer(lambda callee: callee in self._classes(path, method, callee))
             pattern = re.compile(rf"^\s*{re.escape(name)}\s*(?::[^=\n]+)?\|?=(?!=)")
             for index, line in enumerate(lines):
                 if pattern.match(line):
