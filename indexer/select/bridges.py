@@ -103,6 +103,12 @@ class Bridges:
         self._hierarchy: ClassHierarchy | None = None
         self._test_files: set[int] | None = None
         self._untyped: dict[str, list[tuple[int, int, int, str, int]]] = {}
+        # Per walker, as everything above: answers by name or file, however many reached
+        # nodes ask (an op's overloads share a name; a file's definitions its refs).
+        self._ops_named: dict[str, bool] = {}
+        self._op_api_calls: dict[str, list[tuple[int, str, int, int, str, int]]] = {}
+        self._decorator_refs: dict[int, list[tuple[int, str, int]]] = {}
+        self._registries: dict[str, list[tuple[int, str, int]]] = {}
 
     def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
         """A decorated Python function registers itself somewhere (``@op.register_impl``,
@@ -145,13 +151,7 @@ class Bridges:
                 ):
                     step = Step(node_id, REGISTERS, node_id, dst, file_id, ref_line)
                     found.append((dst, step, dst_kind, dst_file))
-            # refs has no index on src_id: read the file's unresolved dotted refs once.
-            for src, target, ref_line in conn.execute(
-                "SELECT r.src_id, r.target, r.line FROM refs r WHERE r.file_id = ?"
-                " AND r.scheme = 'py' AND r.target LIKE '%.%'"
-                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
-                (file_id,),
-            ):
+            for src, target, ref_line in self._unresolved_dotted(file_id):
                 if src not in lines or ref_line >= lines[src]:
                     continue  # not a decorator line of a reached definition
                 for dst, dst_kind, dst_file in self._registry_nodes(target):
@@ -159,7 +159,24 @@ class Bridges:
                     found.append((dst, step, dst_kind, dst_file))
         return found
 
+    def _unresolved_dotted(self, file_id: int) -> list[tuple[int, str, int]]:
+        """(src, target, line) of the file's unresolved dotted ``py`` refs; refs has no
+        index on src_id, so a file's are read once per walker."""
+        if file_id not in self._decorator_refs:
+            self._decorator_refs[file_id] = self.index.conn.execute(
+                "SELECT r.src_id, r.target, r.line FROM refs r WHERE r.file_id = ?"
+                " AND r.scheme = 'py' AND r.target LIKE '%.%'"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                (file_id,),
+            ).fetchall()
+        return self._decorator_refs[file_id]
+
     def _registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
+        if target not in self._registries:
+            self._registries[target] = self._find_registry_nodes(target)
+        return self._registries[target]
+
+    def _find_registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
         """Definitions a decorator's dotted base may name: exactly, or re-exported from a
         submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``),
         a module included (``@torch._dynamo.register_backend`` fills a table of that package)."""
@@ -273,13 +290,15 @@ class Bridges:
     def _op_named(self, name: str) -> bool:
         """Whether an op or binding is called ``name``: then ``x.name()`` is most likely a
         tensor method call, not a call of the few Python methods of that name."""
-        return (
-            self.index.conn.execute(
-                "SELECT 1 FROM nodes WHERE name = ? AND kind IN ('op', 'binding') LIMIT 1",
-                (name,),
-            ).fetchone()
-            is not None
-        )
+        if name not in self._ops_named:
+            self._ops_named[name] = (
+                self.index.conn.execute(
+                    "SELECT 1 FROM nodes WHERE name = ? AND kind IN ('op', 'binding') LIMIT 1",
+                    (name,),
+                ).fetchone()
+                is not None
+            )
+        return self._ops_named[name]
 
     def _definitions_named(self, name: str) -> int:
         if name not in self._method_names:
@@ -313,30 +332,50 @@ class Bridges:
         (generated bindings). Such calls stay unresolved refs; they are matched to the
         op by name."""
         found = []
-        conn = self.index.conn
         for op in self.index.nodes(op_ids):
             if not op.qualname.startswith("aten::"):
                 continue
-            keys = [op.name, f"{op.name}_out", f"{op.name}_outf"]
-            for src, file_id, line, scheme, target, attrs, src_kind, src_file in conn.execute(
-                "SELECT r.src_id, r.file_id, r.line, r.scheme, r.target, r.attrs, n.kind,"
-                " n.file_id FROM refs r JOIN nodes n ON n.id = r.src_id"
-                f" WHERE r.target_key IN ({placeholders(keys)}) AND r.scheme IN ('cpp', 'py')"
-                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
-                keys,
-            ):
+            for src, kind, file_id, line, src_kind, src_file in self._op_api_callers(op.name):
                 if src in reached:
-                    continue
-                if scheme == "cpp" and _calls_op_api(target, attrs, keys):
-                    kind = EdgeKind.CALLS.value
-                elif scheme == "py" and target.endswith(_python_bindings(op.name)):
-                    kind = EdgeKind.REFERENCES.value
-                else:
                     continue
                 found.append(
                     (src, Step(op.id, kind, src, op.id, file_id, line), src_kind, src_file)
                 )
         return found
+
+    def _op_api_callers(self, name: str) -> list[tuple[int, str, int, int, str, int]]:
+        """(src, edge kind, file, line, src kind, src file) of the unresolved calls that may
+        be the generated API of the aten ops called ``name``: read once per name (an op's
+        overloads share it)."""
+        if name in self._op_api_calls:
+            return self._op_api_calls[name]
+        keys = [name, f"{name}_out", f"{name}_outf"]
+        calls = []
+        for (
+            src,
+            file_id,
+            line,
+            scheme,
+            target,
+            attrs,
+            src_kind,
+            src_file,
+        ) in self.index.conn.execute(
+            "SELECT r.src_id, r.file_id, r.line, r.scheme, r.target, r.attrs, n.kind,"
+            " n.file_id FROM refs r JOIN nodes n ON n.id = r.src_id"
+            f" WHERE r.target_key IN ({placeholders(keys)}) AND r.scheme IN ('cpp', 'py')"
+            " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+            keys,
+        ):
+            if scheme == "cpp" and _calls_op_api(target, attrs, keys):
+                kind = EdgeKind.CALLS.value
+            elif scheme == "py" and target.endswith(_python_bindings(name)):
+                kind = EdgeKind.REFERENCES.value
+            else:
+                continue
+            calls.append((src, kind, file_id, line, src_kind, src_file))
+        self._op_api_calls[name] = calls
+        return calls
 
 
 def _python_bindings(name: str) -> tuple[str, ...]:
