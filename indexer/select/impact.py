@@ -26,8 +26,10 @@ A decorated function reaches the registry its decorator fills (``@op.register_im
 An OpInfo entry reaches the ``@ops`` tests iterating its list through their ``covers``
 edges. No depth cap; each node is visited once, so cycles end.
 
-The walk is breadth-first over whole frontiers, one SQL query per 900 nodes, so a
-closure of a hundred thousand nodes costs a few hundred queries, not a hundred thousand.
+The walk is breadth-first over whole frontiers of 900 nodes. It reads edges from the
+index's in-memory adjacency (``indexer.query.adjacency``) when a sidecar holds it or the
+walk grows big enough to pay for building it, else with one SQL query per batch; both
+give a batch's edges in the same order, so the walk reaches the same nodes the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select.bridges import Bridges, Found, Step, placeholders
 from indexer.select.deferral import Deferral
@@ -75,6 +78,10 @@ MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
 _BATCH = 900
+# Reached nodes after which building the adjacency (seconds on PyTorch, once per index
+# version) costs less than querying SQLite for the rest of the walk.
+ADJACENCY_AFTER = 3000
+EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
 
 
 @dataclass
@@ -135,13 +142,43 @@ class ImpactWalker(Bridges):
         manifest = json.loads(index.meta.get("manifest") or "{}")
         self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
         self._paths: dict[int, str] | None = None
+        self._targets: dict[int, str] = {}
+        self._graph: adjacency.Adjacency | None = None
+        self._graph_looked = False
+
+    def graph(self, reached: int = 0) -> adjacency.Adjacency | None:
+        """The index's adjacency: read from its sidecar if one was written for this index,
+        else built once the walk has reached ``ADJACENCY_AFTER`` nodes; None before."""
+        if self._graph is None and not self._graph_looked:
+            self._graph_looked = True
+            self._graph = adjacency.cached(self.index.db_path, self.index.meta)
+        if self._graph is None and reached >= ADJACENCY_AFTER:
+            self._graph = adjacency.shared(self.index.db_path, self.index.conn, self.index.meta)
+        return self._graph
 
     def _target(self, ref_id: int | None) -> str:
         """The name as written of the ref an edge came from ('' for local edges)."""
         if ref_id is None:
             return ""
-        row = self.index.conn.execute("SELECT target FROM refs WHERE id = ?", (ref_id,)).fetchone()
-        return (row[0] or "") if row else ""
+        if ref_id not in self._targets:
+            row = self.index.conn.execute(
+                "SELECT target FROM refs WHERE id = ?", (ref_id,)
+            ).fetchone()
+            self._targets[ref_id] = (row[0] or "") if row else ""
+        return self._targets[ref_id]
+
+    def _load_targets(self, ref_ids: list[int]) -> None:
+        """Read the targets of many refs at once (one query per 900)."""
+        wanted = list({r for r in ref_ids if r not in self._targets})
+        for start in range(0, len(wanted), _BATCH):
+            batch = wanted[start : start + _BATCH]
+            found = dict(
+                self.index.conn.execute(
+                    f"SELECT id, target FROM refs WHERE id IN ({placeholders(batch)})", batch
+                )
+            )
+            for ref_id in batch:
+                self._targets[ref_id] = found.get(ref_id) or ""
 
     def _path(self, file_id: int) -> str:
         if self._paths is None:
@@ -216,6 +253,11 @@ class ImpactWalker(Bridges):
         return after is None or after != before
 
     def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
+        graph = self.graph()
+        if graph is not None:
+            # In id order, as SQLite returns the rows of an IN list.
+            ids = sorted(set(ids))
+            return [(n, graph.kind(n), graph.file(n)) for n in ids if graph.kind(n) is not None]
         rows = []
         for start in range(0, len(ids), _BATCH):
             batch = ids[start : start + _BATCH]
@@ -223,6 +265,61 @@ class ImpactWalker(Bridges):
                 f"SELECT id, kind, file_id FROM nodes WHERE id IN ({placeholders(batch)})", batch
             ).fetchall()
         return rows
+
+    def _rows_into(self, batch: list[int], kinds: list[str], reach: Reach) -> list[EdgeRow]:
+        """Edges of ``kinds`` into ``batch``: (src, dst, kind, file, line, src kind, src
+        file, ref id), ordered by dst, kind, edge id. The names of the refs the walk will
+        ask about are read in one query."""
+        graph = self.graph()
+        if graph is None:
+            return self.index.conn.execute(
+                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
+                " e.ref_id FROM edges e JOIN nodes s ON s.id = e.src_id"
+                f" WHERE e.dst_id IN ({placeholders(batch)})"
+                f" AND e.kind IN ({placeholders(kinds)})",
+                [*batch, *kinds],
+            ).fetchall()
+        kind_of, file_of = graph.kind, graph.file
+        rows = [
+            (src, dst, kind, file_id, line, kind_of(src), file_of(src), ref_id)
+            for src, dst, kind, file_id, line, ref_id in graph.into(batch, graph.codes(kinds))
+            if kind_of(src) is not None  # as the SQL join drops edges from no node
+        ]
+        names, kinds_reached = reach.module_names, reach.kind
+        self._load_targets(
+            [
+                row[7]
+                for row in rows
+                if row[7] is not None
+                and (
+                    row[1] in names
+                    or (
+                        row[2] == REFERENCES
+                        and row[5] in LIBRARY_PYTHON
+                        and kinds_reached.get(row[1]) in COMPILED
+                    )
+                )
+            ]
+        )
+        return rows
+
+    def _rows_out_of(self, batch: list[int], kinds: list[str]) -> list[tuple]:
+        """Edges of ``kinds`` out of ``batch``: (src, dst, kind, file, line, dst kind, dst
+        file), ordered by src, kind, edge id."""
+        graph = self.graph()
+        if graph is None:
+            return self.index.conn.execute(
+                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, d.kind, d.file_id"
+                " FROM edges e JOIN nodes d ON d.id = e.dst_id"
+                f" WHERE e.src_id IN ({placeholders(batch)})"
+                f" AND e.kind IN ({placeholders(kinds)})",
+                [*batch, *kinds],
+            ).fetchall()
+        return [
+            (src, dst, kind, file_id, line, graph.kind(dst), graph.file(dst))
+            for src, dst, kind, file_id, line, _ in graph.out_of(batch, graph.codes(kinds))
+            if graph.kind(dst) is not None
+        ]
 
     def walk(
         self,
@@ -247,7 +344,6 @@ class ImpactWalker(Bridges):
         frontier = list(reach.steps)
         reverse = list(REVERSE_KINDS)
         forward = list(FORWARD_KINDS)
-        conn = self.index.conn
         depth = 0
         while True:
             if not frontier:
@@ -255,6 +351,7 @@ class ImpactWalker(Bridges):
             if not frontier or (max_depth is not None and depth >= max_depth):
                 return reach
             depth += 1
+            self.graph(len(reach.steps))
             found: list[tuple[int, Step, str, int]] = []
             explicit = self._explicit_methods(frontier, reach)
             if explicit:
@@ -264,13 +361,8 @@ class ImpactWalker(Bridges):
             steps = reach.steps
             for start in range(0, len(frontier), _BATCH):
                 batch = frontier[start : start + _BATCH]
-                for src, dst, kind, file_id, line, src_kind, src_file, ref_id in conn.execute(
-                    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
-                    " e.ref_id FROM edges e JOIN nodes s ON s.id = e.src_id"
-                    f" WHERE e.dst_id IN ({placeholders(batch)})"
-                    f" AND e.kind IN ({placeholders(reverse)})",
-                    [*batch, *reverse],
-                ):
+                rows = self._rows_into(batch, reverse, reach)
+                for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
                     if src in steps and not (kind == REFERENCES and src_kind == MODULE):
                         continue  # reached already (a module may yet widen: see below)
                     if kind == CONTAINS and (src_kind not in CLASS_KINDS or dst in explicit):
@@ -294,12 +386,8 @@ class ImpactWalker(Bridges):
                     found.append(
                         (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
                     )
-                for src, dst, kind, file_id, line, dst_kind, dst_file in conn.execute(
-                    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, d.kind, d.file_id"
-                    " FROM edges e JOIN nodes d ON d.id = e.dst_id"
-                    f" WHERE e.src_id IN ({placeholders(batch)})"
-                    f" AND e.kind IN ({placeholders(forward)})",
-                    [*batch, *forward],
+                for src, dst, kind, file_id, line, dst_kind, dst_file in self._rows_out_of(
+                    batch, forward
                 ):
                     if dst in steps:
                         continue

@@ -1,0 +1,302 @@
+"""The index's edges in memory, both ways, for walks that visit most of the graph.
+
+A selection walk over PyTorch reaches ~70,000 nodes; asking SQLite for each frontier's
+edges costs tens of thousands of round trips and a tuple per row. Here the edges are
+held as compact arrays (CSR: per node, the offset of its first edge in parallel arrays
+of neighbour, kind, file, line and ref), once by destination and once by source, with
+each node's kind and file.
+
+Building them reads every edge (a second or two on PyTorch), so they are kept in a
+sidecar file next to ``index.sqlite`` and reused while the index is the same file with
+the same content. The sidecar is keyed by the index's build metadata and the database
+file's identity (inode, size, mtime: an update writes a new file and renames it over
+the old one), written to a temporary file and renamed into place, and rebuilt, never
+trusted, when its key differs or it cannot be read. When it cannot be written (a
+read-only cache), the arrays live for this process only.
+
+Rows come out in the order SQLite's ``edges_dst``/``edges_src`` indexes give for
+``WHERE dst_id IN (...)`` (node id, then kind, then edge id), so a walk over these
+arrays meets edges in the order a walk over SQL did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+MAGIC = b"torchtalk-adjacency 1\n"
+SUFFIX = ".adjacency"
+NONE = -1  # an edge with no ref (a local edge), a node with no file
+# Array name -> typecode. Ids, lines and refs fit in 32 bits; kinds are indexes into the
+# header's kind lists.
+_ARRAYS = {
+    "node_kind": "b",
+    "node_file": "i",
+    "in_offsets": "q",
+    "in_other": "i",
+    "in_kind": "b",
+    "in_file": "i",
+    "in_line": "i",
+    "in_ref": "i",
+    "out_offsets": "q",
+    "out_other": "i",
+    "out_kind": "b",
+    "out_file": "i",
+    "out_line": "i",
+    "out_ref": "i",
+}
+_META_KEYS = ("schema_version", "git_commit", "files_fingerprint", "built_at", "counts")
+
+# (src, dst, edge kind, evidence file id, evidence line, ref id or None)
+EdgeRow = tuple[int, int, str, int, int, int | None]
+
+
+def sidecar_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + SUFFIX)
+
+
+def index_key(db_path: Path, meta: dict[str, str]) -> str:
+    """What changes whenever the database does: its build metadata and the file itself."""
+    stat = db_path.stat()
+    parts = [meta.get(key, "") for key in _META_KEYS]
+    parts += [str(stat.st_ino), str(stat.st_size), str(stat.st_mtime_ns)]
+    return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()
+
+
+class Adjacency:
+    """Every edge of one index by destination and by source, with node kinds and files."""
+
+    def __init__(self, node_kinds: list[str], edge_kinds: list[str], arrays: dict[str, array]):
+        self.node_kinds = node_kinds
+        self.edge_kinds = edge_kinds
+        self._edge_code = {kind: code for code, kind in enumerate(edge_kinds)}
+        for name, values in arrays.items():
+            setattr(self, name, values)
+        self.node_count = len(arrays["node_kind"])
+
+    # --- nodes -------------------------------------------------------------------------
+
+    def kind(self, node_id: int) -> str | None:
+        """The node's kind (None for an id the index does not hold)."""
+        if not 0 <= node_id < self.node_count or self.node_kind[node_id] < 0:
+            return None
+        return self.node_kinds[self.node_kind[node_id]]
+
+    def file(self, node_id: int) -> int:
+        return self.node_file[node_id] if 0 <= node_id < self.node_count else NONE
+
+    # --- edges -------------------------------------------------------------------------
+
+    def codes(self, kinds: Iterable[str]) -> frozenset[int]:
+        """Edge kind codes for ``kinds`` (kinds the index has no edge of are left out)."""
+        return frozenset(self._edge_code[k] for k in kinds if k in self._edge_code)
+
+    def into(self, node_ids: Iterable[int], kinds: frozenset[int]) -> Iterator[EdgeRow]:
+        """Edges of the given kind codes into each of ``node_ids``, in id order."""
+        return self._rows(node_ids, kinds, incoming=True)
+
+    def out_of(self, node_ids: Iterable[int], kinds: frozenset[int]) -> Iterator[EdgeRow]:
+        """Edges of the given kind codes out of each of ``node_ids``, in id order."""
+        return self._rows(node_ids, kinds, incoming=False)
+
+    def _rows(
+        self, node_ids: Iterable[int], kinds: frozenset[int], incoming: bool
+    ) -> Iterator[EdgeRow]:
+        side = "in" if incoming else "out"
+        offsets: array = getattr(self, f"{side}_offsets")
+        other: array = getattr(self, f"{side}_other")
+        kind: array = getattr(self, f"{side}_kind")
+        files: array = getattr(self, f"{side}_file")
+        lines: array = getattr(self, f"{side}_line")
+        refs: array = getattr(self, f"{side}_ref")
+        names = self.edge_kinds
+        for node_id in sorted(set(node_ids)):
+            if not 0 <= node_id < self.node_count:
+                continue
+            start, end = offsets[node_id], offsets[node_id + 1]
+            for position in range(start, end):
+                code = kind[position]
+                if code not in kinds:
+                    continue
+                ref = refs[position]
+                neighbour = other[position]
+                src, dst = (neighbour, node_id) if incoming else (node_id, neighbour)
+                yield (
+                    src,
+                    dst,
+                    names[code],
+                    files[position],
+                    lines[position],
+                    None if ref == NONE else ref,
+                )
+
+
+_loaded: dict[Path, tuple[str, Adjacency]] = {}  # db path -> (key, its adjacency)
+_lock = threading.Lock()
+
+
+def shared(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
+    """:func:`load`, kept for the process while the index stays the same (a server or a
+    plugin walks the same index many times; one per database file)."""
+    key = index_key(db_path, meta)
+    with _lock:
+        held = _loaded.get(db_path)
+        if held is not None and held[0] == key:
+            return held[1]
+        adjacency = load(db_path, conn, meta)
+        _loaded[db_path] = (key, adjacency)
+        return adjacency
+
+
+def cached(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
+    """The adjacency of the index at ``db_path`` if this process holds it or a sidecar
+    written for this very database does; None otherwise (nothing is built)."""
+    key = index_key(db_path, meta)
+    with _lock:
+        held = _loaded.get(db_path)
+        if held is not None and held[0] == key:
+            return held[1]
+        found = _read(sidecar_path(db_path), key)
+        if found is not None:
+            _loaded[db_path] = (key, found)
+        return found
+
+
+def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
+    """The adjacency of the index at ``db_path``: from its sidecar when that was written
+    for this very database, else built from ``conn`` (and the sidecar rewritten)."""
+    key = index_key(db_path, meta)
+    path = sidecar_path(db_path)
+    found = _read(path, key)
+    if found is not None:
+        return found
+    built = build(conn)
+    _write(path, key, built)
+    return built
+
+
+def build(conn: sqlite3.Connection) -> Adjacency:
+    """Read every node and edge of the index into arrays."""
+    node_kinds: list[str] = []
+    kind_code: dict[str, int] = {}
+    max_id = max(
+        conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
+        for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
+    )
+    node_kind = array("b", [NONE]) * (max_id + 1)
+    node_file = array("i", [NONE]) * (max_id + 1)
+    for node_id, kind, file_id in conn.execute("SELECT id, kind, file_id FROM nodes"):
+        if kind not in kind_code:
+            kind_code[kind] = len(node_kinds)
+            node_kinds.append(kind)
+        node_kind[node_id] = kind_code[kind]
+        node_file[node_id] = file_id
+    edge_kinds = sorted(kind for (kind,) in conn.execute("SELECT DISTINCT kind FROM edges"))
+    if len(node_kinds) > 127 or len(edge_kinds) > 127:
+        raise ValueError("more kinds than the adjacency's one-byte codes hold")
+    code = {kind: number for number, kind in enumerate(edge_kinds)}
+    rows = conn.execute("SELECT src_id, dst_id, kind, file_id, line, ref_id FROM edges").fetchall()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 6
+    del rows
+    src, dst = array("i", columns[0]), array("i", columns[1])
+    kinds = array("b", map(code.__getitem__, columns[2]))
+    files, lines = array("i", columns[3]), array("i", columns[4])
+    refs = array("i", (NONE if ref is None else ref for ref in columns[5]))
+    del columns
+    # Rows come in id order (the table's); kind codes sort as the kind names do, and
+    # stable sorts by kind, then by one end, give (end, kind, id).
+    by_kind = sorted(range(len(kinds)), key=kinds.__getitem__)
+    arrays = {"node_kind": node_kind, "node_file": node_file}
+    for side, key, other in (("in", dst, src), ("out", src, dst)):
+        order = sorted(by_kind, key=key.__getitem__)
+        ends = array("i", map(key.__getitem__, order))
+        arrays[f"{side}_offsets"] = array(
+            "q", (bisect_left(ends, node_id) for node_id in range(max_id + 2))
+        )
+        arrays[f"{side}_other"] = array("i", map(other.__getitem__, order))
+        arrays[f"{side}_kind"] = array("b", map(kinds.__getitem__, order))
+        arrays[f"{side}_file"] = array("i", map(files.__getitem__, order))
+        arrays[f"{side}_line"] = array("i", map(lines.__getitem__, order))
+        arrays[f"{side}_ref"] = array("i", map(refs.__getitem__, order))
+    return Adjacency(node_kinds, edge_kinds, arrays)
+
+
+def _read(path: Path, key: str) -> Adjacency | None:
+    """The sidecar's adjacency if it was written for ``key`` and reads whole; else None."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.readline() != MAGIC:
+                return None
+            header = json.loads(handle.readline())
+            if header.get("key") != key:
+                return None
+            arrays: dict[str, array] = {}
+            for name, typecode, length in header["arrays"]:
+                if _ARRAYS.get(name) != typecode:
+                    return None
+                values = array(typecode)
+                values.fromfile(handle, length)
+                arrays[name] = values
+            if set(arrays) != set(_ARRAYS) or handle.read(1):
+                return None
+            if header.get("digest") != _digest(arrays):
+                return None  # damaged in place
+            adjacency = Adjacency(header["node_kinds"], header["edge_kinds"], arrays)
+    except (OSError, EOFError, ValueError, KeyError, TypeError):
+        return None
+    return adjacency if _consistent(adjacency) else None
+
+
+def _consistent(adjacency: Adjacency) -> bool:
+    """Cheap structural checks, so a damaged file is rebuilt rather than walked."""
+    nodes = adjacency.node_count
+    if len(adjacency.node_file) != nodes:
+        return False
+    for side in ("in", "out"):
+        offsets = getattr(adjacency, f"{side}_offsets")
+        edges = len(getattr(adjacency, f"{side}_other"))
+        if len(offsets) != nodes + 1 or offsets[0] != 0 or offsets[-1] != edges:
+            return False
+        if any(len(getattr(adjacency, f"{side}_{name}")) != edges for name in _COLUMNS):
+            return False
+    return True
+
+
+_COLUMNS = ("kind", "file", "line", "ref")
+
+
+def _digest(arrays: dict[str, array]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for name in _ARRAYS:
+        digest.update(memoryview(arrays[name]).cast("B"))
+    return digest.hexdigest()
+
+
+def _write(path: Path, key: str, adjacency: Adjacency) -> None:
+    """Write the sidecar whole or not at all (temporary file, then rename)."""
+    header = {
+        "key": key,
+        "digest": _digest({name: getattr(adjacency, name) for name in _ARRAYS}),
+        "node_kinds": adjacency.node_kinds,
+        "edge_kinds": adjacency.edge_kinds,
+        "arrays": [
+            [name, typecode, len(getattr(adjacency, name))] for name, typecode in _ARRAYS.items()
+        ],
+    }
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(MAGIC)
+            handle.write(json.dumps(header).encode() + b"\n")
+            for name in _ARRAYS:
+                getattr(adjacency, name).tofile(handle)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a read-only cache: keep the arrays in memory only
