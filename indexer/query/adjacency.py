@@ -28,7 +28,7 @@ import sqlite3
 import threading
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 MAGIC = b"torchtalk-adjacency 1\n"
@@ -80,6 +80,10 @@ class Adjacency:
         for name, values in arrays.items():
             setattr(self, name, values)
         self.node_count = len(arrays["node_kind"])
+        # Each node's kind name by id (None: no such node), for the walks' inner loops.
+        self.kind_names: list[str | None] = [
+            node_kinds[code] if code >= 0 else None for code in arrays["node_kind"]
+        ]
 
     # --- nodes -------------------------------------------------------------------------
 
@@ -105,6 +109,51 @@ class Adjacency:
     def out_of(self, node_ids: Iterable[int], kinds: frozenset[int]) -> Iterator[EdgeRow]:
         """Edges of the given kind codes out of each of ``node_ids``, in id order."""
         return self._rows(node_ids, kinds, incoming=False)
+
+    def into_unseen(
+        self,
+        node_ids: Iterable[int],
+        kinds: frozenset[int],
+        seen: Container[int],
+        revisit: frozenset[tuple[str, str]] = frozenset(),
+    ) -> list[tuple[int, int, str, int, int, str, int, int | None]]:
+        """Edges of the given kind codes into each of ``node_ids`` (in id order) from
+        nodes not in ``seen``, or in it but with (edge kind, node kind) in ``revisit``:
+        (src, dst, kind, file, line, src kind, src file, ref id or None). Edges from ids
+        the index holds no node for are left out (as a join with ``nodes`` would)."""
+        offsets, others, codes = self.in_offsets, self.in_other, self.in_kind
+        files, lines, refs = self.in_file, self.in_line, self.in_ref
+        names, kind_names, node_file = self.edge_kinds, self.kind_names, self.node_file
+        count = self.node_count
+        rows = []
+        for dst in sorted(set(node_ids)):
+            if not 0 <= dst < count:
+                continue
+            for position in range(offsets[dst], offsets[dst + 1]):
+                code = codes[position]
+                if code not in kinds:
+                    continue
+                src = others[position]
+                src_kind = kind_names[src] if 0 <= src < count else None
+                if src_kind is None:
+                    continue
+                kind = names[code]
+                if src in seen and (kind, src_kind) not in revisit:
+                    continue
+                ref = refs[position]
+                rows.append(
+                    (
+                        src,
+                        dst,
+                        kind,
+                        files[position],
+                        lines[position],
+                        src_kind,
+                        node_file[src],
+                        None if ref == NONE else ref,
+                    )
+                )
+        return rows
 
     def _rows(
         self, node_ids: Iterable[int], kinds: frozenset[int], incoming: bool

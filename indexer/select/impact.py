@@ -82,6 +82,7 @@ _BATCH = 900
 # version) costs less than querying SQLite for the rest of the walk.
 ADJACENCY_AFTER = 3000
 EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
+_REVISIT = frozenset({(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)})
 
 
 @dataclass
@@ -279,12 +280,9 @@ class ImpactWalker(Bridges):
                 f" AND e.kind IN ({placeholders(kinds)})",
                 [*batch, *kinds],
             ).fetchall()
-        kind_of, file_of = graph.kind, graph.file
-        rows = [
-            (src, dst, kind, file_id, line, kind_of(src), file_of(src), ref_id)
-            for src, dst, kind, file_id, line, ref_id in graph.into(batch, graph.codes(kinds))
-            if kind_of(src) is not None  # as the SQL join drops edges from no node
-        ]
+        # Edges from nodes reached already are skipped here, as the walk would skip them;
+        # a module may yet widen (see walk).
+        rows = graph.into_unseen(batch, graph.codes(kinds), reach.steps, _REVISIT)
         names, kinds_reached = reach.module_names, reach.kind
         self._load_targets(
             [

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +34,7 @@ from indexer.python.scope import callee_name
 from indexer.select.pysource import parse, statements, targets
 from indexer.select.receivers import Receivers
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 # What a call of the enclosing function only defines: their bodies run later, if ever.
 _DEFERRED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -50,6 +52,11 @@ RUN = StatementUse(True, frozenset())
 @lru_cache(maxsize=1024)
 def _call_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"\b{re.escape(name)}\s*\(")
+
+
+@lru_cache(maxsize=1024)
+def _line_end_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(name)}\s*$")
 
 
 def _registered_op(call: ast.Call, name: str) -> str | None:
@@ -86,6 +93,19 @@ def _bound(written: list[ast.expr]) -> tuple[set[str], bool]:
     return names, mutates
 
 
+def _defined_at(tree: ast.Module, line: int) -> FunctionNode | None:
+    """The function whose ``def`` or a decorator is on ``line``."""
+    return next(
+        (
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and line in (node.lineno, *(d.lineno for d in node.decorator_list))
+        ),
+        None,
+    )
+
+
 def _opens_block(text: str) -> bool:
     """Whether a line starts a top-level statement (not a continuation of the one above:
     a closing bracket, ``else``, ``elif``, ``except``, ``finally``, a comment)."""
@@ -105,7 +125,7 @@ class ModuleStatements:
         # Answers that depend only on a file's text, once per walker.
         self._calls: dict[tuple[str, int, str], bool] = {}
         self._statements: dict[tuple[str, int], ast.stmt | None] = {}
-        self._outer: dict[tuple[str, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
+        self._outer: dict[tuple[str, int], tuple[FunctionNode | None, int]] = {}
         self._deferred: dict[tuple[str, int, int], bool] = {}
 
     def lines(self, path: str) -> list[str] | None:
@@ -136,9 +156,9 @@ class ModuleStatements:
             return True
         # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
         return bool(
-            re.search(rf"\b{re.escape(name)}\s*$", text)
-            and line < len(lines)
+            line < len(lines)
             and lines[line].lstrip().startswith("(")
+            and _line_end_pattern(name).search(text)
         )
 
     def _tree(self, path: str) -> ast.Module | None:
@@ -180,12 +200,12 @@ class ModuleStatements:
             start = 0
             if chunk is None:
                 return None
-        ast.increment_lineno(chunk, start)
+        at = line - start  # the line in the chunk's numbering
         return next(
             (
                 s
                 for s in statements(chunk.body, blocks=False, definitions=True)
-                if s.lineno <= line <= (s.end_lineno or s.lineno)
+                if s.lineno <= at <= (s.end_lineno or s.lineno)
             ),
             None,
         )
@@ -200,29 +220,45 @@ class ModuleStatements:
 
     def _nested(self, path: str, def_line: int, line: int) -> bool:
         if (path, def_line) not in self._outer:
-            tree = self._tree(path)
-            self._outer[(path, def_line)] = (
-                None
-                if tree is None
-                else next(
-                    (
-                        node
-                        for node in ast.walk(tree)
-                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                        and def_line in (node.lineno, *(d.lineno for d in node.decorator_list))
-                    ),
-                    None,
-                )
-            )
-        outer = self._outer[(path, def_line)]
+            self._outer[(path, def_line)] = self._function_at(path, def_line)
+        outer, offset = self._outer[(path, def_line)]
         if outer is None:
             return False
+        at = line - offset  # the line in the parsed text's numbering
         for node in ast.walk(outer):
             if node is not outer and isinstance(node, _DEFERRED):
                 body = node.body if isinstance(node, ast.Lambda) else node.body[0]
-                if body.lineno <= line <= (node.end_lineno or node.lineno):
+                if body.lineno <= at <= (node.end_lineno or node.lineno):
                     return True
         return False
+
+    def _function_at(self, path: str, def_line: int) -> tuple[FunctionNode | None, int]:
+        """The function defined (or decorated) at ``def_line``, and the offset of the
+        parsed text's line numbers. Its own lines are parsed alone when they parse and
+        hold it (a body cut short by a string or bracket does not parse), else the
+        whole file."""
+        lines = self.lines(path)
+        if lines is not None and 0 < def_line <= len(lines):
+            start = def_line - 1
+            header = start
+            while header < min(len(lines), start + 50) and not lines[header].lstrip().startswith(
+                ("def ", "async def ")
+            ):
+                header += 1  # decorators above the def
+            level = len(lines[start]) - len(lines[start].lstrip())
+            end = header + 1
+            while end < len(lines):
+                text = lines[end].lstrip()
+                indent = len(lines[end]) - len(text)
+                if text and not text.startswith(("#", ")", "]", "}")) and indent <= level:
+                    break
+                end += 1
+            chunk = parse(textwrap.dedent("\n".join(lines[start:end])))
+            found = _defined_at(chunk, def_line - start) if chunk is not None else None
+            if found is not None:
+                return found, start
+        tree = self._tree(path)
+        return (_defined_at(tree, def_line) if tree is not None else None), 0
 
     def use(
         self,

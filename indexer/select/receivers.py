@@ -21,19 +21,41 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import lru_cache
 
+from indexer.select.class_source import class_defines
 from indexer.select.pysource import parse, statements, targets
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
-# NAME = [ / { / "..." / set( / Trie( : a name given a literal or a call, on one line.
-_ASSIGNMENT = re.compile(
-    r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?\|?=(?!=)[ \t]*"
-    r"(?:([\[{'\"]|[rbf]+['\"])|(\w+)[ \t]*\()",
-    re.MULTILINE,
-)
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+
+
+# After a name at the start of a line: ``= [`` / ``= {`` / ``= "..."`` / ``= set(`` /
+# ``= Trie(`` (groups: the literal's opening, the callee), ``: T =`` and ``|=`` too.
+_ASSIGNED = re.compile(
+    r"[ \t]*(?::[^=\n]+)?\|?=(?!=)[ \t]*(?:([\[{'\"]|[rbf]+['\"])|(\w+)[ \t]*\()"
+)
+
+
+@lru_cache(maxsize=4096)
+def _assignment_of(name: str) -> re.Pattern[str]:
+    # A literal first, so the regex engine scans for the name rather than trying every
+    # position; line starts are checked by the caller.
+    return re.compile(re.escape(name) + _ASSIGNED.pattern)
+
+
+def _assignments(text: str, name: str) -> Iterator[re.Match[str]]:
+    """Each line of ``text`` that starts with ``name`` (after indentation) and gives it
+    a literal or a call's value (groups: the literal's opening, the callee). A match
+    never spans lines, so each such line is found."""
+    for match in _assignment_of(name).finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if not text[line_start : match.start()].strip(" \t"):
+            yield match
+
+
 _CONTAINER_NODES = (
     ast.Set,
     ast.Dict,
@@ -68,15 +90,15 @@ class Receivers:
         self._globals: dict[tuple[str, str, str], bool] = {}
         self._answers: dict[tuple[str, int, str], bool] = {}
         self._texts: dict[str, str] = {}
-        self._typed: dict[str, set[str]] = {}
+        self._typed: dict[tuple[str, str], bool] = {}
+        self._file_classes: dict[str, set[str]] = {}
         # Judgments that depend only on a file's text, kept per walker: a selection asks
         # of the same functions and classes for many lines and many receivers.
         self._functions: dict[tuple[str, int, int], FunctionNode | None] = {}
         self._bound: dict[tuple[str, int, int], set[str]] = {}
         self._function_typed: dict[tuple[str, int, int, str], set[str]] = {}
         self._spans: dict[tuple[str, int], tuple[int, int] | None] = {}
-        self._defines_class: dict[tuple[str, str], bool] = {}
-        self._method_classes: dict[tuple[str, str], frozenset[str]] = {}
+        self._defines_method: dict[tuple[str, str, str], bool] = {}
 
     def not_a_tensor_at(self, path: str, line: int, method: str) -> bool:
         """Whether every ``.method(...)`` call on ``line`` of ``path`` has a receiver the
@@ -141,7 +163,7 @@ class Receivers:
         key = (path, *span, method)
         if key not in self._function_typed:
             function = self._function(path, lines, span)
-            typed = _typer(lambda name: name in self._classes(path, method, name))
+            typed = _typer(lambda name: self._defines(path, method, name))
             self._function_typed[key] = (
                 _function_names(function, typed) if function is not None else set()
             )
@@ -154,30 +176,32 @@ class Receivers:
 
     def _may_be_typed(self, path: str, name: str) -> bool:
         """A textual filter, before parsing: is ``name`` ever given a container literal,
-        a container, or an instance of a class the file defines? (One regex pass per file.)"""
-        if path not in self._typed:
-            text = self._text(path)
-            classes = set(_CLASS.findall(text))
-            self._typed[path] = {
-                match.group(1)
-                for match in _ASSIGNMENT.finditer(text)
-                if match.group(2) or match.group(3) in _CONTAINER_TYPES or match.group(3) in classes
-            }
-        return name in self._typed[path]
-
-    def _classes(self, path: str, method: str, name: str) -> frozenset[str]:
-        """The file's classes defining ``method``, parsed only if it may define ``name``."""
+        a container, or an instance of a class the file defines? (One regex pass per
+        file and name: an assignment matches within one line, so the matches for one
+        name are those a pass over every assignment would find.)"""
         key = (path, name)
-        if key not in self._defines_class:
-            pattern = rf"^class\s+{re.escape(name)}\b"
-            self._defines_class[key] = bool(re.search(pattern, self._text(path), re.MULTILINE))
-        if not self._defines_class[key]:
-            return frozenset()
-        if (path, method) not in self._method_classes:
-            tree = self._tree(path)
-            found = _local_classes(tree, method) if tree is not None else frozenset()
-            self._method_classes[(path, method)] = found
-        return self._method_classes[(path, method)]
+        if key not in self._typed:
+            self._typed[key] = any(
+                match.group(1)
+                or match.group(2) in _CONTAINER_TYPES
+                or match.group(2) in self._class_names(path)
+                for match in _assignments(self._text(path), name)
+            )
+        return self._typed[key]
+
+    def _class_names(self, path: str) -> set[str]:
+        if path not in self._file_classes:
+            self._file_classes[path] = set(_CLASS.findall(self._text(path)))
+        return self._file_classes[path]
+
+    def _defines(self, path: str, method: str, name: str) -> bool:
+        """Whether the file's module-level class ``name`` defines ``method``."""
+        key = (path, name, method)
+        if key not in self._defines_method:
+            self._defines_method[key] = class_defines(
+                self._text(path), self._lines(path) or [], name, method, lambda: self._tree(path)
+            )
+        return self._defines_method[key]
 
     def module_level(self, path: str, func: ast.expr) -> bool:
         """Whether ``func`` is ``NAME.method`` with ``NAME`` a module-level name of ``path``
@@ -199,7 +223,7 @@ class Receivers:
             answer = False  # also a parameter, a loop variable, an import...
         if answer:
             lines = self._lines(path) or []
-            typed = _typer(lambda callee: callee in self._classes(path, method, callee))
+            typed = _typer(lambda callee: self._defines(path, method, callee))
             pattern = re.compile(rf"^\s*{re.escape(name)}\s*(?::[^=\n]+)?\|?=(?!=)")
             for index, line in enumerate(lines):
                 if pattern.match(line):
@@ -283,16 +307,6 @@ def _bound_otherwise(name: str, text: str) -> bool:
 
 def _assigned_at_module_level(name: str, text: str) -> bool:
     return re.search(rf"^{re.escape(name)}\s*(?::[^=\n]+)?\|?=", text, re.MULTILINE) is not None
-
-
-def _local_classes(tree: ast.Module, method: str) -> frozenset[str]:
-    """Module-level classes of the file that define ``method``."""
-    return frozenset(
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.ClassDef)
-        and any(isinstance(item, FUNCTIONS) and item.name == method for item in node.body)
-    )
 
 
 def _typer(local_class: Callable[[str], bool]) -> Callable[[ast.expr | None], bool]:
