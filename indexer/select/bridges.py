@@ -236,7 +236,10 @@ class Bridges:
         return self._untyped[name]
 
     def _method_callers(
-        self, methods: dict[int, str], reached: dict[int, Step | None]
+        self,
+        methods: dict[int, str],
+        reached: dict[int, Step | None],
+        files: dict[int, int] | None = None,
     ) -> list[tuple[int, Step, str, int]]:
         """Callers of methods by name: ``obj.m(...)`` with a receiver the index cannot
         type stays an unresolved ``py`` ref ``.m``. Such a call is attributed to a method
@@ -246,10 +249,13 @@ class Bridges:
         is a tensor's method, not ``SizeVariable.numel``)."""
         found = []
         conn = self.index.conn
+        files = files or {}
         for method_id, name in methods.items():
-            method_file = conn.execute(
-                "SELECT file_id FROM nodes WHERE id = ?", (method_id,)
-            ).fetchone()[0]
+            method_file = files.get(method_id)
+            if method_file is None:
+                method_file = conn.execute(
+                    "SELECT file_id FROM nodes WHERE id = ?", (method_id,)
+                ).fetchone()[0]
             rare = self._definitions_named(name) <= RARE_METHOD_DEFINITIONS and not self._op_named(
                 name
             )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 from indexer.select.pysource import parse
 
@@ -32,6 +33,13 @@ def local_classes(tree: ast.Module, method: str) -> frozenset[str]:
         if isinstance(node, ast.ClassDef)
         and any(isinstance(item, FUNCTIONS) and item.name == method for item in node.body)
     )
+
+
+@lru_cache(maxsize=4096)
+def _class_line(name: str) -> re.Pattern[str]:
+    # ``^class NAME`` without the anchor: a literal first is found by a fast scan; the
+    # caller keeps the matches at column 0.
+    return re.compile(rf"class\s+{re.escape(name)}\b")
 
 
 def _starts_statement(text: str) -> bool:
@@ -49,7 +57,9 @@ def class_defines(
 ) -> bool:
     """Whether the module-level class ``name`` of the file (``text``, its ``lines``;
     ``tree()`` parses the whole file) defines ``method``."""
-    for match in re.finditer(rf"^class\s+{re.escape(name)}\b", text, re.MULTILINE):
+    for match in _class_line(name).finditer(text):
+        if match.start() and text[match.start() - 1] != "\n":
+            continue  # not at column 0
         first = text.count("\n", 0, match.start())
         end = first + 1
         while end < len(lines) and not _starts_statement(lines[end]):

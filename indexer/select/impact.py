@@ -353,16 +353,26 @@ class ImpactWalker(Bridges):
             found: list[tuple[int, Step, str, int]] = []
             explicit = self._explicit_methods(frontier, reach)
             if explicit:
-                found += self._method_callers(explicit, reach.steps)
+                found += self._method_callers(explicit, reach.steps, reach.file_id)
                 found += self._overridden(explicit)
             found += self._registrations(frontier, reach)
             steps = reach.steps
+            # Nodes found already in this round: the first step found to a node is the one
+            # kept, so later ones are not built (nor their calls judged), save those that
+            # may widen a module reached for some names (see below).
+            pending = {entry[0] for entry in found}
             for start in range(0, len(frontier), _BATCH):
                 batch = frontier[start : start + _BATCH]
                 rows = self._rows_into(batch, reverse, reach)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
                     if src in steps and not (kind == REFERENCES and src_kind == MODULE):
                         continue  # reached already (a module may yet widen: see below)
+                    if (
+                        src in pending
+                        and not (kind == REFERENCES and src_kind == MODULE)
+                        and not (kind == IMPORTS and src_kind in MODULE_KINDS)
+                    ):
+                        continue
                     if kind == CONTAINS and (src_kind not in CLASS_KINDS or dst in explicit):
                         continue
                     if kind == IMPORTS and dst not in reach.import_live:
@@ -381,18 +391,20 @@ class ImpactWalker(Bridges):
                         and not self._calls(src_file, line, self._target(ref_id))
                     ):
                         continue  # names the op without running it (a table, a key)
+                    pending.add(src)
                     found.append(
                         (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
                     )
                 for src, dst, kind, file_id, line, dst_kind, dst_file in self._rows_out_of(
                     batch, forward
                 ):
-                    if dst in steps:
+                    if dst in steps or dst in pending:
                         continue
                     if kind == DERIVES and not (
                         reach.kind.get(src) == DERIVATIVE and dst_kind == OP
                     ):
                         continue
+                    pending.add(dst)
                     found.append(
                         (dst, Step(src, kind, src, dst, file_id, line), dst_kind, dst_file)
                     )

@@ -33,6 +33,7 @@ class ClassHierarchy:
     def __init__(self, index: Index) -> None:
         self.index = index
         self._bases: dict[int, list[tuple[int, int | None, int]]] = {}
+        self._methods: dict[tuple[int, str], tuple[int, int] | None] = {}
 
     def _direct_bases(self, class_id: int) -> list[tuple[int, int | None, int]]:
         """(base class id, file id, line) of each base of ``class_id`` found in the index."""
@@ -62,6 +63,19 @@ class ClassHierarchy:
         self._bases[class_id] = found
         return found
 
+    def _method(self, class_id: int, name: str) -> tuple[int, int] | None:
+        """(id, file id) of the method ``name`` the class defines, if it does; asked once
+        per class and name (methods of one class climb the same bases)."""
+        key = (class_id, name)
+        if key not in self._methods:
+            conn = self.index.conn
+            qualname = conn.execute("SELECT qualname FROM nodes WHERE id = ?", (class_id,))
+            self._methods[key] = conn.execute(
+                "SELECT id, file_id FROM nodes WHERE qualname = ? AND kind = ?",
+                (f"{qualname.fetchone()[0]}.{name}", PYTHON_FUNCTION),
+            ).fetchone()
+        return self._methods[key]
+
     def overridden(self, method_id: int) -> list[tuple[int, int, int | None, int]]:
         """(ancestor method id, its file id, evidence file id, evidence line) of the nearest
         definition of the same name along each path up the bases of ``method_id``'s class;
@@ -82,11 +96,7 @@ class ClassHierarchy:
             if class_id in seen:
                 continue
             seen.add(class_id)
-            qualname = conn.execute("SELECT qualname FROM nodes WHERE id = ?", (class_id,))
-            method = conn.execute(
-                "SELECT id, file_id FROM nodes WHERE qualname = ? AND kind = ?",
-                (f"{qualname.fetchone()[0]}.{name}", PYTHON_FUNCTION),
-            ).fetchone()
+            method = self._method(class_id, name)
             if method is not None:
                 # B.m, once reached, climbs on from its own class with its own evidence.
                 found.append((method[0], method[1], file_id, line))
