@@ -125,6 +125,8 @@ class ModuleStatements:
         # Answers that depend only on a file's text, once per walker.
         self._calls: dict[tuple[str, int, str], bool] = {}
         self._statements: dict[tuple[str, int], ast.stmt | None] = {}
+        self._blocks: dict[tuple[str, int, int], tuple[int, list[ast.stmt]]] = {}
+        self._statement_calls: dict[int, tuple[ast.stmt, list[tuple[ast.Call, str | None]]]] = {}
         self._outer: dict[tuple[str, int], tuple[FunctionNode | None, int]] = {}
         self._deferred: dict[tuple[str, int, int], bool] = {}
 
@@ -194,21 +196,39 @@ class ModuleStatements:
         end = line
         while end < len(lines) and not _opens_block(lines[end]):
             end += 1
-        chunk = parse("\n".join(lines[start:end]))
-        if chunk is None:
-            chunk = self._tree(path)  # a string spanning the guess: parse the whole file
-            start = 0
-            if chunk is None:
-                return None
+        start, found = self._block(path, lines, start, end)
         at = line - start  # the line in the chunk's numbering
-        return next(
-            (
-                s
-                for s in statements(chunk.body, blocks=False, definitions=True)
-                if s.lineno <= at <= (s.end_lineno or s.lineno)
-            ),
-            None,
-        )
+        return next((s for s in found if s.lineno <= at <= (s.end_lineno or s.lineno)), None)
+
+    def _block(
+        self, path: str, lines: list[str], start: int, end: int
+    ) -> tuple[int, list[ast.stmt]]:
+        """The statements of the top-level block at lines [start, end), parsed once per
+        walker however many of its lines are asked about (a module-level table names
+        hundreds of definitions), and the offset of their line numbers."""
+        key = (path, start, end)
+        if key not in self._blocks:
+            chunk = parse("\n".join(lines[start:end]))
+            offset = start
+            if chunk is None:
+                chunk = self._tree(path)  # a string spanning the guess: the whole file
+                offset = 0
+            found = statements(chunk.body, blocks=False, definitions=True) if chunk else []
+            self._blocks[key] = (offset, found)
+        return self._blocks[key]
+
+    def _calls_in(self, stmt: ast.stmt) -> list[tuple[ast.Call, str | None]]:
+        """The calls in a statement (in ``ast.walk`` order) with their callee names."""
+        held = self._statement_calls.get(id(stmt))
+        if held is None or held[0] is not stmt:
+            calls = [
+                (node, callee_name(node.func))
+                for node in ast.walk(stmt)
+                if isinstance(node, ast.Call)
+            ]
+            held = (stmt, calls)  # the statement is kept, so its id stays its own
+            self._statement_calls[id(stmt)] = held
+        return held[1]
 
     def deferred(self, path: str, def_line: int, line: int) -> bool:
         """Whether ``line`` lies in a function (or a method of a class) nested in the
@@ -280,10 +300,7 @@ class ModuleStatements:
         if stmt is None or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return RUN  # a decorator or a base class: registration or inheritance
         registered = None
-        for node in ast.walk(stmt):
-            if not isinstance(node, ast.Call):
-                continue
-            callee = callee_name(node.func)
+        for node, callee in self._calls_in(stmt):
             if callee == name and compiled and self.receivers.module_level(path, node.func):
                 continue  # SKIPLIST.add(x) on a module-level set: not the op
             if callee == name and not deferred():
