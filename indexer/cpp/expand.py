@@ -14,7 +14,6 @@ and only those the tree's headers define one way (indexer/cpp/shared_macros.py).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +22,10 @@ _MAX_DEPTH = 4
 _FIND_LIMIT = 12  # macros in a file up to which uses are found by str.find
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
 _PASTE = re.compile(r"\s*##\s*")
+# A macro body's tokens that substitution may touch: strings and '##' (left alone),
+# '#name' (stringified if a parameter) and names (replaced if a parameter).
+_BODY_TOKEN = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|##|#\s*[A-Za-z_]\w*|[A-Za-z_]\w*")
+_TEXT, _PARAMETER, _STRINGIFIED = 0, 1, 2
 _CONTINUATION = re.compile(r"\\\r?\n")
 FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+\w+\(")  # a cheap test on bytes
 _CALLED_NAME = re.compile(r"([A-Za-z_]\w*)\s*\(")
@@ -47,13 +50,29 @@ class Macro:
     defines: bool  # its body holds a block: a use at namespace scope defines something
     calls: bool  # its body calls or launches something: a use in a body is worth expanding
     shared: bool = False  # from another file's #define (indexer/cpp/shared_macros.py)
-    _pattern: re.Pattern[str] | None = None
+    _template: list[tuple[int, str]] | None = None
 
-    def parameter_pattern(self) -> re.Pattern[str]:
-        if self._pattern is None:
-            names = [*self.params, "__VA_ARGS__"] if self.variadic else self.params
-            self._pattern = _parameter_pattern(tuple(names))
-        return self._pattern
+    def template(self) -> list[tuple[int, str]]:
+        """The body as (kind, text) pieces: text, a parameter, a stringified parameter.
+        Made once per macro (a regex per parameter list cost a compile per file)."""
+        if self._template is None:
+            names = {*self.params, "__VA_ARGS__"} if self.variadic else set(self.params)
+            pieces: list[tuple[int, str]] = []
+            position = 0
+            for match in _BODY_TOKEN.finditer(self.body):
+                token = match.group(0)
+                if token[0] == "#" and token != "##":
+                    kind, name = _STRINGIFIED, token[1:].strip()
+                else:
+                    kind, name = _PARAMETER, token
+                if name not in names:
+                    continue  # a string, '##', or another name: text
+                pieces.append((_TEXT, self.body[position : match.start()]))
+                pieces.append((kind, name))
+                position = match.end()
+            pieces.append((_TEXT, self.body[position:]))
+            self._template = pieces
+        return self._template
 
 
 def definition(name: str, params: str, body: str, offset: int) -> Macro:
@@ -130,33 +149,21 @@ def closing_paren(text: str, open_at: int) -> int:
     return -1
 
 
-@functools.lru_cache(maxsize=4096)
-def _parameter_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
-    """Strings (left alone), ``##``, ``#param`` and ``param`` for these parameter names."""
-    alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
-    return re.compile(_STRING.pattern + rf"|##|#\s*(?:{alternatives})\b|\b(?:{alternatives})\b")
-
-
 def _substitute(macro: Macro, arguments: list[str]) -> str:
     values = dict(zip(macro.params, arguments, strict=False))
     if macro.variadic:
         values["__VA_ARGS__"] = ", ".join(arguments[len(macro.params) :])
-    body = macro.body
-    if values:
-
-        def replace(match: re.Match[str]) -> str:
-            token = match.group(0)
-            first = token[0]
-            if first == "#" and token != "##":
-                name = token[1:].strip()
-                if name not in values:
-                    return token
-                return '"' + values[name].replace("\\", "\\\\").replace('"', '\\"') + '"'
-            if first in "\"'#":
-                return token
-            return values.get(token, token)
-
-        body = macro.parameter_pattern().sub(replace, body)
+    parts = []
+    for kind, text in macro.template():
+        if kind == _TEXT:
+            parts.append(text)
+        elif text not in values:  # a parameter with no argument stays as written
+            parts.append(text if kind == _PARAMETER else "#" + text)
+        elif kind == _PARAMETER:
+            parts.append(values[text])
+        else:
+            parts.append('"' + values[text].replace("\\", "\\\\").replace('"', '\\"') + '"')
+    body = "".join(parts)
     return _PASTE.sub("", body) if "##" in body else body
 
 

@@ -29,7 +29,6 @@ from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified, strip_templates
 from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, nest
-from indexer.cpp.shared_macros import SharedMacros
 from indexer.extract.source import SourceFile, cpp_parser
 from indexer.graph.facts import FILE_NODE, FileFacts, RefFact
 from indexer.graph.vocabulary import EdgeKind, NodeKind
@@ -74,7 +73,6 @@ _STAND_IN = "__torchtalk_macro_use_"
 # Captures whose order makes refs or counts (nest() and add_variables() sort their own).
 _ORDERED_CAPTURES = ("error", "using", "alias", "include", "call", "karg")
 _DEFINE = b"define"
-_NO_SHARED = SharedMacros()
 # Access specifiers in a macro written for class scope, expanded inside namespaces.
 _ACCESS = re.compile(r"\b(?:public|private|protected)\s*:(?!:)")
 
@@ -421,15 +419,15 @@ class _Extraction:
         # always parse as one.
         original = self.src.data
         own = _DEFINE in original and FUNCTION_LIKE_DEFINE.search(original) is not None
-        shared_macros = self.src.context.cpp_macros if self.src.context else _NO_SHARED
-        shared = shared_macros.used_in(original)
+        shared = self.prepared.shared_macros_used
         if not own and not shared:
             return
         text = original.decode("latin-1")  # one character per byte: offsets stay byte offsets
         found = definitions(text) if own else []
         defined_here = {macro.name for macro in found}
-        by_name = shared_macros.by_name
-        found += [by_name[name] for name in shared if name not in defined_here]
+        if shared:
+            by_name = self.src.context.cpp_macros.by_name  # type: ignore[union-attr]
+            found += [by_name[name] for name in shared if name not in defined_here]
         if not found:
             return
         expander = Expander(found)
@@ -452,11 +450,13 @@ class _Extraction:
             end = offset + len(macro.name)
             if prepared[offset:end] != original[offset:end] and offset not in typed_uses:
                 return False  # in a branch kept out of the parse
+            if macro.shared and offset not in typed_uses:
+                return False  # a header's macro: expanded where it was blanked for the parser
             index = bisect_right(body_starts, offset) - 1
             if index < 0 or offset >= reach[index]:
                 return called and macro.defines  # namespace scope: what it defines
-            if macro.shared:  # blanked for the parser: its expansion is the code
-                return offset in typed_uses and host_at(offset) is not None
+            if macro.shared:  # the parser saw none of it: its calls are the function's
+                return host_at(offset) is not None
             return macro.calls and host_at(offset) is not None  # a body: what it calls
 
         lines: list[str] = []

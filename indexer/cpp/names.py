@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 ANONYMOUS = "(anonymous)"
@@ -166,10 +167,12 @@ _UNNAMED = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parameters(text: str, trailing: str = "") -> tuple[str, tuple[int, int]]:
     """(signature_key, arity) of a parameter list, with a fast path for plain lists (no
     templates, defaults, function types, arrays or comments), most of them: one
-    substitution in C drops every parameter name."""
+    substitution in C drops every parameter name. Memoised: the same lists recur across
+    a tree's files (``(const Tensor& self)``), and a worker extracts many files."""
     inner = text.strip()
     if inner[:1] == "(" and inner[-1:] == ")":
         inner = inner[1:-1]

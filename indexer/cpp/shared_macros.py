@@ -21,6 +21,7 @@ re-extracts the files naming it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,8 +34,10 @@ from indexer.paths import is_header
 # Header path -> [name, params, variadic, body] of each function-defining macro it has.
 HeaderMacros = dict[str, list[list]]
 
-# A use that can define something: the macro's name opening a line, called.
-_LINE_START_CALL = re.compile(rb"^[ \t]*([A-Z_][A-Za-z0-9_]*)[ \t]*\(", re.MULTILINE)
+# A use that can define something: the macro's name opening a line, called. (A literal
+# '\n' to start with lets the regex engine skip ahead; '^' with MULTILINE is 3x slower.)
+_LINE_START_CALL = re.compile(rb"\n[ \t]*([A-Z_][A-Za-z0-9_]*)[ \t]*\(")
+_FIRST_LINE_CALL = re.compile(rb"[ \t]*([A-Z_][A-Za-z0-9_]*)[ \t]*\(")
 _STATEMENT = re.compile(
     r"(?:do|if|for|while|switch|return|try|throw|case|goto|else|static_assert)\b|[\[({]"
 )
@@ -115,23 +118,18 @@ class SharedMacros:
     def __bool__(self) -> bool:
         return bool(self.by_name)
 
-    def used_in(self, data: bytes) -> list[str]:
-        """Names of shared macros called at the start of a line of ``data``, in order."""
+    def statement_uses(self, data: bytes) -> list[tuple[str, int, int]]:
+        """(name, start, end) of each use opening a line, with the initializer after it
+        if any (``= 1e-3``, up to the ';'): what the parser must not see, and what
+        extraction expands instead."""
         if not self.by_name:
             return []
-        seen: dict[str, None] = {}
-        for match in _LINE_START_CALL.finditer(data):
+        uses = []
+        first = _FIRST_LINE_CALL.match(data)
+        matches = itertools.chain([first] if first else [], _LINE_START_CALL.finditer(data))
+        for match in matches:
             name = match.group(1).decode("ascii")
-            if name in self.by_name:
-                seen[name] = None
-        return list(seen)
-
-    def statement_uses(self, data: bytes) -> list[tuple[int, int]]:
-        """(start, end) of each use opening a line, with the initializer after it if any
-        (``= 1e-3``, up to the ';'): what the parser must not see."""
-        spans = []
-        for match in _LINE_START_CALL.finditer(data):
-            if match.group(1).decode("ascii") not in self.by_name:
+            if name not in self.by_name:
                 continue
             if data[max(0, match.start() - 3) : match.start()].rstrip().endswith(b"\\"):
                 continue  # a line of a multi-line #define
@@ -144,8 +142,8 @@ class SharedMacros:
                 semicolon = _closing(data, end, b";")
                 if 0 <= semicolon - end <= _MAX_INITIALIZER:
                     end = semicolon
-            spans.append((match.start(1), end))
-        return spans
+            uses.append((name, match.start(1), end))
+        return uses
 
     def meaning(self, name: str) -> tuple | None:
         """What a name expands to (None: not shared), to compare two tables."""
