@@ -233,31 +233,30 @@ def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjac
 
 def build(conn: sqlite3.Connection) -> Adjacency:
     """Read every node and edge of the index into arrays."""
-    node_kinds: list[str] = []
-    kind_code: dict[str, int] = {}
     max_id = max(
         conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
         for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
     )
     node_kind = array("b", [NONE]) * (max_id + 1)
     node_file = array("i", [NONE]) * (max_id + 1)
-    for node_id, kind, file_id in conn.execute("SELECT id, kind, file_id FROM nodes"):
-        if kind not in kind_code:
-            kind_code[kind] = len(node_kinds)
-            node_kinds.append(kind)
-        node_kind[node_id] = kind_code[kind]
-        node_file[node_id] = file_id
+    node_kinds = [kind for (kind,) in conn.execute("SELECT DISTINCT kind FROM nodes")]
     edge_kinds = sorted(kind for (kind,) in conn.execute("SELECT DISTINCT kind FROM edges"))
     if len(node_kinds) > 127 or len(edge_kinds) > 127:
         raise ValueError("more kinds than the adjacency's one-byte codes hold")
-    code = {kind: number for number, kind in enumerate(edge_kinds)}
-    rows = conn.execute("SELECT src_id, dst_id, kind, file_id, line, ref_id FROM edges").fetchall()
+    # Kind names become codes inside SQLite (no Python string per row).
+    rows = conn.execute(f"SELECT id, {_code_of('kind', node_kinds)}, file_id FROM nodes").fetchall()
+    for node_id, code, file_id in rows:
+        node_kind[node_id] = code
+        node_file[node_id] = file_id
+    rows = conn.execute(
+        f"SELECT src_id, dst_id, {_code_of('kind', edge_kinds)}, file_id, line,"
+        f" COALESCE(ref_id, {NONE}) FROM edges"
+    ).fetchall()
     columns = list(zip(*rows, strict=True)) if rows else [()] * 6
     del rows
     src, dst = array("i", columns[0]), array("i", columns[1])
-    kinds = array("b", map(code.__getitem__, columns[2]))
-    files, lines = array("i", columns[3]), array("i", columns[4])
-    refs = array("i", (NONE if ref is None else ref for ref in columns[5]))
+    kinds = array("b", columns[2])
+    files, lines, refs = array("i", columns[3]), array("i", columns[4]), array("i", columns[5])
     del columns
     # Rows come in id order (the table's); kind codes sort as the kind names do, and
     # stable sorts by kind, then by one end, give (end, kind, id).
@@ -275,6 +274,15 @@ def build(conn: sqlite3.Connection) -> Adjacency:
         arrays[f"{side}_line"] = array("i", map(lines.__getitem__, order))
         arrays[f"{side}_ref"] = array("i", map(refs.__getitem__, order))
     return Adjacency(node_kinds, edge_kinds, arrays)
+
+
+def _code_of(column: str, kinds: list[str]) -> str:
+    """SQL giving each kind's index in ``kinds`` (names are quoted, never interpolated raw)."""
+    cases = " ".join(
+        f"WHEN '{kind.replace(chr(39), chr(39) * 2)}' THEN {code}"
+        for code, kind in enumerate(kinds)
+    )
+    return f"CASE {column} {cases} END"
 
 
 def _read(path: Path, key: str) -> Adjacency | None:
