@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from indexer.cpp.brackets import closing_paren
+
 
 @dataclass(frozen=True, slots=True)
 class Argument:
@@ -79,29 +81,6 @@ def _split_top_level(text: str, sep: str = ",") -> list[str]:
     return [part.strip() for part in parts if part.strip()]
 
 
-def _matching_paren(text: str, open_at: int) -> int:
-    depth = 0
-    quote = ""
-    i = open_at
-    while i < len(text):
-        char = text[i]
-        if quote:
-            if char == "\\":
-                i += 1
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
 def _parse_argument(text: str, kwarg_only: bool) -> Argument:
     default = None
     pieces = _split_top_level(text, "=")
@@ -134,7 +113,7 @@ def parse_schema(text: str) -> Schema | None:
     namespace, name, overload = split_op_name(text[:open_at])
     if not name or not _is_op_name(name):
         return None
-    close_at = _matching_paren(text, open_at)
+    close_at = closing_paren(text, open_at)
     if close_at < 0:
         return None
     arguments = []

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from indexer.cpp.brackets import closing_paren
+
 _MAX_DEPTH = 4
 _FIND_LIMIT = 12  # macros in a file up to which uses are found by str.find
 _MAX_EXPANSION = 200_000  # characters per use: runaway recursion stops here
@@ -93,7 +95,6 @@ def definition(name: str, params: str, body: str, offset: int) -> Macro:
 
 # What decides grouping in a macro's argument text: strings, brackets and commas.
 _GROUPING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()\[\]{},]")
-_PARENS = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()]")
 _STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 
 
@@ -134,19 +135,6 @@ def split_arguments(text: str) -> list[str]:
             start = match.end()
     parts.append(text[start:].strip())
     return [] if parts == [""] else parts
-
-
-def closing_paren(text: str, open_at: int) -> int:
-    depth = 0
-    for match in _PARENS.finditer(text, open_at):
-        char = match.group(0)
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return match.start()
-    return -1
 
 
 def _substitute(macro: Macro, arguments: list[str]) -> str:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from indexer.cpp.brackets import closing_paren
 from indexer.graph.facts import FILE_NODE, FileFacts
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 
@@ -32,10 +33,13 @@ _QUALIFIED = re.compile(
     r"(?:::)?[A-Za-z_]\w*(?:\s*<[^()]*?>)?(?:\s*::\s*[A-Za-z_~]\w*(?:\s*<[^()]*?>)?)*"
 )
 _SPACES = re.compile(r"\s+")
+_REACH = 4000  # characters a use's arguments may span: an unclosed '(' stops here
 
 
 def split_arguments(text: str) -> list[str]:
-    """Top-level comma-separated arguments of a macro argument list (without its parens)."""
+    """Top-level comma-separated arguments of a macro argument list (without its parens),
+    angle brackets grouping: names to read (``DECLARE_DISPATCH(fn_t<A, B>, stub)``), not
+    text to substitute, for which the preprocessor's rule is ``expand.split_arguments``."""
     parts: list[str] = []
     depth = 0
     start = 0
@@ -98,19 +102,6 @@ class MacroUse:
     line: int
 
 
-def _closing_paren(text: bytes, open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, min(len(text), open_at + 4000)):
-        char = text[i]
-        if char == 40:  # (
-            depth += 1
-        elif char == 41:  # )
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def find_macro_uses(data: bytes, pattern: re.Pattern[bytes]) -> Iterator[MacroUse]:
     """Uses of the macros ``pattern`` matches (group 1 = name, ending at the '('), skipping
     #define bodies and comment lines."""
@@ -125,7 +116,7 @@ def find_macro_uses(data: bytes, pattern: re.Pattern[bytes]) -> Iterator[MacroUs
             b"\\"
         ):
             continue  # a continuation line of a multi-line #define
-        close = _closing_paren(data, match.end() - 1)
+        close = closing_paren(data, match.end() - 1, _REACH)
         if close < 0:
             continue
         arguments = split_arguments(data[match.end() : close].decode("utf-8", "replace"))

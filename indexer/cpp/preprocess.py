@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from indexer.cpp.brackets import closing_paren
 from indexer.cpp.objc import as_cpp
 
 if TYPE_CHECKING:
@@ -137,7 +138,6 @@ _BRACE_TOKENS = re.compile(
 )
 _FUNCTION_LIKE_DEFINE = re.compile(rb"#[ \t]*define[ \t]+(\w+)\(")
 _BUILTIN_TYPE = re.compile(rb"\b(?:unsigned|signed|short|long|char|int|float|double|bool|void)\b")
-_PAREN_TOKENS = re.compile(rb"[()]|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _DIRECTIVE = re.compile(rb"#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b")
 _IDENTIFIER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _UPPER_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -197,7 +197,7 @@ def _typed_macro_uses(data: bytes) -> list[tuple[int, int]]:
         line_start = data.rfind(b"\n", 0, start) + 1
         if data[max(0, line_start - 3) : line_start].rstrip().endswith(b"\\"):
             continue  # a line of a multi-line #define
-        close = _closing_paren(data, opened)
+        close = closing_paren(data, opened)
         if close < 0 or not _BUILTIN_TYPE.search(data, opened + 1, close):
             continue
         if data[close + 1 : close + 64].lstrip().startswith(b";"):
@@ -220,19 +220,6 @@ def _called(data: bytes, names: set[bytes]) -> Iterator[tuple[int, int]]:
                 if opened < size and data[opened] == 0x28:  # (
                     yield start, opened
             start = data.find(name, after)
-
-
-def _closing_paren(data: bytes, open_at: int) -> int:
-    depth = 0
-    for match in _PAREN_TOKENS.finditer(data, open_at):
-        token = match.group(0)
-        if token == b"(":
-            depth += 1
-        elif token == b")":
-            depth -= 1
-            if depth == 0:
-                return match.start()
-    return -1
 
 
 def _in_directive(data: bytes, start: int) -> bool:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from indexer.cpp.brackets import closing_paren
 from indexer.cpp.expand import DEFINE, FUNCTION_LIKE_DEFINE, Macro, definition
 from indexer.cpp.macros import STRUCTURED
 from indexer.harness import Manifest
@@ -133,14 +134,14 @@ class SharedMacros:
                 continue
             if data[max(0, match.start() - 3) : match.start()].rstrip().endswith(b"\\"):
                 continue  # a line of a multi-line #define
-            close = _closing(data, match.end() - 1, b")")
+            close = closing_paren(data, match.end() - 1)
             if close < 0:
                 continue
             end = close + 1
             rest = data[end : end + 8].lstrip()
             if rest.startswith(b"=") and not rest.startswith(b"=="):
-                semicolon = _closing(data, end, b";")
-                if 0 <= semicolon - end <= _MAX_INITIALIZER:
+                semicolon = _statement_end(data, end)
+                if semicolon >= 0:
                     end = semicolon
             uses.append((name, match.start(1), end))
         return uses
@@ -153,21 +154,20 @@ class SharedMacros:
         return (tuple(macro.params), macro.variadic, macro.body)
 
 
-def _closing(data: bytes, start: int, wanted: bytes) -> int:
-    """Offset of the ``wanted`` token (')' closing the '(' at ``start``, or ';') at
-    bracket depth 0 from ``start``; -1 if none."""
+def _statement_end(data: bytes, start: int) -> int:
+    """Offset of the ';' ending the statement at ``start`` (outside brackets); -1 if a
+    bracket closes first or none is within reach."""
     depth = 0
-    for match in _INITIALIZER_TOKENS.finditer(data, start):
+    end = min(len(data), start + _MAX_INITIALIZER)
+    for match in _INITIALIZER_TOKENS.finditer(data, start, end):
         token = match.group(0)
         if token in (b"(", b"{", b"["):
             depth += 1
         elif token in (b")", b"}", b"]"):
             depth -= 1
-            if depth == 0 and token == wanted:
-                return match.start()
             if depth < 0:
                 return -1
-        elif token == wanted and depth == 0:
+        elif token == b";" and depth == 0:
             return match.start()
     return -1
 
