@@ -35,6 +35,7 @@ static void mm_out_mps_impl(const Tensor& self, const Tensor& other, Tensor& out
     @autoreleasepool {
       MPSGraph* graph = [[MPSGraph alloc] init];
       NSArray* shape = @[ @(self.size(0)), @(other.size(1)) ];
+      MPSGraphTensor* unit = [graph constantWithScalar:1.0 shape:@[ @1 ] dataType:MPSDataTypeFloat32];
       MPSGraphTensor* out = scaled(graph, [graph placeholderWithShape:shape name:nil], scale_of(self));
       [stream->commandEncoder() setLabel:@"mm"];
     }

@@ -9,8 +9,8 @@ and offsets stay the file's), they parse as the C++ they amount to:
   ``[enc setBuffer:buf offset:0]`` -> ``(enc          ,buf       ,0)``, so the calls in
   its arguments (``[graph reshape:x(...) ...]``) are still calls of the function;
 - ``@autoreleasepool {`` is ``if (true) {``; a block `` ^(...) {`` a lambda
-  ``[](...) {``; ``@"..."``, ``@(...)`` and ``@{...}`` what they box, ``@[...]``
-  an initializer list ``{...}``.
+  ``[](...) {``; ``@"..."``, ``@1``, ``@(...)`` and ``@{...}`` what they box, ``@[...]``
+  an initializer list ``{...}``, ``@selector(m)`` a call.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import re
 _AUTORELEASE = b"@autoreleasepool"
 _AUTORELEASE_AS = b"if (true)".ljust(len(_AUTORELEASE))
 _BLOCK = re.compile(rb"[ \t]\^(?=\s*[({])")  # the blank before '^' makes room for '[]'
-_BOXED = re.compile(rb"@(?=[\"\[({])")
+# '@' of a literal (@"s", @[...], @(x), @{...}, @1, @-1, @YES) or of a compiler directive
+# used as an expression (@selector(...), @encode(...), @available(...)).
+_BOXED = re.compile(rb"@(?=[\d\"\[({]|-\d|(?:YES|NO|selector|encode|available)\b)")
 # Brackets, and what may hold brackets that are not code.
 _TOKENS = re.compile(rb'[\[\]]|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # In a bracket's text with nested brackets masked: a receiver, then a selector.
