@@ -1,6 +1,7 @@
 """The in-memory adjacency the impact walk reads edges from (indexer.query.adjacency):
 its sidecar file is written once, reused while the index is the same, rebuilt when the
-index changes or the file is damaged, and a walk over it selects what a walk over SQL does."""
+index changes or the file is damaged, and a walk over it selects what a walk over SQL does.
+The walk's call judgments (indexer.select.judgments) are kept by file content."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from indexer.build import build_index
 from indexer.graph.vocabulary import EdgeKind
 from indexer.query import adjacency
 from indexer.query.index import Index
-from indexer.select import impact
+from indexer.select import impact, judgments
 from indexer.select.impact import ImpactWalker
 from indexer.workspace import Workspace
-from tests.helpers import build_private_index, make_fixture_repo
+from tests.helpers import build_private_index, line_of, make_fixture_repo
 
 ALL_KINDS = [kind.value for kind in EdgeKind]
 
@@ -177,3 +178,39 @@ def test_a_big_walk_builds_the_adjacency_and_the_next_reads_it(
     walker = ImpactWalker(index, repo)
     assert walker.graph() is not None and builds == [1]
     index.close()
+
+
+def test_call_judgments_are_kept_across_walkers_and_follow_the_content(indexed) -> None:
+    """A judgment is reused by the next walker from the sidecar, and a file whose
+    content changed is judged again (its key is the content's hash)."""
+    repo, db_path = indexed
+    index = Index(db_path)
+    path = "minitorch/nn/functional.py"
+    file_id = index.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()[0]
+    source = repo / path
+    original = source.read_text(encoding="utf-8")
+    line = line_of(source, "minitorch._C._nn.linear(")
+    target = "minitorch._C._nn.linear"
+    sidecar = db_path.with_name(db_path.name + judgments.SUFFIX)
+    sidecar.unlink(missing_ok=True)
+    try:
+        first = ImpactWalker(index, repo)
+        assert first._calls(file_id, line, target)
+        first.judgments.save()
+        assert sidecar.is_file()
+        again = ImpactWalker(index, repo)
+        key = f"{again.statements.digest(path)}:{line}:{target}"
+        assert again.judgments.get(key) is True
+
+        lines = original.splitlines(keepends=True)
+        lines[line - 1] = "    pass  # minitorch._C._nn.linear is not called here\n"
+        source.write_text("".join(lines), encoding="utf-8")
+        edited = ImpactWalker(index, repo)
+        assert not edited._calls(file_id, line, target)
+
+        sidecar.write_text("{not json", encoding="utf-8")
+        assert ImpactWalker(index, repo).judgments.get(key) is None
+    finally:
+        source.write_text(original, encoding="utf-8")
+        sidecar.unlink(missing_ok=True)
+        index.close()

@@ -42,6 +42,7 @@ from pathlib import Path
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query import adjacency
 from indexer.query.index import Index
+from indexer.select import judgments
 from indexer.select.bridges import Bridges, Found, Step, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.module_scope import ModuleStatements
@@ -146,6 +147,8 @@ class ImpactWalker(Bridges):
         self._targets: dict[int, str] = {}
         self._graph: adjacency.Adjacency | None = None
         self._graph_looked = False
+        sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
+        self.judgments = judgments.Judgments(sidecar if source is not None else None)
 
     def graph(self, reached: int = 0) -> adjacency.Adjacency | None:
         """The index's adjacency: read from its sidecar if one was written for this index,
@@ -187,10 +190,23 @@ class ImpactWalker(Bridges):
         return self._paths.get(file_id, "")
 
     def _calls(self, file_id: int, line: int, target: str) -> bool:
+        """Whether ``line`` of the file calls ``target`` (a judgment of the file's text
+        alone, kept across runs by its content: ``indexer.select.judgments``)."""
         if not target:
             return True
-        name = target.rsplit(".", 1)[-1]
         path = self._path(file_id)
+        digest = self.statements.digest(path)
+        if digest is None:
+            return self._judge_call(path, line, target)
+        key = f"{digest}:{line}:{target}"
+        answer = self.judgments.get(key)
+        if answer is None:
+            answer = self._judge_call(path, line, target)
+            self.judgments.put(key, answer)
+        return answer
+
+    def _judge_call(self, path: str, line: int, target: str) -> bool:
+        name = target.rsplit(".", 1)[-1]
         if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
             return False  # memo.add(m) on a set: not the op
         return self.statements.calls_at(path, line, name)
@@ -331,6 +347,17 @@ class ImpactWalker(Bridges):
         (to ask only *whether* something is reached); ``max_depth`` caps the hops (None:
         no cap, as selection walks).
         """
+        try:
+            return self._walk(starts, until, max_depth)
+        finally:
+            self.judgments.save()
+
+    def _walk(
+        self,
+        starts: dict[int, int],
+        until: Callable[[int], bool] | None,
+        max_depth: int | None,
+    ) -> Reach:
         reach = Reach()
         for node_id, kind, file_id in self._node_rows(list(starts)):
             reach.steps[node_id] = None

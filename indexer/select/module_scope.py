@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from indexer.python.scope import callee_name
+from indexer.select.judgments import content_key
 from indexer.select.pysource import parse, statements, targets
 from indexer.select.receivers import Receivers
 
@@ -123,6 +124,7 @@ class ModuleStatements:
         self._lines: dict[str, list[str] | None] = {}
         self.receivers = Receivers(self._tree, self.lines)
         # Answers that depend only on a file's text, once per walker.
+        self._digests: dict[str, str | None] = {}
         self._calls: dict[tuple[str, int, str], bool] = {}
         self._statements: dict[tuple[str, int], ast.stmt | None] = {}
         self._blocks: dict[tuple[str, int, int], tuple[int, list[ast.stmt]]] = {}
@@ -139,6 +141,15 @@ class ModuleStatements:
             except (OSError, TypeError):
                 self._lines[path] = None
         return self._lines[path]
+
+    def digest(self, path: str) -> str | None:
+        """A hash of the file's content as read now (None if it cannot be read)."""
+        if path not in self._digests:
+            try:
+                self._digests[path] = content_key((self.root / path).read_bytes())
+            except (OSError, TypeError):
+                self._digests[path] = None
+        return self._digests[path]
 
     def calls_at(self, path: str, line: int, name: str) -> bool:
         """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``);

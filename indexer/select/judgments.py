@@ -1,0 +1,88 @@
+"""The walk's judgments of source text, kept across runs next to the index.
+
+Whether a line calls the op it names (``torch.atan2(...)`` or only ``torch.atan2`` in a
+table), and whether ``x.add(...)`` has a receiver its file shows is no tensor, depend
+only on the file's content. A selection asks thousands of them, most about library files
+no change touches, and parsing their functions is most of a warm walk's time. So the
+answers are kept in a sidecar ``index.sqlite.judgments``, each keyed by the hash of the
+content it was read from (not the index's record of it: what is judged is what is read),
+the line and the name, and the whole file by a hash of the code that judges: a changed
+rule starts afresh. The file is written to a temporary file and renamed; one that
+cannot be read counts as empty, one that cannot be written is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+SUFFIX = ".judgments"
+MAX_ENTRIES = 500_000  # past this, only the last run's answers are kept
+_JUDGES = ("impact.py", "module_scope.py", "receivers.py", "class_source.py", "pysource.py")
+
+
+def _code_version() -> str:
+    digest = hashlib.blake2b(digest_size=8)
+    here = Path(__file__).resolve().parent
+    for name in _JUDGES:
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()
+
+
+CODE_VERSION = _code_version()
+
+
+def content_key(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+class Judgments:
+    """Answers by key, read from and written to one sidecar (None: in memory only)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._answers: dict[str, bool] = {}
+        self._new: dict[str, bool] = {}
+        if path is not None:
+            self._answers = _read(path)
+
+    def get(self, key: str) -> bool | None:
+        found = self._new.get(key)
+        return self._answers.get(key) if found is None else found
+
+    def put(self, key: str, answer: bool) -> None:
+        self._new[key] = answer
+
+    def save(self) -> None:
+        """Write the answers if this run added any (temporary file, then rename)."""
+        if self.path is None or not self._new:
+            return
+        answers = {**self._answers, **self._new}
+        if len(answers) > MAX_ENTRIES:
+            answers = dict(self._new)
+        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(
+                json.dumps({"code": CODE_VERSION, "answers": answers}, separators=(",", ":")),
+                encoding="utf-8",
+            )
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return
+        self._answers, self._new = answers, {}
+
+
+def _read(path: Path) -> dict[str, bool]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
+        return {}
+    answers = data.get("answers")
+    if not isinstance(answers, dict):
+        return {}
+    return {key: value for key, value in answers.items() if isinstance(value, bool)}
