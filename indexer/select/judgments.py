@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 SUFFIX = ".judgments"
-MAX_ENTRIES = 500_000  # past this, only the last run's answers are kept
+MAX_ENTRIES = 200_000  # past this (~12 MB), only the last run's answers are kept
 _JUDGES = ("impact.py", "module_scope.py", "receivers.py", "class_source.py", "pysource.py")
 
 
