@@ -13,7 +13,7 @@ from indexer.build import build_index
 from indexer.graph.vocabulary import EdgeKind
 from indexer.query import adjacency
 from indexer.query.index import Index
-from indexer.select import impact, judgments
+from indexer.select import edge_rows, judgments
 from indexer.select.impact import ImpactWalker
 from indexer.workspace import Workspace
 from tests.helpers import build_private_index, line_of, make_fixture_repo
@@ -170,7 +170,7 @@ def test_a_big_walk_builds_the_adjacency_and_the_next_reads_it(
     repo, shared_db = indexed
     db_path = _copy(shared_db, tmp_path)
     index = Index(db_path)
-    monkeypatch.setattr(impact, "ADJACENCY_AFTER", 1)
+    monkeypatch.setattr(edge_rows, "ADJACENCY_AFTER", 1)
     builds = _builds(monkeypatch)
     start = index.conn.execute("SELECT id FROM nodes WHERE kind = 'op' LIMIT 1").fetchone()[0]
     ImpactWalker(index, repo).walk({start: 0})

@@ -26,10 +26,8 @@ A decorated function reaches the registry its decorator fills (``@op.register_im
 An OpInfo entry reaches the ``@ops`` tests iterating its list through their ``covers``
 edges. No depth cap; each node is visited once, so cycles end.
 
-The walk is breadth-first over whole frontiers of 900 nodes. It reads edges from the
-index's in-memory adjacency (``indexer.query.adjacency``) when a sidecar holds it or the
-walk grows big enough to pay for building it, else with one SQL query per batch; both
-give a batch's edges in the same order, so the walk reaches the same nodes the same way.
+The walk is breadth-first over whole frontiers of 900 nodes, reading each batch's edges
+from SQLite or the index's in-memory adjacency (``indexer.select.edge_rows``).
 """
 
 from __future__ import annotations
@@ -40,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
-from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select import judgments
-from indexer.select.bridges import Bridges, Found, Step, placeholders
+from indexer.select.bridges import Bridges, Found, Step
 from indexer.select.deferral import Deferral
+from indexer.select.edge_rows import EdgeRow, EdgeRows
 from indexer.select.module_scope import ModuleStatements
 
 REVERSE_KINDS = (
@@ -79,11 +77,6 @@ MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
 _BATCH = 900
-# Reached nodes after which building the adjacency (seconds on PyTorch, once per index
-# version) costs less than querying SQLite for the rest of the walk.
-ADJACENCY_AFTER = 3000
-EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
-_REVISIT = frozenset({(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)})
 
 
 @dataclass
@@ -131,11 +124,12 @@ class Reach:
         return steps[::-1]
 
 
-class ImpactWalker(Bridges):
+class ImpactWalker(Bridges, EdgeRows):
     """Reverse reachability over one index; reusable across walks."""
 
     def __init__(self, index: Index, source: Path | None = None) -> None:
-        super().__init__()
+        Bridges.__init__(self)
+        EdgeRows.__init__(self)
         self.index = index
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
@@ -144,45 +138,8 @@ class ImpactWalker(Bridges):
         manifest = json.loads(index.meta.get("manifest") or "{}")
         self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
         self._paths: dict[int, str] | None = None
-        self._targets: dict[int, str] = {}
-        self._graph: adjacency.Adjacency | None = None
-        self._graph_looked = False
         sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
         self.judgments = judgments.Judgments(sidecar if source is not None else None)
-
-    def graph(self, reached: int = 0) -> adjacency.Adjacency | None:
-        """The index's adjacency: read from its sidecar if one was written for this index,
-        else built once the walk has reached ``ADJACENCY_AFTER`` nodes; None before."""
-        if self._graph is None and not self._graph_looked:
-            self._graph_looked = True
-            self._graph = adjacency.cached(self.index.db_path, self.index.meta)
-        if self._graph is None and reached >= ADJACENCY_AFTER:
-            self._graph = adjacency.shared(self.index.db_path, self.index.conn, self.index.meta)
-        return self._graph
-
-    def _target(self, ref_id: int | None) -> str:
-        """The name as written of the ref an edge came from ('' for local edges)."""
-        if ref_id is None:
-            return ""
-        if ref_id not in self._targets:
-            row = self.index.conn.execute(
-                "SELECT target FROM refs WHERE id = ?", (ref_id,)
-            ).fetchone()
-            self._targets[ref_id] = (row[0] or "") if row else ""
-        return self._targets[ref_id]
-
-    def _load_targets(self, ref_ids: list[int]) -> None:
-        """Read the targets of many refs at once (one query per 900)."""
-        wanted = list({r for r in ref_ids if r not in self._targets})
-        for start in range(0, len(wanted), _BATCH):
-            batch = wanted[start : start + _BATCH]
-            found = dict(
-                self.index.conn.execute(
-                    f"SELECT id, target FROM refs WHERE id IN ({placeholders(batch)})", batch
-                )
-            )
-            for ref_id in batch:
-                self._targets[ref_id] = found.get(ref_id) or ""
 
     def _path(self, file_id: int) -> str:
         if self._paths is None:
@@ -269,72 +226,6 @@ class ImpactWalker(Bridges):
         after = reach.module_names.get(module)
         return after is None or after != before
 
-    def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
-        graph = self.graph()
-        if graph is not None:
-            # In id order, as SQLite returns the rows of an IN list.
-            ids = sorted(set(ids))
-            return [(n, graph.kind(n), graph.file(n)) for n in ids if graph.kind(n) is not None]
-        rows = []
-        for start in range(0, len(ids), _BATCH):
-            batch = ids[start : start + _BATCH]
-            rows += self.index.conn.execute(
-                f"SELECT id, kind, file_id FROM nodes WHERE id IN ({placeholders(batch)})", batch
-            ).fetchall()
-        return rows
-
-    def _rows_into(self, batch: list[int], kinds: list[str], reach: Reach) -> list[EdgeRow]:
-        """Edges of ``kinds`` into ``batch``: (src, dst, kind, file, line, src kind, src
-        file, ref id), ordered by dst, kind, edge id. The names of the refs the walk will
-        ask about are read in one query."""
-        graph = self.graph()
-        if graph is None:
-            return self.index.conn.execute(
-                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
-                " e.ref_id FROM edges e JOIN nodes s ON s.id = e.src_id"
-                f" WHERE e.dst_id IN ({placeholders(batch)})"
-                f" AND e.kind IN ({placeholders(kinds)})",
-                [*batch, *kinds],
-            ).fetchall()
-        # Edges from nodes reached already are skipped here, as the walk would skip them;
-        # a module may yet widen (see walk).
-        rows = graph.into_unseen(batch, graph.codes(kinds), reach.steps, _REVISIT)
-        names, kinds_reached = reach.module_names, reach.kind
-        self._load_targets(
-            [
-                row[7]
-                for row in rows
-                if row[7] is not None
-                and (
-                    row[1] in names
-                    or (
-                        row[2] == REFERENCES
-                        and row[5] in LIBRARY_PYTHON
-                        and kinds_reached.get(row[1]) in COMPILED
-                    )
-                )
-            ]
-        )
-        return rows
-
-    def _rows_out_of(self, batch: list[int], kinds: list[str]) -> list[tuple]:
-        """Edges of ``kinds`` out of ``batch``: (src, dst, kind, file, line, dst kind, dst
-        file), ordered by src, kind, edge id."""
-        graph = self.graph()
-        if graph is None:
-            return self.index.conn.execute(
-                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, d.kind, d.file_id"
-                " FROM edges e JOIN nodes d ON d.id = e.dst_id"
-                f" WHERE e.src_id IN ({placeholders(batch)})"
-                f" AND e.kind IN ({placeholders(kinds)})",
-                [*batch, *kinds],
-            ).fetchall()
-        return [
-            (src, dst, kind, file_id, line, graph.kind(dst), graph.file(dst))
-            for src, dst, kind, file_id, line, _ in graph.out_of(batch, graph.codes(kinds))
-            if graph.kind(dst) is not None
-        ]
-
     def walk(
         self,
         starts: dict[int, int],
@@ -384,13 +275,22 @@ class ImpactWalker(Bridges):
                 found += self._overridden(explicit)
             found += self._registrations(frontier, reach)
             steps = reach.steps
+
+            def asks_target(row: EdgeRow) -> bool:
+                """Whether the loop below reads the row's ref name (see its conditions)."""
+                return row[1] in reach.module_names or (
+                    row[2] == REFERENCES
+                    and row[5] in LIBRARY_PYTHON
+                    and reach.kind.get(row[1]) in COMPILED
+                )
+
             # Nodes found already in this round: the first step found to a node is the one
             # kept, so later ones are not built (nor their calls judged), save those that
             # may widen a module reached for some names (see below).
             pending = {entry[0] for entry in found}
             for start in range(0, len(frontier), _BATCH):
                 batch = frontier[start : start + _BATCH]
-                rows = self._rows_into(batch, reverse, reach)
+                rows = self._rows_into(batch, reverse, reach.steps, asks_target)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
                     if src in steps and not (kind == REFERENCES and src_kind == MODULE):
                         continue  # reached already (a module may yet widen: see below)

@@ -1,0 +1,131 @@
+"""Where the impact walk reads a frontier's edges: SQLite, or the index's adjacency.
+
+A small walk asks SQLite for each 900-node batch's edges. Once a walk has reached
+``ADJACENCY_AFTER`` nodes, or a sidecar written for this index exists, the edges come
+from the in-memory adjacency (``indexer.query.adjacency``) instead. Both give a batch's
+edges in the same order (by node, kind, edge id), so the walk reaches the same nodes by
+the same steps either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.query import adjacency
+from indexer.select.bridges import placeholders
+
+if TYPE_CHECKING:
+    from indexer.query.index import Index
+
+BATCH = 900
+# Reached nodes after which building the adjacency (seconds on PyTorch, once per index
+# version) costs less than querying SQLite for the rest of the walk.
+ADJACENCY_AFTER = 3000
+# (src, dst, edge kind, evidence file, line, src kind, src file, ref id or None)
+EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
+# Edges the walk still reads from nodes it reached already: a module's references.
+REVISIT = frozenset({(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)})
+
+
+class EdgeRows:
+    """Edge reading for a walker over ``index`` (mixed into ``ImpactWalker``)."""
+
+    index: Index
+
+    def __init__(self) -> None:
+        self._targets: dict[int, str] = {}
+        self._graph: adjacency.Adjacency | None = None
+        self._graph_looked = False
+
+    def graph(self, reached: int = 0) -> adjacency.Adjacency | None:
+        """The index's adjacency: read from its sidecar if one was written for this index,
+        else built once the walk has reached ``ADJACENCY_AFTER`` nodes; None before."""
+        if self._graph is None and not self._graph_looked:
+            self._graph_looked = True
+            self._graph = adjacency.cached(self.index.db_path, self.index.meta)
+        if self._graph is None and reached >= ADJACENCY_AFTER:
+            self._graph = adjacency.shared(self.index.db_path, self.index.conn, self.index.meta)
+        return self._graph
+
+    def _target(self, ref_id: int | None) -> str:
+        """The name as written of the ref an edge came from ('' for local edges)."""
+        if ref_id is None:
+            return ""
+        if ref_id not in self._targets:
+            row = self.index.conn.execute(
+                "SELECT target FROM refs WHERE id = ?", (ref_id,)
+            ).fetchone()
+            self._targets[ref_id] = (row[0] or "") if row else ""
+        return self._targets[ref_id]
+
+    def _load_targets(self, ref_ids: list[int]) -> None:
+        """Read the targets of many refs at once (one query per 900)."""
+        wanted = list({r for r in ref_ids if r not in self._targets})
+        for start in range(0, len(wanted), BATCH):
+            batch = wanted[start : start + BATCH]
+            found = dict(
+                self.index.conn.execute(
+                    f"SELECT id, target FROM refs WHERE id IN ({placeholders(batch)})", batch
+                )
+            )
+            for ref_id in batch:
+                self._targets[ref_id] = found.get(ref_id) or ""
+
+    def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
+        graph = self.graph()
+        if graph is not None:
+            # In id order, as SQLite returns the rows of an IN list.
+            ids = sorted(set(ids))
+            return [(n, graph.kind(n), graph.file(n)) for n in ids if graph.kind(n) is not None]
+        rows = []
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
+            rows += self.index.conn.execute(
+                f"SELECT id, kind, file_id FROM nodes WHERE id IN ({placeholders(batch)})", batch
+            ).fetchall()
+        return rows
+
+    def _rows_into(
+        self,
+        batch: list[int],
+        kinds: list[str],
+        seen: dict[int, Any],
+        asks_target: Callable[[EdgeRow], bool],
+    ) -> list[EdgeRow]:
+        """Edges of ``kinds`` into ``batch``: (src, dst, kind, file, line, src kind, src
+        file, ref id), ordered by dst, kind, edge id. From the adjacency, edges from
+        ``seen`` nodes are left out (the walk skips them, save a module's references,
+        which may widen it), and the names of the refs ``asks_target`` of are read in
+        one query."""
+        graph = self.graph()
+        if graph is None:
+            return self.index.conn.execute(
+                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
+                " e.ref_id FROM edges e JOIN nodes s ON s.id = e.src_id"
+                f" WHERE e.dst_id IN ({placeholders(batch)})"
+                f" AND e.kind IN ({placeholders(kinds)})",
+                [*batch, *kinds],
+            ).fetchall()
+        rows = graph.into_unseen(batch, graph.codes(kinds), seen, REVISIT)
+        self._load_targets([row[7] for row in rows if row[7] is not None and asks_target(row)])
+        return rows
+
+    def _rows_out_of(self, batch: list[int], kinds: list[str]) -> list[tuple]:
+        """Edges of ``kinds`` out of ``batch``: (src, dst, kind, file, line, dst kind, dst
+        file), ordered by src, kind, edge id."""
+        graph = self.graph()
+        if graph is None:
+            return self.index.conn.execute(
+                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, d.kind, d.file_id"
+                " FROM edges e JOIN nodes d ON d.id = e.dst_id"
+                f" WHERE e.src_id IN ({placeholders(batch)})"
+                f" AND e.kind IN ({placeholders(kinds)})",
+                [*batch, *kinds],
+            ).fetchall()
+        return [
+            (src, dst, kind, file_id, line, graph.kind(dst), graph.file(dst))
+            for src, dst, kind, file_id, line, _ in graph.out_of(batch, graph.codes(kinds))
+            if graph.kind(dst) is not None
+        ]
