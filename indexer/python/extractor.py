@@ -104,6 +104,7 @@ class FileIndexer(DefinitionPass, ReferencePass):
             self.is_test or self.is_utility or under_any(self.path, list(self.layout.test_dirs))
         ) and any(hint in text for hint in OPINFO_HINTS):
             summaries = OpinfoScanner(self).scan(tree.body)
+        self._import_parent_package()
         self._walk_module(tree.body)
         attrs = self.facts.nodes[self.module_node].attrs
         bindings = {k: v for k, v in self.scope.aliases.items() if v is not None}
@@ -172,6 +173,14 @@ class FileIndexer(DefinitionPass, ReferencePass):
         if self.in_package and top == self.top_package:
             return True  # the file's own package, declared or not
         return not self.in_package and layout.is_local_candidate(dotted)
+
+    def _import_parent_package(self) -> None:
+        """Importing ``pkg.mod`` runs ``pkg/__init__.py`` first: an import of the parent
+        package at line 1, so code the package's import runs reaches the importers of
+        every module below it (``from pkg.mod import f`` in a test)."""
+        parent = self.modname.rpartition(".")[0]
+        if parent and self.in_package:
+            self.emit_import(self.module_node, parent, 1, implicit="parent package")
 
     def emit_import(self, src: int, target: str, line: int, **attrs: Any) -> None:
         if self.layout.is_external(target):
