@@ -5,6 +5,8 @@ module of the package, even one that names neither the package nor the changed m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from indexer.build import build_index
@@ -69,35 +71,31 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
     return IndexedTree(root, cache)
 
 
+@pytest.fixture
+def edit(tree: IndexedTree, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexedTree]:
+    """The tree to edit and select on, restored afterwards."""
+    yield tree.use(monkeypatch)
+    tree.reset()
+
+
 def test_module_level_change_under_the_package_init_reaches_every_submodule_importer(
-    tree: IndexedTree, monkeypatch: pytest.MonkeyPatch
+    edit: IndexedTree,
 ) -> None:
-    tree.use(monkeypatch)
-    try:
-        tree.replace("minitorch/backends_impl.py", '"fast"', '"eager"')
-        selection = tree.select()
-        assert not selection.run_everything, selection.everything
-        assert "test/test_tracing.py" in selected(selection)
-        hops = selection.files["test/test_tracing.py"].reasons[0].chain
-        implicit = [hop for hop in hops if hop.src == "minitorch.tracing"]
-        assert implicit and implicit[0].dst == "minitorch"
-        assert implicit[0].evidence == "minitorch/tracing.py:1"
-    finally:
-        tree.reset()
+    edit.replace("minitorch/backends_impl.py", '"fast"', '"eager"')
+    selection = edit.select()
+    assert not selection.run_everything, selection.everything
+    assert "test/test_tracing.py" in selected(selection)
+    hops = selection.files["test/test_tracing.py"].reasons[0].chain
+    implicit = [hop for hop in hops if hop.src == "minitorch.tracing"]
+    assert implicit and implicit[0].dst == "minitorch"
+    assert implicit[0].evidence == "minitorch/tracing.py:1"
 
 
-def test_a_body_change_does_not_run_at_import(
-    tree: IndexedTree, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_body_change_does_not_run_at_import(edit: IndexedTree) -> None:
     """The parent-package edge carries what importing runs, nothing more: a change
     inside ``fast`` reaches its caller's test, not every importer of the package."""
-    tree.use(monkeypatch)
-    try:
-        tree.replace("minitorch/backends_impl.py", "    return model", "    return model or model")
-        selection = tree.select()
-        assert not selection.run_everything, selection.everything
-        assert "test/test_compiler.py" in selected(selection)
-        assert "test/test_tracing.py" not in selected(selection)
-        assert "test/test_unrelated.py" not in selected(selection)
-    finally:
-        tree.reset()
+    edit.replace("minitorch/backends_impl.py", "    return model", "    return model or model")
+    selected_files = selected(edit.select())
+    assert "test/test_compiler.py" in selected_files
+    assert "test/test_tracing.py" not in selected_files
+    assert "test/test_unrelated.py" not in selected_files
