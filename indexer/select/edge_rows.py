@@ -87,6 +87,18 @@ class EdgeRows:
             ).fetchall()
         return rows
 
+    def _from_sqlite(
+        self, end: str, other: str, extra: str, batch: list[int], kinds: list[str]
+    ) -> list[tuple]:
+        """Edges of ``kinds`` whose ``end`` is in ``batch``, with the kind and file of the
+        node at their ``other`` end (and ``extra`` columns), as the adjacency gives them."""
+        return self.index.conn.execute(
+            f"SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, n.kind, n.file_id{extra}"
+            f" FROM edges e JOIN nodes n ON n.id = e.{other}"
+            f" WHERE e.{end} IN ({placeholders(batch)}) AND e.kind IN ({placeholders(kinds)})",
+            [*batch, *kinds],
+        ).fetchall()
+
     def _rows_into(
         self,
         batch: list[int],
@@ -101,13 +113,7 @@ class EdgeRows:
         one query."""
         graph = self.graph()
         if graph is None:
-            return self.index.conn.execute(
-                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, s.kind, s.file_id,"
-                " e.ref_id FROM edges e JOIN nodes s ON s.id = e.src_id"
-                f" WHERE e.dst_id IN ({placeholders(batch)})"
-                f" AND e.kind IN ({placeholders(kinds)})",
-                [*batch, *kinds],
-            ).fetchall()
+            return self._from_sqlite("dst_id", "src_id", ", e.ref_id", batch, kinds)
         rows = graph.into_unseen(batch, graph.codes(kinds), seen, REVISIT)
         self._load_targets([row[7] for row in rows if row[7] is not None and asks_target(row)])
         return rows
@@ -117,13 +123,7 @@ class EdgeRows:
         file), ordered by src, kind, edge id."""
         graph = self.graph()
         if graph is None:
-            return self.index.conn.execute(
-                "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, d.kind, d.file_id"
-                " FROM edges e JOIN nodes d ON d.id = e.dst_id"
-                f" WHERE e.src_id IN ({placeholders(batch)})"
-                f" AND e.kind IN ({placeholders(kinds)})",
-                [*batch, *kinds],
-            ).fetchall()
+            return self._from_sqlite("src_id", "dst_id", "", batch, kinds)
         return [
             (src, dst, kind, file_id, line, graph.kind(dst), graph.file(dst))
             for src, dst, kind, file_id, line, _ in graph.out_of(batch, graph.codes(kinds))
