@@ -77,3 +77,17 @@ def test_unreached_function_says_selection_would_run_everything(index: Index) ->
     answer = affected(index, ["at::native::legacy::special_erfcx"])
     assert answer.found and answer.data["test_files"] == []
     assert "would run everything" in answer.to_text()
+
+
+def test_calls_share_one_walker_and_concurrent_calls_agree(index: Index) -> None:
+    """A server keeps the index open: its calls reuse one walker (and its caches), and
+    calls from two threads at once give the answer one call gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = affected(index, ["at::native::matmul"])
+    walker = index.shared("impact-walker", lambda: None)
+    assert walker is not None
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = list(pool.map(lambda _: affected(index, ["at::native::matmul"]), range(4)))
+    assert all(a.data == first.data and a.items == first.items for a in answers)
+    assert index.shared("impact-walker", lambda: None) is walker

@@ -3,12 +3,15 @@
 The selection engine's impact walk (indexer.select.impact) from the named definitions,
 without a diff: each impacted test file comes with the shortest chain of evidence from
 the change to the test, every hop with file:line. ``depth`` caps the hops (default: no
-cap, as test selection walks).
+cap, as test selection walks). One walker serves every call on an index, so what it
+learnt of the sources (which lines call an op, module statements) carries over: a
+repeated or overlapping query takes about half the time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from threading import Lock
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
@@ -80,7 +83,9 @@ def affected(index: Index, funcs: Iterable[str] | str, depth: int | None = None)
         return Answer.not_found(
             "affected", query, "function", index.suggest(names[0] if names else "")
         )
-    reach = ImpactWalker(index).walk(starts, max_depth=depth)
+    walker, walking = index.shared("impact-walker", lambda: (ImpactWalker(index), Lock()))
+    with walking:  # the walker's per-file caches are not for two walks at once
+        reach = walker.walk(starts, max_depth=depth)
     tests = _test_files(index)
     paths = dict(index.conn.execute("SELECT id, path FROM files"))
     by_file: dict[str, list[int]] = {}

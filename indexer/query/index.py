@@ -11,14 +11,15 @@ import json
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from indexer.store.db import connect_readonly, read_meta
 
+T = TypeVar("T")
 SUGGEST_POOL = 400  # names difflib compares a missing name against
 _NODE_COLUMNS = "n.id, n.kind, n.name, n.qualname, f.path, n.line, n.end_line, n.parent_id, n.attrs"
 _EDGE_COLUMNS = "e.src_id, e.dst_id, e.kind, f.path, e.line, e.attrs"
@@ -84,6 +85,17 @@ class Index:
         self.db_path = db_path
         self._local = threading.local()
         self.meta: dict[str, str] = read_meta(self.conn)
+        self._shared: dict[str, Any] = {}
+        self._shared_lock = threading.Lock()
+
+    def shared(self, key: str, make: Callable[[], T]) -> T:
+        """An object derived from this index, made once and kept as long as the index is
+        (a long-lived server keeps one per index file it serves). Whoever uses it from
+        several threads brings its own lock."""
+        with self._shared_lock:
+            if key not in self._shared:
+                self._shared[key] = make()
+            return self._shared[key]
 
     @property
     def conn(self) -> sqlite3.Connection:
