@@ -1,22 +1,27 @@
-"""Function-defining macros of a tree's headers, for the files that use them.
+"""Declaration-writing macros of a tree's headers, for the files that use them.
 
 ``TORCH_ARG(double, lr) = 1e-3;`` in an options class writes four accessor methods, and
 ``REGISTER_OPERATOR_FUNCTOR(aten::add, aten_add, ...)`` an operator functor; the macros
 live in headers (torch/arg.h, static/ops.h), their uses in hundreds of other files.
 Extraction reads one file, so it sees those definitions only if it is told the headers'
-macros: before any file is extracted, the tree's headers are scanned once for
-function-like macros whose body holds a block, and a use of one at namespace or class
-scope in another file is expanded like the file's own macros (indexer/cpp/expand.py).
+macros: before any file is extracted, the tree's headers are scanned once, and a use of
+one of their macros opening a line in another file is expanded like the file's own
+macros (indexer/cpp/expand.py): at namespace or class scope, the definitions it writes
+are indexed at the line of the use; in a function body, its calls are the function's.
 
-Only unambiguous macros are shared: a name defined with different bodies in different
-headers (per platform, per backend) could be either in a given file, so neither is used.
-Uses inside function bodies are not expanded (``TORCH_CHECK`` and its kind would add
-calls to the error machinery to every function, at a cost and for nothing); a file's own
-definition of a name wins over a header's.
+Only macros that write declarations are shared: a body opening with a statement
+(``TORCH_CHECK``'s ``if (...) {``, ``C10_CUDA_CHECK``'s ``do {``) is for function bodies,
+where expanding it would point every function at the error machinery, at a cost and for
+nothing. Only unambiguous ones: a name defined with different bodies in different headers
+(per platform, per backend) could be either in a given file, so neither is used. A
+file's own definition of a name wins over a header's. Macros the extractors read as what
+they mean (dispatch stubs, op registration blocks) are left to them.
 
-The per-header table is stored in the index (meta ``cpp_header_macros``) so that an
-update extracts with what a rebuild would know: an edit that changes a shared macro
-re-extracts the files naming it.
+Uses are blanked for the parser (``TORCH_ARG(double, lr) = 1e-3;`` otherwise reads as a
+broken declaration that loses the class around it), and the blanked uses are exactly
+the ones expanded. The per-header table is stored in the index (meta
+``cpp_header_macros``) so that an update extracts with what a rebuild would know: an edit
+that changes a shared macro re-extracts the files naming it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from indexer.cpp.macros import STRUCTURED
 from indexer.harness import Manifest
 from indexer.paths import is_header
 
-# Header path -> [name, params, variadic, body] of each function-defining macro it has.
+# Header path -> [name, params, variadic, body] of each declaration-writing macro it has.
 HeaderMacros = dict[str, list[list]]
 
 # A use that can define something: the macro's name opening a line, called. (A literal
@@ -98,7 +103,7 @@ def scan_headers(
 
 
 class SharedMacros:
-    """The unambiguous function-defining macros of a tree's headers, by name."""
+    """The unambiguous declaration-writing macros of a tree's headers, by name."""
 
     def __init__(self, headers: Mapping[str, list[list]] | None = None) -> None:
         bodies: dict[str, set[tuple]] = {}
