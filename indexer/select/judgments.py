@@ -20,16 +20,19 @@ from pathlib import Path
 
 SUFFIX = ".judgments"
 MAX_ENTRIES = 200_000  # past this (~12 MB), only the last run's answers are kept
-_JUDGES = ("impact.py", "module_scope.py", "receivers.py", "class_source.py", "pysource.py")
+# The judging code and what it imports (indexer.python.scope, ...): whole packages, so a
+# helper added or changed anywhere in them can never leave old answers standing.
+_JUDGING_PACKAGES = ("select", "python")
 
 
 def _code_version() -> str:
     """A hash of the judging code ('' when it cannot be read: nothing is kept)."""
     digest = hashlib.blake2b(digest_size=8)
-    here = Path(__file__).resolve().parent
+    indexer = Path(__file__).resolve().parent.parent
     try:
-        for name in _JUDGES:
-            digest.update((here / name).read_bytes())
+        for package in _JUDGING_PACKAGES:
+            for path in sorted((indexer / package).glob("*.py")):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
     except OSError:
         return ""
     return digest.hexdigest()
