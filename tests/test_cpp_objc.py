@@ -97,3 +97,10 @@ def test_calls_inside_blocks_and_message_arguments_belong_to_the_function(built)
     assert "at::native::mps::(anonymous)::scale_of" in calls  # a message's argument
     kernel = one(index, "at::native::structured_mm_out_mps::impl")
     assert "at::native::mps::mm_out_mps_impl" in calls_of(index, kernel)
+
+
+def test_exclusive_or_is_not_read_as_a_block() -> None:
+    from indexer.cpp.objc import as_cpp
+
+    code = b"int x = a ^ (b);\nf(q, ^() { g(); });\n"
+    assert as_cpp(code) == b"int x = a ^ (b);\nf(q,[]() { g(); });\n"

@@ -19,7 +19,9 @@ import re
 
 _AUTORELEASE = b"@autoreleasepool"
 _AUTORELEASE_AS = b"if (true)".ljust(len(_AUTORELEASE))
-_BLOCK = re.compile(rb"[ \t]\^(?=\s*[({])")  # the blank before '^' makes room for '[]'
+# A block is an argument or a value (`f(q, ^() {`, `x = ^{`): after ',', '(', '=' or ':'
+# and a blank, which makes room for '[]'. Elsewhere `a ^ (b)` is C's exclusive or.
+_BLOCK = re.compile(rb"(?<=[,(=:])[ \t]\^(?=\s*[({])")
 # '@' of a literal (@"s", @[...], @(x), @{...}, @1, @-1, @YES) or of a compiler directive
 # used as an expression (@selector(...), @encode(...), @available(...)).
 _BOXED = re.compile(rb"@(?=[\d\"\[({]|-\d|(?:YES|NO|selector|encode|available)\b)")
