@@ -26,6 +26,14 @@ void scale_(float* data, int64_t n, float factor) {}
 #define SCALE_ALL(T, factor)                                               \\
   scale_(self.data_ptr<T>(), self.numel(), factor);
 
+// Blanked for the parser (a builtin type in its arguments), so read from its expansion
+// even though it calls only a member function.
+#define FILL_AS(T, self, value) self.fill_((T)value);
+
+void fill_int(Tensor& self) {
+  FILL_AS(unsigned int, self, 1);
+}
+
 Tensor& scale_cpu_(Tensor& self, double factor) {
   CHECK_FINITE(self);
   AT_DISPATCH_FLOATING_TYPES(self.scalar_type(), "scale_cpu_", [&] {
@@ -220,6 +228,18 @@ def targets(index: Index, node: Node, kind: str) -> dict[str, set[int]]:
     for edge in index.out_edges(node.id, [kind]):
         found.setdefault(index.node(edge.dst).qualname, set()).add(edge.line)
     return found
+
+
+def test_a_blanked_macro_use_is_read_from_its_expansion(built: tuple[Path, Index]) -> None:
+    repo, index = built
+    host = one(index, "at::native::fill_int")
+    lines = {
+        line
+        for (line,) in index.conn.execute(
+            "SELECT line FROM refs WHERE src_id = ? AND target = 'fill_'", (host.id,)
+        )
+    }
+    assert lines == {line_of(repo / "csrc/ScaleOps.cpp", "FILL_AS(unsigned int, self, 1);")}
 
 
 def test_pytorch_style_macro_calls_belong_to_the_using_function(

@@ -98,9 +98,11 @@ _GROUPING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[()\[\]{},]")
 _STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 
 
-def definitions(text: str) -> list[Macro]:
+def definitions(text: str, keep: frozenset[str] = frozenset()) -> list[Macro]:
     """The function-like macros of a file worth expanding, in the order written: those
-    that define or call something, themselves or through the file's other macros."""
+    that define or call something, themselves or through the file's other macros, and
+    those named in ``keep`` (uses the parser was not shown: their expansion is all there
+    is of them)."""
     found = [
         definition(match.group(1), match.group(2), match.group(3), match.start())
         for match in DEFINE.finditer(text)
@@ -115,7 +117,7 @@ def definitions(text: str) -> list[Macro]:
             if not macro.calls and used[name] & calling:
                 macro.calls = changed = True
                 calling.add(name)
-    return [macro for macro in found if macro.defines or macro.calls]
+    return [macro for macro in found if macro.defines or macro.calls or macro.name in keep]
 
 
 def split_arguments(text: str) -> list[str]:

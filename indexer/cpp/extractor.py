@@ -423,7 +423,11 @@ class _Extraction:
         if not own and not shared:
             return
         text = original.decode("latin-1")  # one character per byte: offsets stay byte offsets
-        found = definitions(text) if own else []
+        blanked = frozenset(
+            text[offset : offset + 200].split("(", 1)[0].strip()
+            for offset in self.prepared.macro_use_at
+        )
+        found = definitions(text, blanked) if own else []
         defined_here = {macro.name for macro in found}
         if shared:
             by_name = self.src.context.cpp_macros.by_name  # type: ignore[union-attr]
@@ -450,14 +454,13 @@ class _Extraction:
             end = offset + len(macro.name)
             if prepared[offset:end] != original[offset:end] and offset not in typed_uses:
                 return False  # in a branch kept out of the parse
-            if macro.shared and offset not in typed_uses:
-                return False  # a header's macro: expanded where it was blanked for the parser
+            blanked = offset in typed_uses  # the parser saw none of it: read its expansion
+            if macro.shared and not blanked:
+                return False  # a header's macro: expanded where it was blanked, only there
             index = bisect_right(body_starts, offset) - 1
             if index < 0 or offset >= reach[index]:
-                return called and macro.defines  # namespace scope: what it defines
-            if macro.shared:  # the parser saw none of it: its calls are the function's
-                return host_at(offset) is not None
-            return macro.calls and host_at(offset) is not None  # a body: what it calls
+                return called and (macro.defines or blanked)  # namespace scope
+            return (macro.calls or blanked) and host_at(offset) is not None  # a body
 
         lines: list[str] = []
         line_map: list[int] = []
