@@ -146,6 +146,30 @@ def test_cmakelists_change_selects_everything_with_the_reason(pytorch, monkeypat
     ]
 
 
+@pytest.mark.xdist_group("pytorch-clone")
+def test_custom_class_registration_change_reaches_the_python_tests_loading_it(
+    pytorch, monkeypatch
+) -> None:
+    """test/cpp/jit's custom classes are built into a library Python tests load (unlike
+    the gtest directories of test/cpp, which never affect Python tests): a change there
+    selects tests using those classes, or everything, never nothing."""
+    source = pytorch[0]
+    users = {
+        path.relative_to(source).as_posix()
+        for path in (source / "test").rglob("test_*.py")
+        if "_TorchScriptTesting" in path.read_text(encoding="utf-8", errors="replace")
+    }
+    assert users, "the PyTorch tree has tests using _TorchScriptTesting classes"
+    with edited(
+        source,
+        "test/cpp/jit/test_custom_class_registrations.cpp",
+        "    return 2 * input;\n",
+        "    return 2 * input + 0;\n",
+    ):
+        selection = _select(pytorch, monkeypatch)
+    assert selection.run_everything or users & set(selection.files), selection.notes
+
+
 def _calls_rms_norm(text: str) -> bool:
     if re.search(r"torch\.ops\._C\.rms_norm\b|_custom_ops\.rms_norm\b", text):
         return True
