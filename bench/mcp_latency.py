@@ -54,7 +54,12 @@ QUERIES: list[tuple[str, dict]] = [
     ("graph", {"func": "at::native::cpublas::gemm", "mode": "impact", "depth": 3}),
     ("modules", {"name": "torch.nn.Linear"}),
     ("tests", {"query": "matmul", "limit": 20}),
+    # a central kernel (the answer is a lower bound: the nearest 50 of ~880 test files),
+    # a GEMM every matmul reaches, a leaf that reaches a few dozen, a Python function
     ("affected", {"funcs": ["at::native::matmul"]}),
+    ("affected", {"funcs": ["at::native::cpublas::gemm"]}),
+    ("affected", {"funcs": ["at::native::linalg_pinv_out"]}),
+    ("affected", {"funcs": ["torch.nn.functional.softmax"]}),
 ]
 
 
@@ -121,20 +126,36 @@ async def first_answer(params) -> tuple[float, float, float | None]:
 
 async def tool_latency(
     params, calls: int, queries: list[tuple[str, dict]]
-) -> list[tuple[str, dict, str, float, list[float]]]:
+) -> list[tuple[str, dict, str, float, list[float], list[float]]]:
+    """Per query: status, the first call's ms, the other calls' ms, and of each of those
+    the ms the client itself spent validating the answer against the tool's output
+    schema (the Python SDK does it with jsonschema, in pure Python)."""
     from mcp.client import Client
     from mcp.shared.exceptions import MCPError
 
     rows = []
     async with Client(params, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+        validating = [0.0]
+        validate = client.session.validate_tool_result
+
+        async def timed_validate(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return await validate(*args, **kwargs)
+            finally:
+                validating[0] += time.perf_counter() - started
+
+        client.session.validate_tool_result = timed_validate
         for name, arguments in queries:
             samples = []
+            validation = []
             status = "ok"
             for _ in range(calls):
                 enough = 1 if samples and samples[0] > SLOW_QUERY_BUDGET_MS else 3
                 if len(samples) >= enough and sum(samples) > SLOW_QUERY_BUDGET_MS:
                     break  # a query this slow is measured by a few calls (one past 30 s)
                 started = time.perf_counter()
+                validating[0] = 0.0
                 try:
                     result = await client.call_tool(name, arguments)
                 except MCPError as exc:  # a timeout: the other figures still count
@@ -142,11 +163,12 @@ async def tool_latency(
                     samples.append((time.perf_counter() - started) * 1000)
                     break
                 samples.append((time.perf_counter() - started) * 1000)
+                validation.append(validating[0] * 1000)
                 if result.is_error:
                     text = result.content[0].text
                     status = "n/a: " + text[:70] if "not available" in text else "error: " + text
                     break
-            rows.append((name, arguments, status, samples[0], samples[1:]))
+            rows.append((name, arguments, status, samples[0], samples[1:], validation[1:]))
     return rows
 
 
@@ -284,9 +306,15 @@ def main() -> int:
     queries = [query for query in QUERIES if not args.tool or query[0] in args.tool]
     rows = anyio.run(tool_latency, params, args.calls, queries)
     print(f"\nper-tool latency, client side, {args.calls} calls each (fewer if slow; ms):")
-    print(f"  {'query':58} {'first':>7} {'p50':>7} {'p95':>7}  p95/target")
-    worst = 0.0
-    for name, arguments, status, first_ms, rest in rows:
+    print("  round trip as the SDK's client sees it; 'served': the same less the client's own")
+    print("  jsonschema validation of the answer (compiled validators, as in TypeScript")
+    print("  clients, take microseconds)")
+    print(
+        f"  {'query':58} {'first':>7} {'p50':>7} {'p95':>7} {'served p95':>10}  p95/target"
+        "  served/target"
+    )
+    worst = worst_served = 0.0
+    for name, arguments, status, first_ms, rest, validation in rows:
         label = f"{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"[:58]
         if status != "ok":
             print(f"  {label:58} {status}")
@@ -296,16 +324,29 @@ def main() -> int:
                 f"  {label:58} {first_ms:7.1f} {'(one call)':>15}  {first_ms / P95_TARGET_MS:5.0f}"
             )
             continue
-        p50, p95 = percentile(rest, 0.5), percentile(rest, 0.95)
-        worst = max(worst, p95)
-        print(f"  {label:58} {first_ms:7.1f} {p50:7.1f} {p95:7.1f}  {p95 / P95_TARGET_MS:5.2f}")
-    met = sum(
+        served = [total - own for total, own in zip(rest, validation, strict=True)]
+        p50, p95, served_p95 = (
+            percentile(rest, 0.5),
+            percentile(rest, 0.95),
+            percentile(served, 0.95),
+        )
+        worst, worst_served = max(worst, p95), max(worst_served, served_p95)
+        print(
+            f"  {label:58} {first_ms:7.1f} {p50:7.1f} {p95:7.1f} {served_p95:10.1f}"
+            f"  {p95 / P95_TARGET_MS:10.2f}  {served_p95 / P95_TARGET_MS:13.2f}"
+        )
+    measured = [(rest, v) for _, _, status, _, rest, v in rows if status == "ok" and rest]
+    met = sum(1 for rest, _ in measured if percentile(rest, 0.95) <= P95_TARGET_MS)
+    met_served = sum(
         1
-        for _, _, status, _, rest in rows
-        if status == "ok" and rest and percentile(rest, 0.95) <= P95_TARGET_MS
+        for rest, v in measured
+        if percentile([t - o for t, o in zip(rest, v, strict=True)], 0.95) <= P95_TARGET_MS
     )
-    print(f"\n{met} of {len(rows)} queries meet p95 < 50 ms; worst p95 of those measured")
-    print(f"by several calls {worst:.1f} ms: ratio to the 50 ms target {worst / P95_TARGET_MS:.2f}")
+    print(
+        f"\n{met} of {len(rows)} queries meet p95 < 50 ms round trip, {met_served} served;"
+        f" worst p95 {worst:.1f} ms round trip ({worst / P95_TARGET_MS:.2f} x target),"
+        f" {worst_served:.1f} ms served ({worst_served / P95_TARGET_MS:.2f} x target)"
+    )
     return 0
 
 

@@ -146,9 +146,11 @@ SPECS = {
             "Tests a change can break",
             "Which tests can a change to these functions break? funcs: changed functions "
             "(C++, CUDA or Python qualified names; a list or a comma-separated string). "
-            "Answers the impacted tests, each with the chain of evidence that links it to "
-            "the change. Needs the complete index: until the C++ call graph is built it "
-            "answers an error rather than an incomplete selection.",
+            "Answers the impacted test files nearest first, each with the chain of evidence "
+            "that links it to the change; a central function reaches most of the suite, and "
+            "then the answer lists the nearest 50 and says 'at least'. Needs the complete "
+            "index: until the C++ call graph is built it answers an error rather than an "
+            "incomplete selection.",
             COMPONENTS,
         ),
     )

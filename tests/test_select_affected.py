@@ -91,3 +91,28 @@ def test_calls_share_one_walker_and_concurrent_calls_agree(index: Index) -> None
         answers = list(pool.map(lambda _: affected(index, ["at::native::matmul"]), range(4)))
     assert all(a.data == first.data and a.items == first.items for a in answers)
     assert index.shared("impact-walker", lambda: None) is walker
+
+
+def test_a_full_answer_stops_the_walk_and_says_it_is_a_lower_bound(index: Index) -> None:
+    """The walk stops once it has the files the answer lists (the nearest first); the
+    answer then says "at least", and a walk that ends before the limit says it is all."""
+    full = affected(index, ["at::native::matmul"])
+    assert full.data["complete"] and len(full.data["test_files"]) >= 3
+    assert full.title.startswith(f"{len(full.data['test_files'])} test files")
+
+    bounded = affected(index, ["at::native::matmul"], limit=2)
+    assert not bounded.data["complete"]
+    assert len(bounded.data["test_files"]) == 2
+    assert set(bounded.data["test_files"]) < set(full.data["test_files"])
+    assert bounded.title.startswith("at least 2 test files")
+    assert "torchtalk select" in bounded.title
+    files = [item for item in bounded.items if item.depth == 0]
+    hops = [len(item.data["chain"]) for item in files]
+    assert hops == sorted(hops)  # nearest first
+    nearest = min(len(i.data["chain"]) for i in full.items if i.depth == 0)
+    assert hops[0] == nearest
+
+
+def test_limit_must_be_positive(index: Index) -> None:
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        affected(index, ["at::native::matmul"], limit=0)

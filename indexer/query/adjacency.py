@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
@@ -166,25 +166,27 @@ class Adjacency:
         lines: array = getattr(self, f"{side}_line")
         refs: array = getattr(self, f"{side}_ref")
         names = self.edge_kinds
+        wanted = sorted(kinds)
         for node_id in sorted(set(node_ids)):
             if not 0 <= node_id < self.node_count:
                 continue
             start, end = offsets[node_id], offsets[node_id + 1]
-            for position in range(start, end):
-                code = kind[position]
-                if code not in kinds:
-                    continue
-                ref = refs[position]
-                neighbour = other[position]
-                src, dst = (neighbour, node_id) if incoming else (node_id, neighbour)
-                yield (
-                    src,
-                    dst,
-                    names[code],
-                    files[position],
-                    lines[position],
-                    None if ref == NONE else ref,
-                )
+            # A node's edges are sorted by kind: jump to each wanted kind's run rather
+            # than read every edge (a module or a long function has thousands).
+            for code in wanted:
+                first = bisect_left(kind, code, start, end)
+                for position in range(first, bisect_right(kind, code, first, end)):
+                    ref = refs[position]
+                    neighbour = other[position]
+                    src, dst = (neighbour, node_id) if incoming else (node_id, neighbour)
+                    yield (
+                        src,
+                        dst,
+                        names[code],
+                        files[position],
+                        lines[position],
+                        None if ref == NONE else ref,
+                    )
 
 
 _loaded: dict[Path, tuple[str, Adjacency]] = {}  # db path -> (key, its adjacency)

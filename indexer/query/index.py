@@ -97,6 +97,12 @@ class Index:
                 self._shared[key] = make()
             return self._shared[key]
 
+    def file_paths(self) -> dict[int, str]:
+        """file id -> repo-relative path of every indexed file (read once per index)."""
+        return self.shared(
+            "file-paths", lambda: dict(self.conn.execute("SELECT id, path FROM files"))
+        )
+
     @property
     def conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from indexer.query.answer import Answer, Item
@@ -103,9 +102,8 @@ def _starts(index: Index, query: str) -> tuple[list[Node], str]:
 
 
 _IN_EDGES_SQL = (
-    "SELECT e.src_id, e.dst_id, e.kind, f.path, e.line, e.attrs, n.kind FROM edges e"
-    " JOIN files f ON f.id = e.file_id JOIN nodes n ON n.id = e.src_id"
-    " WHERE e.dst_id IN ({ids}) AND e.kind IN ({kinds})"
+    "SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, n.kind FROM edges e"
+    " JOIN nodes n ON n.id = e.src_id WHERE e.dst_id IN ({ids}) AND e.kind IN ({kinds})"
 )
 _BATCH = 900  # ids per query, under SQLite's bound-parameter limit
 
@@ -117,10 +115,14 @@ def _level_in_edges(index: Index, frontier: list[int], tests_only: bool) -> list
     rows: list[tuple] = []
     kinds = ",".join("?" * len(WALK_EDGES))
     only = f" AND n.kind IN ({','.join(repr(kind) for kind in sorted(TEST_KINDS))})"
+    paths = index.file_paths()
     for start in range(0, len(frontier), _BATCH):
         batch = frontier[start : start + _BATCH]
         sql = _IN_EDGES_SQL.format(ids=",".join("?" * len(batch)), kinds=kinds)
-        rows.extend(index.conn.execute(sql + (only if tests_only else ""), [*batch, *WALK_EDGES]))
+        for src, dst, kind, file_id, line, src_kind in index.conn.execute(
+            sql + (only if tests_only else ""), [*batch, *WALK_EDGES]
+        ):
+            rows.append((src, dst, kind, paths.get(file_id, "?"), line, src_kind))
     position = {node_id: i for i, node_id in enumerate(frontier)}
     rows.sort(key=lambda row: (position[row[1]], row[3], row[4]))
     return rows
@@ -143,7 +145,7 @@ def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
         following = []
         # At the last level only tests count: what else is reached there is not walked.
         last = depth == MAX_DEPTH - 1
-        for src, dst, kind, path, line, attrs, src_kind in _level_in_edges(index, frontier, last):
+        for src, dst, kind, path, line, src_kind in _level_in_edges(index, frontier, last):
             if src in depth_of:
                 continue
             if len(depth_of) >= MAX_VISITED:
@@ -151,7 +153,7 @@ def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
                 break
             depth_of[src] = depth + 1
             if src_kind in TEST_KINDS:
-                edge = Edge(src, dst, kind, path, line, json.loads(attrs) if attrs else {})
+                edge = Edge(src, dst, kind, path, line, {})  # (its attrs are not shown)
                 reached.append((src, depth + 1, edge))
             elif src_kind not in ("python_module", "file"):
                 following.append(src)

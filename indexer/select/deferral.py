@@ -41,6 +41,18 @@ class Deferral:
     def __init__(self, index: Index, statements: ModuleStatements) -> None:
         self.index = index
         self.statements = statements
+        self._used: dict[int, list[tuple[int, int, str]]] = {}  # a definition's uses
+
+    def _uses(self, definition: int) -> list[tuple[int, int, str]]:
+        """(dst, line, kind) of what ``definition`` calls, names or contains: asked for
+        the same definitions by every walk that reaches them."""
+        if definition not in self._used:
+            self._used[definition] = self.index.conn.execute(
+                f"SELECT dst_id, line, kind FROM edges WHERE src_id = ?"
+                f" AND kind IN ({placeholders(USES)})",
+                (definition, *USES),
+            ).fetchall()
+        return self._used[definition]
 
     def deferred(self, reach: Reach, named: Node, seen: frozenset[int] = frozenset()) -> bool:
         """True when calling ``named`` (a function or a class) runs none of the code the
@@ -53,11 +65,8 @@ class Deferral:
         if reached is None or reached.src != named.id:
             return False  # reached otherwise than through its own code: it may run it
         seen = seen | {named.id}
-        uses = self.index.conn.execute(
-            f"SELECT dst_id, line, kind FROM edges WHERE src_id = ? AND kind IN ({placeholders(USES)})",
-            (named.id, *USES),
-        ).fetchall()
-        uses.append((reached.dst, reached.line, reached.kind))  # a bridged step has no edge
+        uses = [*self._uses(named.id), (reached.dst, reached.line, reached.kind)]
+        # (the last: the step that reached it, a bridged one having no edge)
         for dst, line, kind in uses:
             if dst not in reach.steps:
                 continue
