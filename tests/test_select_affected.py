@@ -116,3 +116,31 @@ def test_a_full_answer_stops_the_walk_and_says_it_is_a_lower_bound(index: Index)
 def test_limit_must_be_positive(index: Index) -> None:
     with pytest.raises(ValueError, match="limit must be at least 1"):
         affected(index, ["at::native::matmul"], limit=0)
+
+
+@pytest.mark.parametrize("name", ["at::native::matmul", "at::native::mm_cpu"])
+def test_a_walk_with_a_quota_reaches_the_first_files_a_full_walk_reaches(
+    index: Index, name: str
+) -> None:
+    """The quota stops the walk at the same point of the same breadth-first order: the
+    files it reached are the first ones the full walk reaches, by the same steps."""
+    from indexer.select.impact import FileQuota, ImpactWalker
+
+    tests = {
+        file_id
+        for (file_id,) in index.conn.execute(
+            "SELECT DISTINCT file_id FROM nodes WHERE kind = 'test_file'"
+        )
+    }
+    starts = {node.id: 0 for node in index.find(name, ["cpp_function"])}
+    walker = ImpactWalker(index)
+    full = walker.walk(starts)
+    in_order = list(dict.fromkeys(f for n, f in full.file_id.items() if f in tests))
+    assert len(in_order) >= 3
+    for count in range(1, len(in_order) + 1):
+        quota = FileQuota(tests, count)
+        bounded = walker.walk(starts, quota=quota)
+        reached = list(dict.fromkeys(f for n, f in bounded.file_id.items() if f in tests))
+        assert reached == in_order[:count]
+        assert all(bounded.steps[n] == full.steps[n] for n in bounded.steps)
+        assert quota.full

@@ -23,7 +23,7 @@ from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.select.engine import reason_for
-from indexer.select.impact import ImpactWalker
+from indexer.select.impact import FileQuota, ImpactWalker
 from indexer.select.model import Entity
 
 CHANGEABLE = (
@@ -94,17 +94,11 @@ def affected(
             "affected", query, "function", index.suggest(names[0] if names else "")
         )
     tests = index.shared("test-files", lambda: _test_files(index))
-    found_files: set[int] = set()
-
-    def full(file_id: int) -> bool:
-        if file_id in tests:
-            found_files.add(file_id)
-        return len(found_files) >= limit
-
+    quota = FileQuota(tests, limit)
     walker, walking = index.shared("impact-walker", lambda: (ImpactWalker(index), Lock()))
     with walking:  # the walker's per-file caches are not for two walks at once
-        reach = walker.walk(starts, until=full, max_depth=depth)
-    complete = len(found_files) < limit
+        reach = walker.walk(starts, quota=quota, max_depth=depth)
+    complete = not quota.full
     paths = index.file_paths()
     by_file: dict[str, list[int]] = {}
     for node_id, file_id in reach.file_id.items():

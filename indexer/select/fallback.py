@@ -19,7 +19,7 @@ from __future__ import annotations
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
 from indexer.query.index import Index, Node
-from indexer.select.impact import ImpactWalker, Reach
+from indexer.select.impact import FileQuota, ImpactWalker, Reach
 from indexer.select.model import Entity, Selection
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
@@ -37,7 +37,7 @@ def _reaches_tests(walker: ImpactWalker, entity: Entity, position: int, tests: s
     again on its own (stopping at the first test)."""
     if not entity.node_ids:
         return False
-    alone = walker.walk(dict.fromkeys(entity.node_ids, position), until=tests.__contains__)
+    alone = walker.walk(dict.fromkeys(entity.node_ids, position), quota=FileQuota(tests, 1))
     return any(file_id in tests for file_id in alone.file_id.values())
 
 

@@ -33,7 +33,7 @@ from SQLite or the index's in-memory adjacency (``indexer.select.edge_rows``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +122,27 @@ class Reach:
             steps.append(step)
             step = self.steps.get(step.prev)
         return steps[::-1]
+
+
+@dataclass
+class FileQuota:
+    """Stop a walk once it has reached ``count`` distinct files of ``files`` (the nearest,
+    as the walk is breadth-first): to ask *whether* a test is reached, or for an answer
+    that lists only so many."""
+
+    files: Container[int]
+    count: int
+    reached: set[int] = field(default_factory=set)
+
+    def add(self, file_id: int) -> bool:
+        """Count a reached node's file; True once the quota is full."""
+        if file_id in self.files:
+            self.reached.add(file_id)
+        return self.full
+
+    @property
+    def full(self) -> bool:
+        return len(self.reached) >= self.count
 
 
 class ImpactWalker(Bridges, EdgeRows):
@@ -229,24 +250,24 @@ class ImpactWalker(Bridges, EdgeRows):
     def walk(
         self,
         starts: dict[int, int],
-        until: Callable[[int], bool] | None = None,
+        quota: FileQuota | None = None,
         max_depth: int | None = None,
     ) -> Reach:
         """Everything that reaches the ``starts`` (node id -> entity index).
 
-        ``until(file_id)`` stops the walk as soon as a reached node's file satisfies it
-        (to ask only *whether* something is reached); ``max_depth`` caps the hops (None:
-        no cap, as selection walks).
+        ``quota`` stops the walk as soon as the reached nodes (starts included) lie in
+        that many of its files; ``max_depth`` caps the hops (None: no cap, as selection
+        walks).
         """
         try:
-            return self._walk(starts, until, max_depth)
+            return self._walk(starts, quota, max_depth)
         finally:
             self.judgments.save()
 
     def _walk(
         self,
         starts: dict[int, int],
-        until: Callable[[int], bool] | None,
+        quota: FileQuota | None,
         max_depth: int | None,
     ) -> Reach:
         reach = Reach()
@@ -257,6 +278,10 @@ class ImpactWalker(Bridges, EdgeRows):
             reach.file_id[node_id] = file_id
             if kind in MODULE_KINDS:
                 reach.import_live.add(node_id)
+            if quota is not None:
+                quota.add(file_id)
+        if quota is not None and quota.full:
+            return reach
         frontier = list(reach.steps)
         reverse = list(REVERSE_KINDS)
         forward = list(FORWARD_KINDS)
@@ -288,7 +313,19 @@ class ImpactWalker(Bridges, EdgeRows):
             # kept, so later ones are not built (nor their calls judged), save those that
             # may widen a module reached for some names (see below).
             pending = {entry[0] for entry in found}
+            # The files the found entries lie in, counted as the loop at the end will
+            # (in order; an entry reached already has its file counted): once they fill
+            # the quota, that loop stops at or before the last of them, so no later edge
+            # matters and none is read.
+            filling = (
+                None if quota is None else FileQuota(quota.files, quota.count, set(quota.reached))
+            )
+            if filling is not None:
+                for entry in found:
+                    filling.add(entry[3])
             for start in range(0, len(frontier), _BATCH):
+                if filling is not None and filling.full:
+                    break
                 batch = frontier[start : start + _BATCH]
                 rows = self._rows_into(batch, reverse, reach.steps, asks_target)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
@@ -322,6 +359,10 @@ class ImpactWalker(Bridges, EdgeRows):
                     found.append(
                         (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
                     )
+                    if filling is not None and filling.add(src_file):
+                        break
+                if filling is not None and filling.full:
+                    break
                 for src, dst, kind, file_id, line, dst_kind, dst_file in self._rows_out_of(
                     batch, forward
                 ):
@@ -335,8 +376,10 @@ class ImpactWalker(Bridges, EdgeRows):
                     found.append(
                         (dst, Step(src, kind, src, dst, file_id, line), dst_kind, dst_file)
                     )
+                    if filling is not None and filling.add(dst_file):
+                        break
             ops = [n for n in frontier if reach.kind.get(n) == OP]
-            if ops:
+            if ops and not (filling is not None and filling.full):
                 found += self._dispatcher_callers(ops, reach.steps)
             frontier = []
             for node_id, step, kind, file_id in found:  # grows: registered ops' callers
@@ -360,5 +403,5 @@ class ImpactWalker(Bridges, EdgeRows):
                 elif step.kind == REFERENCES and kind == MODULE:
                     found += self._module_use(reach, node_id, step, file_id)
                 frontier.append(node_id)
-                if until is not None and until(file_id):
+                if quota is not None and quota.add(file_id):
                     return reach
