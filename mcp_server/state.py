@@ -46,9 +46,10 @@ QUICK_FILE = "index-quick.sqlite"
 # harness's registration macros): CPython method tables and legacy operator registries.
 EXTRA_REGISTRATION_WORDS = ("PyMethodDef", "RegisterOperators")
 QUICK_WAIT_S = float(os.environ.get("TORCHTALK_MCP_QUICK_WAIT", "60"))
-# The name list behind 'not found' answers is loaded once the server has been idle this
-# long: loading it holds the interpreter for 0.2-1 s on PyTorch, and every request it
-# overlapped would wait for it.
+# The name list behind 'not found' answers and the edges in memory are loaded once the
+# server has been idle this long: loading them holds the interpreter for 0.2-1 s on
+# PyTorch (seconds when the edges' sidecar must be made), and every request it overlapped
+# would wait for it.
 WARM_IDLE_S = 1.0
 
 PENDING, BUILDING, PARTIAL, READY, FAILED = "pending", "building", "partial", "ready", "failed"
@@ -108,11 +109,18 @@ def git_head(source: Path) -> str | None:
     return head_commit(source)
 
 
-def _warm(index: Index) -> None:
+def _warm(index: Index, full: bool) -> None:
     """Load the name list 'not found' answers search (about a second on PyTorch), so the
-    first unknown name an agent asks about is answered as fast as the rest."""
+    first unknown name an agent asks about is answered as fast as the rest; and for the
+    full index, the edges in memory (``indexer.query.adjacency``: read from its sidecar in
+    ~0.1 s, or built once per index version in seconds), which the walks of ``tests`` and
+    ``affected`` read instead of SQLite."""
     with contextlib.suppress(Exception):  # a head start only: requests report problems
         index._all_names_lower  # noqa: B018 - a cached property, computed for later
+        if full:
+            from indexer.query import adjacency
+
+            adjacency.shared(index.db_path, index.conn, index.meta)
 
 
 class ServerState:
@@ -317,7 +325,7 @@ class ServerState:
             with self._lock:
                 idle = 0.0 if self._active else time.monotonic() - self._last_request
             if idle >= WARM_IDLE_S:
-                _warm(index)
+                _warm(index, full=index.db_path == self.full_path)
                 return
             self._cancel.wait(WARM_IDLE_S - idle)
 

@@ -245,10 +245,12 @@ def test_git_head_of_a_directory_outside_any_repository(tmp_path: Path) -> None:
     assert git_head(tmp_path) is None
 
 
-def test_the_name_list_loads_only_once_the_server_is_idle(
+def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
     minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Loading every name holds the interpreter: it waits for a pause between requests."""
+    """Loading every name, and every edge into memory, holds the interpreter: it waits
+    for a pause between requests."""
+    from indexer.query import adjacency
     from pytest_torchtalk.cli import main
 
     monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.2)
@@ -260,9 +262,14 @@ def test_the_name_list_loads_only_once_the_server_is_idle(
             index = state.index()
             time.sleep(0.6)
             assert "_all_names_lower" not in vars(index)  # busy: not loaded yet
+            assert adjacency.cached(index.db_path, index.meta) is None
         deadline = time.monotonic() + 10
         while "_all_names_lower" not in vars(index) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "_all_names_lower" in vars(index)
+        while adjacency.cached(index.db_path, index.meta) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert adjacency.sidecar_path(index.db_path).is_file()
     finally:
         state.stop()

@@ -144,3 +144,23 @@ def test_tests_unknown_queries_are_not_found(minitorch: tuple[Path, Index]) -> N
         find_tests(index, None, mode="find")
     with pytest.raises(ValueError):
         find_tests(index, "matmul", mode="nope")
+
+
+def test_tests_find_reads_the_same_edges_from_memory_as_from_sqlite(
+    minitorch: tuple[Path, Index], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server holds the edges in memory once idle; its answers are the ones SQLite gives,
+    item for item (the same nearest tests, reached by the same hop)."""
+    from indexer.query import adjacency
+
+    _, index = minitorch
+    queries = [("matmul", None), ("torch.matmul", "functions"), ("minitorch.nn.Linear", None)]
+    queries += [("add", "files"), ("relu", "functions")]
+    with monkeypatch.context() as without:
+        without.setattr(adjacency, "cached", lambda *_: None)
+        from_sql = [find_tests(index, q, limit=100, focus=f).to_dict() for q, f in queries]
+    graph = adjacency.shared(index.db_path, index.conn, index.meta)
+    assert adjacency.cached(index.db_path, index.meta) is graph
+    from_memory = [find_tests(index, q, limit=100, focus=f).to_dict() for q, f in queries]
+    assert from_memory == from_sql
+    assert all(answer["items"] for answer in from_sql)

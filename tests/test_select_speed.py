@@ -41,10 +41,15 @@ def _sql_rows(index: Index, column: str, node_id: int) -> list[tuple]:
 
 def _same_as_index(graph: adjacency.Adjacency, index: Index) -> None:
     codes = graph.codes(ALL_KINDS)
+    # A few kinds, as walks ask: each node's run of each kind is found by bisection.
+    some = [EdgeKind.CALLS.value, EdgeKind.IMPLEMENTS.value, EdgeKind.REFERENCES.value]
     for node_id, kind, file_id in index.conn.execute("SELECT id, kind, file_id FROM nodes"):
         assert (graph.kind(node_id), graph.file(node_id)) == (kind, file_id)
         assert list(graph.into([node_id], codes)) == _sql_rows(index, "dst_id", node_id)
         assert list(graph.out_of([node_id], codes)) == _sql_rows(index, "src_id", node_id)
+        for side, column in ((graph.into, "dst_id"), (graph.out_of, "src_id")):
+            wanted = [row for row in _sql_rows(index, column, node_id) if row[2] in some]
+            assert list(side([node_id], graph.codes(some))) == wanted
 
 
 def _builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -214,3 +219,40 @@ def test_call_judgments_are_kept_across_walkers_and_follow_the_content(indexed) 
         source.write_text(original, encoding="utf-8")
         sidecar.unlink(missing_ok=True)
         index.close()
+
+
+def test_one_thread_makes_the_adjacency_and_nobody_waits_to_ask(indexed, monkeypatch) -> None:
+    """A server makes the adjacency in the background: a request asking for it meanwhile
+    gets None at once (and reads SQLite) rather than waiting seconds; a second maker
+    waits for the first and gets the same arrays."""
+    import threading
+
+    _, db_path = indexed
+    index = Index(db_path)
+    adjacency.sidecar_path(db_path).unlink(missing_ok=True)
+    monkeypatch.setattr(adjacency, "_loaded", {})
+    started, release = threading.Event(), threading.Event()
+    real = adjacency.build
+
+    def slow(conn):
+        started.set()
+        release.wait(30)
+        return real(conn)
+
+    monkeypatch.setattr(adjacency, "build", slow)
+    made: list[adjacency.Adjacency] = []
+    makers = [
+        threading.Thread(
+            target=lambda: made.append(adjacency.shared(db_path, Index(db_path).conn, index.meta))
+        )
+        for _ in range(2)
+    ]
+    makers[0].start()
+    assert started.wait(30)
+    makers[1].start()
+    assert adjacency.cached(db_path, index.meta) is None  # answered while it is being made
+    release.set()
+    for maker in makers:
+        maker.join(30)
+    assert len(made) == 2 and made[0] is made[1]
+    assert adjacency.cached(db_path, index.meta) is made[0]

@@ -190,34 +190,55 @@ class Adjacency:
 
 
 _loaded: dict[Path, tuple[str, Adjacency]] = {}  # db path -> (key, its adjacency)
-_lock = threading.Lock()
+_building: dict[Path, threading.Event] = {}  # db paths whose adjacency a thread is making
+_lock = threading.Lock()  # guards the two dicts; never held while reading or building
+
+
+def _held(db_path: Path, key: str) -> Adjacency | None:
+    held = _loaded.get(db_path)
+    return held[1] if held is not None and held[0] == key else None
 
 
 def shared(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
     """:func:`load`, kept for the process while the index stays the same (a server or a
-    plugin walks the same index many times; one per database file)."""
+    plugin walks the same index many times; one per database file). One thread makes
+    it; others asking meanwhile wait for that one."""
     key = index_key(db_path, meta)
-    with _lock:
-        held = _loaded.get(db_path)
-        if held is not None and held[0] == key:
-            return held[1]
+    while True:
+        with _lock:
+            found = _held(db_path, key)
+            if found is not None:
+                return found
+            making = _building.get(db_path)
+            if making is None:
+                making = _building[db_path] = threading.Event()
+                break
+        making.wait()
+    try:
         adjacency = load(db_path, conn, meta)
-        _loaded[db_path] = (key, adjacency)
+        with _lock:
+            _loaded[db_path] = (key, adjacency)
         return adjacency
+    finally:
+        with _lock:
+            del _building[db_path]
+        making.set()
 
 
 def cached(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
     """The adjacency of the index at ``db_path`` if this process holds it or a sidecar
-    written for this very database does; None otherwise (nothing is built)."""
+    written for this very database does; None otherwise, and while another thread is
+    still making it (nothing is built, nobody waits)."""
     key = index_key(db_path, meta)
     with _lock:
-        held = _loaded.get(db_path)
-        if held is not None and held[0] == key:
-            return held[1]
-        found = _read(sidecar_path(db_path), key)
-        if found is not None:
+        found = _held(db_path, key)
+        if found is not None or db_path in _building:
+            return found
+    found = _read(sidecar_path(db_path), key)
+    if found is not None:
+        with _lock:
             _loaded[db_path] = (key, found)
-        return found
+    return found
 
 
 def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:

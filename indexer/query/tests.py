@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from indexer.query import adjacency
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Edge, Index, Node
 from indexer.query.op_lookup import lookup
@@ -110,12 +111,31 @@ _BATCH = 900  # ids per query, under SQLite's bound-parameter limit
 
 def _level_in_edges(index: Index, frontier: list[int], tests_only: bool) -> list[tuple]:
     """Every covers/references edge into ``frontier``, with its source's kind (only from
-    tests when ``tests_only``): one query per batch, in the order per-node reads would
-    give (frontier order, file, line)."""
+    tests when ``tests_only``), in the order per-node reads would give (frontier order,
+    file, line): from the index's in-memory adjacency when this process holds it (a
+    server loads it when idle), else one query per batch."""
+    paths = index.file_paths()
+    graph = adjacency.cached(index.db_path, index.meta)
+    if graph is not None:
+        rows = [
+            (src, dst, kind, paths.get(file_id, "?"), line, src_kind)
+            for src, dst, kind, file_id, line, _ in graph.into(frontier, graph.codes(WALK_EDGES))
+            if (src_kind := graph.kind(src)) is not None
+            and (not tests_only or src_kind in TEST_KINDS)
+        ]
+    else:
+        rows = _level_in_edges_sql(index, frontier, tests_only, paths)
+    position = {node_id: i for i, node_id in enumerate(frontier)}
+    rows.sort(key=lambda row: (position[row[1]], row[3], row[4]))
+    return rows
+
+
+def _level_in_edges_sql(
+    index: Index, frontier: list[int], tests_only: bool, paths: dict[int, str]
+) -> list[tuple]:
     rows: list[tuple] = []
     kinds = ",".join("?" * len(WALK_EDGES))
     only = f" AND n.kind IN ({','.join(repr(kind) for kind in sorted(TEST_KINDS))})"
-    paths = index.file_paths()
     for start in range(0, len(frontier), _BATCH):
         batch = frontier[start : start + _BATCH]
         sql = _IN_EDGES_SQL.format(ids=",".join("?" * len(batch)), kinds=kinds)
@@ -123,8 +143,6 @@ def _level_in_edges(index: Index, frontier: list[int], tests_only: bool) -> list
             sql + (only if tests_only else ""), [*batch, *WALK_EDGES]
         ):
             rows.append((src, dst, kind, paths.get(file_id, "?"), line, src_kind))
-    position = {node_id: i for i, node_id in enumerate(frontier)}
-    rows.sort(key=lambda row: (position[row[1]], row[3], row[4]))
     return rows
 
 
