@@ -15,7 +15,10 @@ starts ``torchtalk mcp-serve`` over stdio, as Claude Code or Cursor would. Repor
   CPU time by its first answer, which other load on the machine inflates less;
 * per-tool latency over ``--calls`` calls of representative PyTorch queries: the first
   call (which pays one-time imports and caches) and p50/p95 of the rest (target p95
-  < 50 ms). A tool whose query module is not in this build is listed as such.
+  < 50 ms), after a first ``get_status`` and a ``--settle`` pause, in which the server
+  loads what it loads when idle, as it would while an agent reads its first answer. A
+  tool whose query module is not in this build is listed as such. Each round trip is
+  also given less the SDK client's own jsonschema validation of the answer.
 
 ``--cold`` instead starts the server on a cache directory with no index and follows the
 phased build through ``get_status``: when the quick index (YAML, bindings, Python, tests)
@@ -125,7 +128,7 @@ async def first_answer(params) -> tuple[float, float, float | None]:
 
 
 async def tool_latency(
-    params, calls: int, queries: list[tuple[str, dict]]
+    params, calls: int, queries: list[tuple[str, dict]], settle_s: float
 ) -> list[tuple[str, dict, str, float, list[float], list[float]]]:
     """Per query: status, the first call's ms, the other calls' ms, and of each of those
     the ms the client itself spent validating the answer against the tool's output
@@ -146,6 +149,11 @@ async def tool_latency(
                 validating[0] += time.perf_counter() - started
 
         client.session.validate_tool_result = timed_validate
+        if settle_s:
+            # An agent reads the first answer before asking more: the server uses the
+            # pause to load the name list and the edges in memory (mcp_server.state).
+            await client.call_tool("get_status", {})
+            await anyio_sleep(settle_s)
         for name, arguments in queries:
             samples = []
             validation = []
@@ -260,6 +268,12 @@ def main() -> int:
     parser.add_argument("--poll", type=float, default=5.0, help="--cold: get_status interval")
     parser.add_argument("--only", choices=("startup", "tools"), help="measure one part only")
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=3.0,
+        help="seconds idle after the first answer, as an agent reading it (0: none)",
+    )
+    parser.add_argument(
         "--tool", action="append", help="per-tool latency of this tool's queries only (repeat)"
     )
     args = parser.parse_args()
@@ -304,8 +318,9 @@ def main() -> int:
     if args.only == "startup":
         return 0
     queries = [query for query in QUERIES if not args.tool or query[0] in args.tool]
-    rows = anyio.run(tool_latency, params, args.calls, queries)
-    print(f"\nper-tool latency, client side, {args.calls} calls each (fewer if slow; ms):")
+    rows = anyio.run(tool_latency, params, args.calls, queries, args.settle)
+    print(f"\nper-tool latency, client side, {args.calls} calls each (fewer if slow; ms),")
+    print(f"after one get_status and a {args.settle:g} s pause (--settle):")
     print("  round trip as the SDK's client sees it; 'served': the same less the client's own")
     print("  jsonschema validation of the answer (compiled validators, as in TypeScript")
     print("  clients, take microseconds)")

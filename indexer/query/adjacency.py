@@ -116,16 +116,16 @@ class Adjacency:
         kinds: frozenset[int],
         seen: Container[int],
         revisit: frozenset[tuple[str, str]] = frozenset(),
-    ) -> list[tuple[int, int, str, int, int, str, int, int | None]]:
+    ) -> Iterator[tuple[int, int, str, int, int, str, int, int | None]]:
         """Edges of the given kind codes into each of ``node_ids`` (in id order) from
         nodes not in ``seen``, or in it but with (edge kind, node kind) in ``revisit``:
         (src, dst, kind, file, line, src kind, src file, ref id or None). Edges from ids
-        the index holds no node for are left out (as a join with ``nodes`` would)."""
+        the index holds no node for are left out (as a join with ``nodes`` would).
+        Lazily: a walk that has found what it needs stops reading."""
         offsets, others, codes = self.in_offsets, self.in_other, self.in_kind
         files, lines, refs = self.in_file, self.in_line, self.in_ref
         names, kind_names, node_file = self.edge_kinds, self.kind_names, self.node_file
         count = self.node_count
-        rows = []
         for dst in sorted(set(node_ids)):
             if not 0 <= dst < count:
                 continue
@@ -141,19 +141,16 @@ class Adjacency:
                 if src in seen and (kind, src_kind) not in revisit:
                     continue
                 ref = refs[position]
-                rows.append(
-                    (
-                        src,
-                        dst,
-                        kind,
-                        files[position],
-                        lines[position],
-                        src_kind,
-                        node_file[src],
-                        None if ref == NONE else ref,
-                    )
+                yield (
+                    src,
+                    dst,
+                    kind,
+                    files[position],
+                    lines[position],
+                    src_kind,
+                    node_file[src],
+                    None if ref == NONE else ref,
                 )
-        return rows
 
     def _rows(
         self, node_ids: Iterable[int], kinds: frozenset[int], incoming: bool

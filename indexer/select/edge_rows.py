@@ -9,7 +9,8 @@ the same steps either way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from indexer.query.index import Index
 
 BATCH = 900
+CHUNK = 2000  # adjacency rows made (and their ref names read) at a time
 # Reached nodes after which building the adjacency (seconds on PyTorch, once per index
 # version) costs less than querying SQLite for the rest of the walk.
 ADJACENCY_AFTER = 3000
@@ -105,18 +107,20 @@ class EdgeRows:
         kinds: list[str],
         seen: dict[int, Any],
         asks_target: Callable[[EdgeRow], bool],
-    ) -> list[EdgeRow]:
+    ) -> Iterator[EdgeRow]:
         """Edges of ``kinds`` into ``batch``: (src, dst, kind, file, line, src kind, src
         file, ref id), ordered by dst, kind, edge id. From the adjacency, edges from
         ``seen`` nodes are left out (the walk skips them, save a module's references,
-        which may widen it), and the names of the refs ``asks_target`` of are read in
-        one query."""
+        which may widen it), rows are made as the walk takes them (it may stop early),
+        and the names of the refs ``asks_target`` of are read in one query per chunk."""
         graph = self.graph()
         if graph is None:
-            return self._from_sqlite("dst_id", "src_id", ", e.ref_id", batch, kinds)
+            yield from self._from_sqlite("dst_id", "src_id", ", e.ref_id", batch, kinds)
+            return
         rows = graph.into_unseen(batch, graph.codes(kinds), seen, REVISIT)
-        self._load_targets([row[7] for row in rows if row[7] is not None and asks_target(row)])
-        return rows
+        while chunk := list(islice(rows, CHUNK)):
+            self._load_targets([row[7] for row in chunk if row[7] is not None and asks_target(row)])
+            yield from chunk
 
     def _rows_out_of(self, batch: list[int], kinds: list[str]) -> list[tuple]:
         """Edges of ``kinds`` out of ``batch``: (src, dst, kind, file, line, dst kind, dst
