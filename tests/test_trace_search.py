@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from indexer.query.index import Index
+from indexer.query.op_chain import walk_out
 from indexer.query.search import search
 from indexer.query.trace import trace
 from tests.bindings_support import build_fixture
@@ -235,3 +236,40 @@ def test_python_definition_leads_to_the_ops_it_calls(minitorch: tuple[Path, Inde
     reference = next(item for item in answer.items if item.label == "-> minitorch::fused_gelu")
     line = line_of(source, "minitorch.ops.minitorch.fused_gelu(")
     assert reference.evidence == f"minitorch/nn/functional.py:{line}"
+
+
+def test_trace_reads_the_same_edges_from_memory_as_from_sqlite(
+    minitorch: tuple[Path, Index], miniext: tuple[Path, Index], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server holds the edges in memory once idle; trace answers what SQLite gives, hop
+    for hop, edge attrs included."""
+    from indexer.query import adjacency
+
+    asks = [
+        (minitorch, "torch.add", None),
+        (minitorch, "torch.sub", None),
+        (minitorch, "aten::sub.out", "CUDA"),
+        (minitorch, "aten::add", None),
+        (minitorch, "torch.mm", "python"),
+        (minitorch, "torch.mm", "CUDA"),
+        (minitorch, "at::native::mm_cpu", None),
+        (minitorch, "minitorch._C._nn.linear", None),
+        (miniext, "torch.ops._C.rms_norm", None),
+    ]
+    _, index = minitorch
+    callers = [node.id for node in index.find("at::native::addmm_impl_cpu_")]
+
+    def answers() -> list:
+        found = [trace(index, name, focus=focus).to_dict() for (_, index), name, focus in asks]
+        # a walk keeping edges with attrs (ambiguous calls), as the chains' walks do
+        reach = walk_out(index, callers, ["calls"], 2, {"cpp_function"})
+        return [*found, [(hop.node.id, hop.evidence, hop.attrs) for hop in reach.hops]]
+
+    with monkeypatch.context() as without:
+        without.setattr(adjacency, "cached", lambda *_: None)
+        from_sql = answers()
+    for (_, each), _, _ in asks:
+        adjacency.shared(each.db_path, each.conn, each.meta)
+    assert answers() == from_sql
+    assert all(len(answer["items"]) > 2 for answer in from_sql[:-1])
+    assert any(attrs.get("ambiguous") for _, _, attrs in from_sql[-1])

@@ -91,11 +91,15 @@ class Index:
     def shared(self, key: str, make: Callable[[], T]) -> T:
         """An object derived from this index, made once and kept as long as the index is
         (a long-lived server keeps one per index file it serves). Whoever uses it from
-        several threads brings its own lock."""
+        several threads brings its own lock. ``make`` runs outside the lock, so it may
+        ask for other shared objects; two threads racing may both make one, and all get
+        the first kept."""
         with self._shared_lock:
-            if key not in self._shared:
-                self._shared[key] = make()
-            return self._shared[key]
+            if key in self._shared:
+                return self._shared[key]
+        made = make()
+        with self._shared_lock:
+            return self._shared.setdefault(key, made)
 
     def file_paths(self) -> dict[int, str]:
         """file id -> repo-relative path of every indexed file (read once per index)."""

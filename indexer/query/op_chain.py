@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.query import adjacency
 from indexer.query.index import Index, Node
 
 STUB_DEPTH = 2  # calls from an implementation to the DispatchStub it invokes
@@ -209,17 +210,46 @@ _BATCH = 900  # ids per query, under SQLite's bound-parameter limit
 
 def _level_edges(index: Index, frontier: list[int], kinds: list[str]) -> list[tuple]:
     """(src, dst, path, line, attrs, dst kind) of every edge of ``kinds`` out of
-    ``frontier``: one query per batch, in the order per-node reads would give (frontier
-    order, then file and line)."""
-    rows: list[tuple] = []
-    kind_marks = ",".join("?" * len(kinds))
-    for start in range(0, len(frontier), _BATCH):
-        batch = frontier[start : start + _BATCH]
-        sql = _WALK_SQL.format(ids=",".join("?" * len(batch)), kinds=kind_marks)
-        rows.extend(index.conn.execute(sql, [*batch, *kinds]))
+    ``frontier``, in the order per-node reads would give (frontier order, then file and
+    line): from the edges in memory when this process holds them (attrs then None: read
+    for the edges kept, by :func:`_edge_attrs`), else one query per batch."""
+    graph = adjacency.cached(index.db_path, index.meta)
+    if graph is not None:
+        paths = index.file_paths()
+        rows = [
+            (src, dst, paths[file_id], line, (kind, file_id, ref), dst_kind)
+            for src, dst, kind, file_id, line, ref in graph.out_of(frontier, graph.codes(kinds))
+            if (dst_kind := graph.kind(dst)) is not None and file_id in paths
+        ]
+    else:
+        rows = []
+        kind_marks = ",".join("?" * len(kinds))
+        for start in range(0, len(frontier), _BATCH):
+            batch = frontier[start : start + _BATCH]
+            sql = _WALK_SQL.format(ids=",".join("?" * len(batch)), kinds=kind_marks)
+            rows.extend(index.conn.execute(sql, [*batch, *kinds]))
     position = {node_id: i for i, node_id in enumerate(frontier)}
     rows.sort(key=lambda row: (position[row[0]], row[2], row[3]))
     return rows
+
+
+def _edge_attrs(index: Index, src: int, dst: int, line: int, attrs: str | tuple | None) -> Any:
+    """The edge's attrs as stored: ``attrs`` itself when read from SQLite, else (edge
+    kind, file id, ref id) from the edges in memory: the first edge (by id) made from
+    that ref, or of that kind, file and line from ``src`` to ``dst``."""
+    if not isinstance(attrs, tuple):
+        return attrs
+    kind, file_id, ref = attrs
+    if ref is not None:
+        sql = "SELECT attrs FROM edges WHERE ref_id = ? AND dst_id = ? ORDER BY id LIMIT 1"
+        row = index.conn.execute(sql, (ref, dst)).fetchone()
+    else:
+        row = index.conn.execute(
+            "SELECT attrs FROM edges WHERE src_id = ? AND kind = ? AND dst_id = ?"
+            " AND file_id = ? AND line = ? ORDER BY id LIMIT 1",
+            (src, kind, dst, file_id, line),
+        ).fetchone()
+    return row[0] if row else None
 
 
 def walk_out(
@@ -255,7 +285,12 @@ def walk_out(
             break
     nodes = {node.id: node for node in index.nodes(dst for _, dst, _, _, _ in kept)}
     reach.hops = [
-        Hop(nodes[dst], path, line, {**_json(attrs), "from": src})
+        Hop(
+            nodes[dst],
+            path,
+            line,
+            {**_json(_edge_attrs(index, src, dst, line, attrs)), "from": src},
+        )
         for src, dst, path, line, attrs in kept
         if dst in nodes
     ]
@@ -295,12 +330,44 @@ _REFERENCE_COUNT_SQL = (
 )
 
 
+def _test_file_ids(index: Index) -> frozenset[int]:
+    """Files ``_IS_TEST_SQL`` holds for: a path whose first component is test/tests or
+    that has one below the root."""
+
+    def is_test(path: str) -> bool:
+        return (
+            path in ("test", "tests")
+            or path.startswith(("test/", "tests/"))
+            or ("/test/" in path or "/tests/" in path)
+        )
+
+    return frozenset(file_id for file_id, path in index.file_paths().items() if is_test(path))
+
+
 def python_references(index: Index, node: Node, limit: int = 10) -> tuple[list[Hop], int]:
     """Python code that names the op or binding (``references`` edges into it), library
-    code before tests; and how many references there are in all. Sorted and counted in
-    SQL: a common op (``aten::add``) has thousands of references, of which ten are shown."""
-    rows = index.conn.execute(_REFERENCES_SQL, (node.id, limit)).fetchall()
-    (total,) = index.conn.execute(_REFERENCE_COUNT_SQL, (node.id,)).fetchone()
+    code before tests; and how many references there are in all. A common op
+    (``aten::add``) has thousands of references, of which ten are shown: sorted in memory
+    when this process holds the edges, else sorted and counted in SQL."""
+    graph = adjacency.cached(index.db_path, index.meta)
+    if graph is not None:
+        paths = index.file_paths()
+        tests = index.shared("test-file-ids", lambda: _test_file_ids(index))
+        references = graph.into([node.id], graph.codes(["references"]))
+        edges = [
+            (file_id in tests, paths[file_id], line, src, file_id, ref)
+            for src, _, _, file_id, line, ref in references
+            if file_id in paths
+        ]
+        total = len(edges)
+        edges.sort(key=lambda edge: edge[:3])
+        rows = [
+            (src, path, line, _edge_attrs(index, src, node.id, line, ("references", file_id, ref)))
+            for _, path, line, src, file_id, ref in edges[:limit]
+        ]
+    else:
+        rows = index.conn.execute(_REFERENCES_SQL, (node.id, limit)).fetchall()
+        (total,) = index.conn.execute(_REFERENCE_COUNT_SQL, (node.id,)).fetchone()
     sources = {found.id: found for found in index.nodes(row[0] for row in rows)}
     hops = [
         Hop(sources[src], path, line, _json(attrs))
