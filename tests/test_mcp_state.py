@@ -262,12 +262,12 @@ def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
             index = state.index()
             time.sleep(0.6)
             assert "_all_names_lower" not in vars(index)  # busy: not loaded yet
-            assert adjacency.cached(index.db_path, index.meta) is None
+            assert adjacency.held(index.db_path, index.meta) is None
         deadline = time.monotonic() + 10
         while "_all_names_lower" not in vars(index) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "_all_names_lower" in vars(index)
-        while adjacency.cached(index.db_path, index.meta) is None:
+        while adjacency.held(index.db_path, index.meta) is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert adjacency.sidecar_path(index.db_path).is_file()

@@ -157,10 +157,10 @@ def test_tests_find_reads_the_same_edges_from_memory_as_from_sqlite(
     queries = [("matmul", None), ("torch.matmul", "functions"), ("minitorch.nn.Linear", None)]
     queries += [("add", "files"), ("relu", "functions")]
     with monkeypatch.context() as without:
-        without.setattr(adjacency, "cached", lambda *_: None)
+        without.setattr(adjacency, "held", lambda *_: None)
         from_sql = [find_tests(index, q, limit=100, focus=f).to_dict() for q, f in queries]
     graph = adjacency.shared(index.db_path, index.conn, index.meta)
-    assert adjacency.cached(index.db_path, index.meta) is graph
+    assert adjacency.held(index.db_path, index.meta) is graph
     from_memory = [find_tests(index, q, limit=100, focus=f).to_dict() for q, f in queries]
     assert from_memory == from_sql
     assert all(answer["items"] for answer in from_sql)

@@ -266,7 +266,7 @@ def test_trace_reads_the_same_edges_from_memory_as_from_sqlite(
         return [*found, [(hop.node.id, hop.evidence, hop.attrs) for hop in reach.hops]]
 
     with monkeypatch.context() as without:
-        without.setattr(adjacency, "cached", lambda *_: None)
+        without.setattr(adjacency, "held", lambda *_: None)
         from_sql = answers()
     for (_, each), _, _ in asks:
         adjacency.shared(each.db_path, each.conn, each.meta)

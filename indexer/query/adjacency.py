@@ -222,6 +222,15 @@ def shared(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adj
         making.set()
 
 
+def held(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
+    """The adjacency of the index at ``db_path`` if this process holds it (nothing is
+    read): for queries that use it when there but are quick without it, so a one-shot
+    command does not read 30 MB to answer one question."""
+    key = index_key(db_path, meta)
+    with _lock:
+        return _held(db_path, key)
+
+
 def cached(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
     """The adjacency of the index at ``db_path`` if this process holds it or a sidecar
     written for this very database does; None otherwise, and while another thread is

@@ -213,7 +213,7 @@ def _level_edges(index: Index, frontier: list[int], kinds: list[str]) -> list[tu
     ``frontier``, in the order per-node reads would give (frontier order, then file and
     line): from the edges in memory when this process holds them (attrs then None: read
     for the edges kept, by :func:`_edge_attrs`), else one query per batch."""
-    graph = adjacency.cached(index.db_path, index.meta)
+    graph = adjacency.held(index.db_path, index.meta)
     if graph is not None:
         paths = index.file_paths()
         rows = [
@@ -349,7 +349,7 @@ def python_references(index: Index, node: Node, limit: int = 10) -> tuple[list[H
     code before tests; and how many references there are in all. A common op
     (``aten::add``) has thousands of references, of which ten are shown: sorted in memory
     when this process holds the edges, else sorted and counted in SQL."""
-    graph = adjacency.cached(index.db_path, index.meta)
+    graph = adjacency.held(index.db_path, index.meta)
     if graph is not None:
         paths = index.file_paths()
         tests = index.shared("test-file-ids", lambda: _test_file_ids(index))

@@ -115,7 +115,7 @@ def _level_in_edges(index: Index, frontier: list[int], tests_only: bool) -> list
     file, line): from the index's in-memory adjacency when this process holds it (a
     server loads it when idle), else one query per batch."""
     paths = index.file_paths()
-    graph = adjacency.cached(index.db_path, index.meta)
+    graph = adjacency.held(index.db_path, index.meta)
     if graph is not None:
         rows = [
             (src, dst, kind, paths.get(file_id, "?"), line, src_kind)
