@@ -109,6 +109,10 @@ def test_a_full_answer_stops_the_walk_and_says_it_is_a_lower_bound(index: Index)
     files = [item for item in bounded.items if item.depth == 0]
     hops = [len(item.data["chain"]) for item in files]
     assert hops == sorted(hops)  # nearest first
+    every = [i for i in full.items if i.depth == 0]
+    order = [(len(i.data["chain"]), -i.data["reached"]) for i in every]
+    assert order == sorted(order)  # then where most of the walk landed
+    assert len({i.data["reached"] for i in every}) > 1
     nearest = min(len(i.data["chain"]) for i in full.items if i.depth == 0)
     assert hops[0] == nearest
 

@@ -117,7 +117,10 @@ def affected(
             "walk stopped there: 'torchtalk select' on a diff finds every one"
         )
     nearest = {path: min(reach.depth.get(n, 0) for n in ids) for path, ids in by_file.items()}
-    for position, path in enumerate(sorted(by_file, key=lambda p: (nearest[p], p))):
+    # Nearest first; among files as near, those where the walk reached the most (tests
+    # calling the changed code directly) before the rest.
+    ranked = sorted(by_file, key=lambda p: (nearest[p], -len(by_file[p]), p))
+    for position, path in enumerate(ranked):
         first = min(by_file[path], key=lambda n: reach.depth.get(n, 0))
         reason = reason_for(index, reach, first, entities, paths)
         answer.items.append(
@@ -125,7 +128,7 @@ def affected(
                 path,
                 reason.chain[-1].evidence if reason.chain else reason.evidence,
                 f"{len(reason.chain)} hops from {reason.entity}",
-                data={"chain": [vars(hop) for hop in reason.chain]},
+                data={"chain": [vars(hop) for hop in reason.chain], "reached": len(by_file[path])},
             )
         )
         if position < CHAINS_SHOWN:  # further files' chains are in their items' data
