@@ -59,15 +59,6 @@ def _resolve(index: Index, name: str) -> list[Node]:
     return index.nodes(row[0] for row in rows)
 
 
-def _test_files(index: Index) -> dict[int, str]:
-    return dict(
-        index.conn.execute(
-            "SELECT DISTINCT f.id, f.path FROM files f JOIN nodes n ON n.file_id = f.id"
-            " WHERE n.kind = 'test_file'"
-        )
-    )
-
-
 def affected(
     index: Index, funcs: Iterable[str] | str, depth: int | None = None, limit: int = MAX_FILES
 ) -> Answer:
@@ -93,7 +84,7 @@ def affected(
         return Answer.not_found(
             "affected", query, "function", index.suggest(names[0] if names else "")
         )
-    tests = index.shared("test-files", lambda: _test_files(index))
+    tests = index.test_file_paths()
     quota = FileQuota(tests, limit)
     walker, walking = index.shared("impact-walker", lambda: (ImpactWalker(index), Lock()))
     with walking:  # the walker's per-file caches are not for two walks at once

@@ -107,6 +107,19 @@ class Index:
             "file-paths", lambda: dict(self.conn.execute("SELECT id, path FROM files"))
         )
 
+    def test_file_paths(self) -> dict[int, str]:
+        """file id -> path of the files the index holds a test file node for (read once
+        per index)."""
+        return self.shared(
+            "test-file-paths",
+            lambda: dict(
+                self.conn.execute(
+                    "SELECT DISTINCT f.id, f.path FROM files f JOIN nodes n ON n.file_id = f.id"
+                    " WHERE n.kind = 'test_file'"
+                )
+            ),
+        )
+
     @property
     def conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

@@ -101,7 +101,6 @@ class Bridges:
         self._method_names: dict[str, int] = {}  # method name -> how many define it
         self._users_of_file: dict[int, set[int]] = {}  # file -> files with edges into it
         self._hierarchy: ClassHierarchy | None = None
-        self._test_files: set[int] | None = None
         self._untyped: dict[str, list[tuple[int, int, int, str, int]]] = {}
         # Per walker, as everything above: answers by name or file, however many reached
         # nodes ask (an op's overloads share a name; a file's definitions its refs).
@@ -118,17 +117,11 @@ class Bridges:
         the decorator's arguments name; impact flows forward to it. Definitions in test
         files register nothing another test file can reach (``@config.patch(...)`` on a
         test): pytest runs them, and their own file is selected already."""
-        if self._test_files is None:
-            self._test_files = {
-                file_id
-                for (file_id,) in self.index.conn.execute(
-                    "SELECT file_id FROM nodes WHERE kind = ?", (NodeKind.TEST_FILE.value,)
-                )
-            }
+        test_files = self.index.test_file_paths()
         ids = [
             n
             for n in frontier
-            if reach.kind.get(n) in DECORATED_KINDS and reach.file_id.get(n) not in self._test_files
+            if reach.kind.get(n) in DECORATED_KINDS and reach.file_id.get(n) not in test_files
         ]
         found = []
         conn = self.index.conn
@@ -239,7 +232,7 @@ class Bridges:
         self,
         methods: dict[int, str],
         reached: dict[int, Step | None],
-        files: dict[int, int] | None = None,
+        files: dict[int, int],
     ) -> list[tuple[int, Step, str, int]]:
         """Callers of methods by name: ``obj.m(...)`` with a receiver the index cannot
         type stays an unresolved ``py`` ref ``.m``. Such a call is attributed to a method
@@ -248,14 +241,8 @@ class Bridges:
         define an ``m`` at all and no op is called ``m`` (a distinctive name: ``x.numel()``
         is a tensor's method, not ``SizeVariable.numel``)."""
         found = []
-        conn = self.index.conn
-        files = files or {}
         for method_id, name in methods.items():
-            method_file = files.get(method_id)
-            if method_file is None:
-                method_file = conn.execute(
-                    "SELECT file_id FROM nodes WHERE id = ?", (method_id,)
-                ).fetchone()[0]
+            method_file = files[method_id]  # the methods are reached: their files are known
             rare = self._definitions_named(name) <= RARE_METHOD_DEFINITIONS and not self._op_named(
                 name
             )

@@ -20,9 +20,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from indexer.select.pysource import parse
-
-FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+from indexer.select.pysource import FUNCTIONS, parse
 
 
 def local_classes(tree: ast.Module, method: str) -> frozenset[str]:

@@ -32,12 +32,18 @@ from pathlib import Path
 
 from indexer.python.scope import callee_name
 from indexer.select.judgments import content_key
-from indexer.select.pysource import parse, statements, targets
+from indexer.select.pysource import (
+    DEFINITIONS,
+    FUNCTIONS,
+    FunctionNode,
+    parse,
+    statements,
+    targets,
+)
 from indexer.select.receivers import Receivers
 
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 # What a call of the enclosing function only defines: their bodies run later, if ever.
-_DEFERRED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_DEFERRED = (*FUNCTIONS, ast.Lambda)
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def _defined_at(tree: ast.Module, line: int) -> FunctionNode | None:
         (
             node
             for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(node, FUNCTIONS)
             and line in (node.lineno, *(d.lineno for d in node.decorator_list))
         ),
         None,
@@ -128,7 +134,7 @@ class ModuleStatements:
         self._calls: dict[tuple[str, int, str], bool] = {}
         self._statements: dict[tuple[str, int], ast.stmt | None] = {}
         self._blocks: dict[tuple[str, int, int], tuple[int, list[ast.stmt]]] = {}
-        self._statement_calls: dict[int, tuple[ast.stmt, list[tuple[ast.Call, str | None]]]] = {}
+        self._statement_calls: dict[ast.stmt, list[tuple[ast.Call, str | None]]] = {}
         self._outer: dict[tuple[str, int], tuple[FunctionNode | None, int]] = {}
         self._deferred: dict[tuple[str, int, int], bool] = {}
 
@@ -229,17 +235,15 @@ class ModuleStatements:
         return self._blocks[key]
 
     def _calls_in(self, stmt: ast.stmt) -> list[tuple[ast.Call, str | None]]:
-        """The calls in a statement (in ``ast.walk`` order) with their callee names."""
-        held = self._statement_calls.get(id(stmt))
-        if held is None or held[0] is not stmt:
-            calls = [
+        """The calls in a statement (in ``ast.walk`` order) with their callee names,
+        once per statement (statements are kept by ``_block``)."""
+        if stmt not in self._statement_calls:
+            self._statement_calls[stmt] = [
                 (node, callee_name(node.func))
                 for node in ast.walk(stmt)
                 if isinstance(node, ast.Call)
             ]
-            held = (stmt, calls)  # the statement is kept, so its id stays its own
-            self._statement_calls[id(stmt)] = held
-        return held[1]
+        return self._statement_calls[stmt]
 
     def deferred(self, path: str, def_line: int, line: int) -> bool:
         """Whether ``line`` lies in a function (or a method of a class) nested in the
@@ -308,7 +312,7 @@ class ModuleStatements:
         ``deferred``), asked only of a statement that calls it.
         """
         stmt = self._statement_at(path, line)
-        if stmt is None or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if stmt is None or isinstance(stmt, DEFINITIONS):
             return RUN  # a decorator or a base class: registration or inheritance
         registered = None
         for node, callee in self._calls_in(stmt):

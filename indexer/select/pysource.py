@@ -27,7 +27,9 @@ BLOCKS: tuple[type[ast.stmt], ...] = (
     ast.AsyncFor,
     *((ast.TryStar,) if hasattr(ast, "TryStar") else ()),
 )
-DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+DEFINITIONS = (*FUNCTIONS, ast.ClassDef)
 
 
 def statements(body: list[ast.stmt], *, blocks: bool, definitions: bool) -> list[ast.stmt]:

@@ -25,10 +25,8 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 from indexer.select.class_source import class_defines
-from indexer.select.pysource import parse, statements, targets
+from indexer.select.pysource import FUNCTIONS, FunctionNode, parse, statements, targets
 
-FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 
 
