@@ -12,7 +12,7 @@ import json
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from indexer.query import adjacency
 from indexer.query.index import Index, Node
@@ -208,16 +208,25 @@ _WALK_SQL = (
 _BATCH = 900  # ids per query, under SQLite's bound-parameter limit
 
 
+class _UnreadAttrs(NamedTuple):
+    """Where to read an edge's attrs from, for an edge taken from the edges in memory
+    (which hold no attrs): only the edges an answer keeps are read."""
+
+    kind: str
+    file_id: int
+    ref: int | None
+
+
 def _level_edges(index: Index, frontier: list[int], kinds: list[str]) -> list[tuple]:
     """(src, dst, path, line, attrs, dst kind) of every edge of ``kinds`` out of
     ``frontier``, in the order per-node reads would give (frontier order, then file and
-    line): from the edges in memory when this process holds them (attrs then None: read
-    for the edges kept, by :func:`_edge_attrs`), else one query per batch."""
+    line): from the edges in memory when this process holds them (attrs then an
+    :class:`_UnreadAttrs`, see :func:`_edge_attrs`), else one query per batch."""
     graph = adjacency.held(index.db_path, index.meta)
     if graph is not None:
         paths = index.file_paths()
         rows = [
-            (src, dst, paths[file_id], line, (kind, file_id, ref), dst_kind)
+            (src, dst, paths[file_id], line, _UnreadAttrs(kind, file_id, ref), dst_kind)
             for src, dst, kind, file_id, line, ref in graph.out_of(frontier, graph.codes(kinds))
             if (dst_kind := graph.kind(dst)) is not None and file_id in paths
         ]
@@ -233,11 +242,13 @@ def _level_edges(index: Index, frontier: list[int], kinds: list[str]) -> list[tu
     return rows
 
 
-def _edge_attrs(index: Index, src: int, dst: int, line: int, attrs: str | tuple | None) -> Any:
-    """The edge's attrs as stored: ``attrs`` itself when read from SQLite, else (edge
-    kind, file id, ref id) from the edges in memory: the first edge (by id) made from
-    that ref, or of that kind, file and line from ``src`` to ``dst``."""
-    if not isinstance(attrs, tuple):
+def _edge_attrs(
+    index: Index, src: int, dst: int, line: int, attrs: str | _UnreadAttrs | None
+) -> str | None:
+    """The edge's attrs as stored: ``attrs`` itself when read from SQLite, else those of
+    the first edge (by id) made from that ref, or of that kind, file and line from
+    ``src`` to ``dst``."""
+    if not isinstance(attrs, _UnreadAttrs):
         return attrs
     kind, file_id, ref = attrs
     if ref is not None:
@@ -362,7 +373,12 @@ def python_references(index: Index, node: Node, limit: int = 10) -> tuple[list[H
         total = len(edges)
         edges.sort(key=lambda edge: edge[:3])
         rows = [
-            (src, path, line, _edge_attrs(index, src, node.id, line, ("references", file_id, ref)))
+            (
+                src,
+                path,
+                line,
+                _edge_attrs(index, src, node.id, line, _UnreadAttrs("references", file_id, ref)),
+            )
             for _, path, line, src, file_id, ref in edges[:limit]
         ]
     else:
