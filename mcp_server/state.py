@@ -113,14 +113,21 @@ def _warm(index: Index, full: bool) -> None:
     """Load the name list 'not found' answers search (about a second on PyTorch), so the
     first unknown name an agent asks about is answered as fast as the rest; and for the
     full index, the edges in memory (``indexer.query.adjacency``: read from its sidecar in
-    ~0.1 s, or built once per index version in seconds), which the walks of ``tests`` and
-    ``affected`` read instead of SQLite."""
-    with contextlib.suppress(Exception):  # a head start only: requests report problems
+    ~0.1 s, or built once per index version in seconds), which ``trace``, ``tests`` and
+    ``affected`` read instead of SQLite. A head start only: what fails here is said on
+    stderr, and requests do without it (and report their own problems)."""
+    try:
         index._all_names_lower  # noqa: B018 - a cached property, computed for later
-        if full:
-            from indexer.query import adjacency
+    except Exception as exc:  # any failure: the request path still works
+        print(f"torchtalk: loading the name list failed ({exc})", file=sys.stderr)
+    if not full:
+        return
+    from indexer.query import adjacency
 
-            adjacency.shared(index.db_path, index.conn, index.meta)
+    try:
+        adjacency.shared(index.db_path, index.conn, index.meta)
+    except Exception as exc:
+        print(f"torchtalk: loading the edges failed ({exc}); queries read SQLite", file=sys.stderr)
 
 
 class ServerState:

@@ -273,3 +273,26 @@ def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
         assert adjacency.sidecar_path(index.db_path).is_file()
     finally:
         state.stop()
+
+
+def test_a_failed_idle_load_is_said_on_stderr(
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Idle loading is a head start: when it fails the server says so and requests read
+    SQLite, rather than the failure passing unnoticed."""
+    from indexer.query import adjacency
+    from indexer.query.index import Index
+    from mcp_server.state import _warm
+    from pytest_torchtalk.cli import main
+
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    index = Index(Workspace.resolve(minitorch_repo).db_path)
+
+    def broken(*_):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(adjacency, "shared", broken)
+    _warm(index, full=True)
+    assert "loading the edges failed (disk gone); queries read SQLite" in capsys.readouterr().err
+    assert "_all_names_lower" in vars(index)  # the name list still loaded
+    assert adjacency.held(index.db_path, index.meta) is None
