@@ -38,7 +38,7 @@ CHANGEABLE = (
     NodeKind.PYTHON_MODULE.value,
     NodeKind.TEST_UTILITY.value,
 )
-MAX_FILES = 50  # test files listed, each with its chain: one screen of an agent's context
+MAX_FILES = 50  # files listed, each with its chain (one screen); the MCP tool says "50"
 MAX_HOPS_SHOWN = 12
 CHAINS_SHOWN = 10  # files whose chains the text spells out, hop by hop
 
