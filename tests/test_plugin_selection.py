@@ -50,6 +50,12 @@ def test_cuda_change_runs_only_cuda_variants_of_the_add_opinfo_tests(
     assert ops == {
         "test/test_ops.py::TestCommonCUDA::test_compare_cpu_add_cuda_float32",
         "test/test_ops.py::TestCommonCUDA::test_aten_name_add_cuda_float32",
+        "test/test_ops.py::TestCommonCUDA::test_has_reference_add_cuda_float32",  # an alias
+    }
+    # A file whose only @ops is a partial(ops, ...) alias (PyTorch's gradcheck tests).
+    gradients = {name for name in names if name.startswith("test/test_ops_gradients.py")}
+    assert gradients == {
+        "test/test_ops_gradients.py::TestBwdGradientsCUDA::test_fn_grad_add_cuda_float32"
     }
     assert not any("test_unrelated" in name or "test_linalg" in name for name in names)
     assert "torchtalk: tests affected by changes since main" in result.stdout  # header

@@ -293,6 +293,32 @@ def test_ops_tests_cover_the_entries_of_their_list(minitorch: tuple[Path, Index]
     assert op_db >= in_cmi
 
 
+def test_aliases_of_ops_are_ops_decorators(minitorch: tuple[Path, Index]) -> None:
+    """``_gradcheck_ops = partial(ops, ...)`` then ``@_gradcheck_ops(op_db)``, and
+    ``_float_ops = ops(op_db, ...)`` then ``@_float_ops``: both iterate op_db, and the
+    evidence is the decorator's line."""
+    repo, index = minitorch
+    in_cmi = {
+        n.qualname
+        for n in index.nodes_in_file(
+            "minitorch/testing/_internal/common_methods_invocations.py", ["opinfo"]
+        )
+    }
+    for path, qualname, decorator in (
+        ("test/test_ops_gradients.py", "TestBwdGradients::test_fn_grad", "@_gradcheck_ops(op_db)"),
+        ("test/test_ops.py", "TestCommon::test_has_reference", "@_float_ops"),
+    ):
+        test = node(index, f"{path}::{qualname}", "test_function")
+        assert test.attrs["opinfo_list"] == "op_db"
+        assert _opinfo_names(index, test.qualname) == in_cmi
+        lines = {
+            e.line
+            for e in index.out_edges(test.id, ["covers"])
+            if index.node(e.dst).kind == "opinfo"
+        }
+        assert lines == {line_of(repo / path, decorator)}
+
+
 def test_undeterminable_lists_cover_every_entry(minitorch: tuple[Path, Index]) -> None:
     _, index = minitorch
     everything = {n.qualname for n in index.nodes_of_kind("opinfo")}

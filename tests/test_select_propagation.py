@@ -73,8 +73,14 @@ def test_stub_kernel_to_op_to_opinfo_tests(tree: IndexedTree) -> None:
     assert {(t.cls, t.function) for t in ops.tests} == {
         ("TestCommon", "test_compare_cpu"),
         ("TestCommon", "test_aten_name"),
+        ("TestCommon", "test_has_reference"),  # @_float_ops: an alias of ops(...)
     }
     assert all(t.opinfos == ["add"] for t in ops.tests)
+    # Reached only through @_gradcheck_ops(op_db), an alias made with partial(ops, ...).
+    gradients = selection.files["test/test_ops_gradients.py"]
+    assert [(t.cls, t.function, t.opinfos) for t in gradients.tests or []] == [
+        ("TestBwdGradients", "test_fn_grad", ["add"])
+    ]
     assert ops.devices is None  # CPU code changed: every device runs
     # minitorch.add(...) is called directly there too: the whole file runs.
     assert selection.files["test/test_binary_ufuncs.py"].tests is None
@@ -109,7 +115,8 @@ def test_yaml_entry_to_op_tests(tree: IndexedTree) -> None:
     tree.replace(yaml, "QuantizedCPU: relu_quantized_cpu", "QuantizedCPU: relu_quantized_cpu_v2")
     selection = tree.select()
     assert chain_nodes(selection, "test/test_ops.py")[:2] == ["aten::relu", "op_db:relu"]
-    assert [t.opinfos for t in selection.files["test/test_ops.py"].tests] == [["relu"], ["relu"]]
+    assert [t.opinfos for t in selection.files["test/test_ops.py"].tests] == [["relu"]] * 3
+    assert [t.opinfos for t in selection.files["test/test_ops_gradients.py"].tests] == [["relu"]]
     assert "test/test_nn.py" in selected(selection)  # ReLU module -> F.relu -> _C.relu
     assert "test/test_linalg.py" not in selected(selection)
 

@@ -127,6 +127,7 @@ class DefinitionPass:
         if decorators:
             attrs["decorators"] = decorators
         dotted = f"{parent_qual}.{name}"
+        ops_use = None
         if cls is not None and cls["test"] and name.startswith("test"):
             kind, qualname = "test_function", f"{cls['qualname']}::{name}"
             attrs["pyname"] = dotted
@@ -149,9 +150,9 @@ class DefinitionPass:
                 attrs["method"] = True
         if kind == "test_function":
             attrs.update(testconv.parametrization(node))
-            ops_call = testconv.ops_decorator(node)
-            if ops_call is not None:
-                text = ast.unparse(ops_call.args[0])
+            ops_use = testconv.ops_decorator(node, self.ops_aliases)
+            if ops_use is not None:
+                text = ast.unparse(ops_use.op_list)
                 attrs["opinfo_list"] = text if len(text) <= 120 else text[:117] + "..."
             dtypes = testconv.literal_dtypes(node)
             if dtypes:
@@ -159,8 +160,8 @@ class DefinitionPass:
         end = getattr(node, "end_lineno", None) or node.lineno
         index = self.facts.add_node(kind, name, qualname, node.lineno, end, parent, **attrs)
         self.facts.add_local_edge(parent, index, "contains", node.lineno)
-        if kind == "test_function" and attrs.get("opinfo_list"):
-            self.ops_tests.append((index, testconv.ops_decorator(node)))  # type: ignore[arg-type]
+        if kind == "test_function" and ops_use is not None:
+            self.ops_tests.append((index, ops_use))
         if parent == self.module_node:
             self.scope.defs[name] = index
             self.scope.def_quals[name] = dotted

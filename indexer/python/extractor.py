@@ -18,6 +18,7 @@ from indexer.extract.source import SourceFile
 from indexer.graph.facts import FILE_NODE, FileFacts
 from indexer.harness import Manifest
 from indexer.paths import under_any
+from indexer.python import testconv
 from indexer.python.definitions import DefinitionPass, doc_line
 from indexer.python.modname import PackageLayout
 from indexer.python.opinfo import OpinfoScanner
@@ -76,7 +77,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.class_dotted: dict[int, str] = {}  # node -> dotted class name
         self.stars: list[str] = []
         self.module_vars: set[str] = set()
-        self.ops_tests: list[tuple[int, ast.Call]] = []
+        self.ops_tests: list[tuple[int, testconv.OpsUse]] = []  # (test node, its @ops)
+        self.ops_aliases = testconv.OpsAliases()
         self.class_values: dict[int, dict[str, ast.expr]] = {}  # class node -> name -> value
         self.base = None if self.in_package else self.modname.rpartition(".")[0] or None
         self.top_package = self.modname.split(".", 1)[0]
@@ -95,6 +97,7 @@ class FileIndexer(DefinitionPass, ReferencePass):
         end = max(1, self.facts.nodes[FILE_NODE].end_line if self.facts.nodes else 1)
         self._module_node(tree, end)
         forced = self._forced_test_classes(tree.body)
+        self.ops_aliases = testconv.OpsAliases.of(tree.body)
         self._collect(tree.body, forced)
         self._class_bases()
         self._apply_instantiations(tree.body)

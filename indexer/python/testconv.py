@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.python.scope import callee_name, dotted_chain
@@ -150,11 +151,78 @@ def parametrization(node: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, A
     return attrs
 
 
-def ops_decorator(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Call | None:
-    """The ``@ops(op_list, ...)`` decorator of a test, if any."""
+OPS = "ops"
+
+
+@dataclass(frozen=True)
+class OpsUse:
+    """A test's ``@ops``: the OpInfo list it iterates, and the decorator's line."""
+
+    op_list: ast.expr
+    line: int
+
+
+@dataclass
+class OpsAliases:
+    """Names a test module binds to ``ops`` at module or class level, so that
+    ``@_gradcheck_ops(op_db)`` and ``@_sparse_unary_ops`` count as ``@ops`` too (PyTorch's
+    test_ops_gradients.py, test_ops.py, test_sparse.py):
+
+    - ``name = partial(ops, ...)``: called as a decorator with the list (``partial``'s own
+      positional arguments come first);
+    - ``name = ops(op_list, ...)``: used as a decorator as it is."""
+
+    partials: dict[str, list[ast.expr]] = field(default_factory=dict)  # name -> leading args
+    applied: dict[str, ast.Call] = field(default_factory=dict)  # name -> its ops(...) call
+
+    @classmethod
+    def of(cls, body: list[ast.stmt]) -> OpsAliases:
+        aliases = cls()
+        aliases._scan(body)
+        return aliases
+
+    def _scan(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.ClassDef):
+                self._scan(stmt.body)
+            elif isinstance(stmt, (ast.If, ast.Try)):
+                self._scan(stmt.body)
+                self._scan(stmt.orelse)
+            elif (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Call)
+            ):
+                self._bind(stmt.targets[0].id, stmt.value)
+
+    def _bind(self, name: str, call: ast.Call) -> None:
+        if decorator_name(call) == "partial" and call.args and _names_ops(call.args[0]):
+            self.partials[name] = list(call.args[1:])
+        elif _names_ops(call.func) and call.args:
+            self.applied[name] = call
+
+
+def _names_ops(expr: ast.expr) -> bool:
+    chain = dotted_chain(expr)
+    return bool(chain) and chain[-1] == OPS
+
+
+def ops_decorator(
+    node: ast.FunctionDef | ast.AsyncFunctionDef, aliases: OpsAliases | None = None
+) -> OpsUse | None:
+    """The ``@ops(op_list, ...)`` decorator of a test (or an alias of ``ops``), if any."""
     for dec in node.decorator_list:
-        if isinstance(dec, ast.Call) and decorator_name(dec) == "ops" and dec.args:
-            return dec
+        if isinstance(dec, ast.Call):
+            name = decorator_name(dec)
+            if name == OPS and dec.args:
+                return OpsUse(dec.args[0], dec.lineno)
+            if aliases is not None and name in aliases.partials:
+                args = [*aliases.partials[name], *dec.args]
+                if args:
+                    return OpsUse(args[0], dec.lineno)
+        elif aliases is not None and isinstance(dec, ast.Name) and dec.id in aliases.applied:
+            return OpsUse(aliases.applied[dec.id].args[0], dec.lineno)
     return None
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from indexer.python import testconv
 from indexer.python.opinfo import OpinfoScanner
 from indexer.python.scope import Scope, dotted_chain, parameter_names
+from indexer.python.testconv import OpsUse
 
 # Method names that are common on Python builtins and never Tensor methods: refs to them
 # could only stay unresolved.
@@ -70,8 +71,8 @@ class ReferencePass:
                         self.walk_expr(child, self.module_node, self.scope)
             else:
                 self.walk_stmts([stmt], self.module_node, self.scope, None)
-        for index, call in self.ops_tests:
-            self._ops_ref(index, call)
+        for index, use in self.ops_tests:
+            self._ops_ref(index, use)
 
     def _walk_def(self, node: ast.AST) -> None:
         index = self.def_nodes[id(node)]
@@ -138,9 +139,9 @@ class ReferencePass:
             if name not in testconv.NOT_FIXTURES and name not in parametrized:
                 self.emit_ref(index, "covers", "fixture", name, node.lineno, dir=directory)
 
-    def _ops_ref(self, index: int, call: ast.Call) -> None:
+    def _ops_ref(self, index: int, use: OpsUse) -> None:
         """The ``opinfo`` ref of an ``@ops(list)`` test: resolved to every entry of the list."""
-        arg = call.args[0]
+        arg = use.op_list
         owner = self.facts.nodes[index].parent
         if isinstance(arg, ast.Name) and arg.id in self.class_values.get(owner or 0, {}):
             arg = self.class_values[owner or 0][arg.id]  # a list the test's class defines
@@ -149,14 +150,14 @@ class ReferencePass:
         summary = scanner.summarize(arg, f"<{self.facts.nodes[index].name}>")
         if chain is not None and summary.parts and not summary.unknown and summary.parts[0][0]:
             target = summary.parts[0][0]
-            self.emit_ref(index, "covers", "opinfo", target, call.lineno)
+            self.emit_ref(index, "covers", "opinfo", target, use.line)
             return
         self.emit_ref(
             index,
             "covers",
             "opinfo",
             ast.unparse(arg)[:200],
-            call.lineno,
+            use.line,
             summary=summary.as_dict(),
         )
 
