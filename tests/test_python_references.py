@@ -142,3 +142,15 @@ def test_opinfo_op_functions_are_references(minitorch: tuple[Path, Index]) -> No
     # A lambda's body counts: `op=lambda x: minitorch.sum(x, dim=0)`.
     sum_dim = node(index, "op_db:sum.dim", "opinfo")
     assert "minitorch.functional.sum" in targets(index, sum_dim, "references")
+
+
+def test_classes_record_the_methods_they_hand_out_as_values(
+    minitorch: tuple[Path, Index],
+) -> None:
+    """``return self.forward_cuda`` (read, not called) is recorded on the class; an
+    attribute the class assigns (``self._forward_method = ...``) is data, not a method."""
+    _, index = minitorch
+    custom_op = node(index, "minitorch.nn.modules.custom_op.CustomOp", "python_class")
+    assert custom_op.attrs["value_methods"] == ["forward_cuda", "forward_native"]
+    gelu = node(index, "minitorch.nn.modules.custom_op.GELUTanh", "python_class")
+    assert "value_methods" not in gelu.attrs  # it only defines them

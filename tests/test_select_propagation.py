@@ -110,6 +110,23 @@ def test_python_module_to_importer_tests(tree: IndexedTree) -> None:
     assert "test/test_unrelated.py" not in selected(selection)
 
 
+def test_method_handed_out_as_a_value_reaches_its_class_users(tree: IndexedTree) -> None:
+    """vLLM's CustomOp: ``forward`` runs what ``dispatch_forward`` returned, the bound
+    ``self.forward_cuda``; a subclass's ``forward_cuda`` runs wherever that subclass does,
+    though nothing calls it by name there."""
+    path = "minitorch/nn/modules/custom_op.py"
+    tree.replace(path, "return F.gelu(input)  # the fused kernel", "return F.gelu(input.data)")
+    selection = tree.select()
+    assert [e.label for e in selection.entities] == [
+        "minitorch.nn.modules.custom_op.GELUTanh.forward_cuda"
+    ]
+    files = selected(selection)
+    assert "test/nn/test_custom_op.py" in files  # GELUTanh()(x): no call names forward_cuda
+    assert "test/nn/test_custom_op_direct.py" in files  # .forward_cuda(...) by name
+    assert "test/nn/test_softplus.py" not in files  # another CustomOp
+    assert not selection.everything
+
+
 def test_yaml_entry_to_op_tests(tree: IndexedTree) -> None:
     yaml = "aten/src/ATen/native/native_functions.yaml"
     tree.replace(yaml, "QuantizedCPU: relu_quantized_cpu", "QuantizedCPU: relu_quantized_cpu_v2")

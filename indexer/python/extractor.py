@@ -80,6 +80,10 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.ops_tests: list[tuple[int, testconv.OpsUse]] = []  # (test node, its @ops)
         self.ops_aliases = testconv.OpsAliases()
         self.class_values: dict[int, dict[str, ast.expr]] = {}  # class node -> name -> value
+        # Dotted class -> names its methods read as ``self.name`` without calling them, and
+        # names they assign as ``self.name = ...`` (data, not methods).
+        self.self_loads: dict[str, set[str]] = {}
+        self.self_stores: dict[str, set[str]] = {}
         self.base = None if self.in_package else self.modname.rpartition(".")[0] or None
         self.top_package = self.modname.split(".", 1)[0]
 
@@ -120,6 +124,16 @@ class FileIndexer(DefinitionPass, ReferencePass):
             attrs["vars"] = variables
         if summaries:
             attrs["opinfo_lists"] = summaries
+        self._value_methods()
+
+    def _value_methods(self) -> None:
+        """Record on each class the names its methods hand out as values without calling
+        them (``return self.forward_cuda``: vLLM's CustomOp picks its forward that way), so
+        that the walk treats those methods, and their overrides, as run through the class."""
+        for index, dotted in self.class_dotted.items():
+            names = self.self_loads.get(dotted, set()) - self.self_stores.get(dotted, set())
+            if names:
+                self.facts.nodes[index].attrs["value_methods"] = sorted(names)
 
     def _module_node(self, tree: ast.Module | None, end: int) -> None:
         doc = doc_line(tree) if tree is not None else None

@@ -242,7 +242,10 @@ class ReferencePass:
                 chain = dotted_chain(node)
                 if chain is not None:
                     if type(node.ctx) is ast.Load:
-                        self._chain(chain, node.lineno, src, scope)
+                        if not self._chain(chain, node.lineno, src, scope):
+                            self._self_attribute(chain, cls, self.self_loads)
+                    else:
+                        self._self_attribute(chain, cls, self.self_stores)
                 else:
                     push(node.value)
             elif kind is ast.Call:
@@ -266,6 +269,13 @@ class ReferencePass:
                         extend(value)
                     elif value is not None:
                         push(value)
+
+    @staticmethod
+    def _self_attribute(chain: list[str], cls: str | None, into: dict[str, set[str]]) -> None:
+        """Note ``self.name`` read (not called) or written in a method of ``cls``: a method
+        read as a value is handed out to run later (see ``value_methods``)."""
+        if cls is not None and len(chain) == 2 and chain[0] in ("self", "cls"):
+            into.setdefault(cls, set()).add(chain[1])
 
     def _chain(self, chain: list[str], line: int, src: int, scope: Scope) -> bool:
         """A ref for a dotted use whose root is known; False if the root is not."""

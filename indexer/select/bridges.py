@@ -198,22 +198,31 @@ class Bridges:
         """Python methods of the frontier that run only when called by name (``obj.m()``),
         id -> name. The others run implicitly, through their class: dunders (``C(...)``
         runs ``__init__``, ``c(...)`` runs ``__call__``), ``forward`` (``module(x)``),
-        properties."""
+        properties, and methods the class or an ancestor hands out as values
+        (``return self.forward_cuda``: vLLM's CustomOp runs the override an instance has)."""
         ids = [n for n in frontier if reach.kind.get(n) == NodeKind.PYTHON_FUNCTION.value]
         explicit: dict[int, str] = {}
         for start in range(0, len(ids), BATCH):
             batch = ids[start : start + BATCH]
-            for node_id, name, attrs in self.index.conn.execute(
-                f"SELECT id, name, attrs FROM nodes WHERE id IN ({placeholders(batch)})"
+            for node_id, name, attrs, owner in self.index.conn.execute(
+                f"SELECT id, name, attrs, parent_id FROM nodes WHERE id IN ({placeholders(batch)})"
                 " AND attrs LIKE '%\"method\":true%'",
                 batch,
             ):
                 data = json.loads(attrs)
                 decorators = {d.rsplit(".", 1)[-1] for d in data.get("decorators") or ()}
                 implicit = name in IMPLICIT_METHODS or bool(decorators & PROPERTY_DECORATORS)
-                if data.get("method") and not implicit:
+                if data.get("method") and not implicit and not self._handed_out(owner, name):
                     explicit[node_id] = name
         return explicit
+
+    def _handed_out(self, owner: int | None, name: str) -> bool:
+        return owner is not None and name in self._classes().value_methods(owner)
+
+    def _classes(self) -> ClassHierarchy:
+        if self._hierarchy is None:
+            self._hierarchy = ClassHierarchy(self.index)
+        return self._hierarchy
 
     def _untyped_calls(self, name: str) -> list[tuple[int, int, int, str, int]]:
         """(src, file, line, src kind, src file) of the unresolved ``obj.name(...)`` refs:
@@ -258,11 +267,9 @@ class Bridges:
 
     def _overridden(self, methods: dict[int, str]) -> list[tuple[int, Step, str, int]]:
         """Each method's overridden ancestors: a call of ``B.m`` may run ``C.m``."""
-        if self._hierarchy is None:
-            self._hierarchy = ClassHierarchy(self.index)
         found = []
         for method_id in methods:
-            for ancestor, ancestor_file, file_id, line in self._hierarchy.overridden(method_id):
+            for ancestor, ancestor_file, file_id, line in self._classes().overridden(method_id):
                 step = Step(method_id, OVERRIDES, method_id, ancestor, file_id, line)
                 found.append((ancestor, step, NodeKind.PYTHON_FUNCTION.value, ancestor_file))
         return found

@@ -9,7 +9,8 @@ its op forwards).
 Python needs care, or one reached class reaches everything:
 
 - a method reaches its class (``contains`` backwards) only if it runs implicitly through
-  the class: dunders (``C(...)`` runs ``__init__``), ``forward``, properties. A method
+  the class: dunders (``C(...)`` runs ``__init__``), ``forward``, properties, methods the
+  class or an ancestor hands out as values (``return self.forward_cuda``). A method
   called by name is reached through the ``obj.m()`` calls naming it, from files that can
   see its class (``indexer.select.bridges``), and through the calls of the methods it
   overrides (``indexer.select.overrides``);

@@ -34,6 +34,7 @@ class ClassHierarchy:
         self.index = index
         self._bases: dict[int, list[tuple[int, int | None, int]]] = {}
         self._methods: dict[tuple[int, str], tuple[int, int] | None] = {}
+        self._value_methods: dict[int, frozenset[str]] = {}
 
     def _direct_bases(self, class_id: int) -> list[tuple[int, int | None, int]]:
         """(base class id, file id, line) of each base of ``class_id`` found in the index."""
@@ -62,6 +63,21 @@ class ClassHierarchy:
                 found.append((base[0], file_id, line))
         self._bases[class_id] = found
         return found
+
+    def value_methods(self, class_id: int) -> frozenset[str]:
+        """Method names the class or an ancestor hands out as values (``return
+        self.forward_cuda``, recorded by the extractor as ``value_methods``): whichever
+        override an instance has runs through the instance, not through a call by name."""
+        if class_id in self._value_methods:
+            return self._value_methods[class_id]
+        self._value_methods[class_id] = frozenset()  # a cycle in the bases ends here
+        row = self.index.conn.execute("SELECT attrs FROM nodes WHERE id = ?", (class_id,))
+        attrs = (row.fetchone() or (None,))[0]
+        names = set(json.loads(attrs).get("value_methods") or ()) if attrs else set()
+        for base, _, _ in self._direct_bases(class_id):
+            names |= self.value_methods(base)
+        self._value_methods[class_id] = frozenset(names)
+        return self._value_methods[class_id]
 
     def _method(self, class_id: int, name: str) -> tuple[int, int] | None:
         """(id, file id) of the method ``name`` the class defines, if it does; asked once
