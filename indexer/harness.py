@@ -61,7 +61,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "registration_wrappers": _STR_LIST,
         "namespace_aliases": _STR_TABLE,
     },
-    "selection": {"run_everything": _STR_LIST, "never_affects": _STR_LIST},
+    "selection": {
+        "run_everything": _STR_LIST,
+        "never_affects": _STR_LIST,
+        "import_every_module": _STR_LIST,
+    },
     "expected_minimums": _INT_TABLE,
 }
 

@@ -178,6 +178,36 @@ def test_python_module_level_change_selects_importers(tree: IndexedTree) -> None
     assert "importers" in selection.entities[0].reason
     assert "test/test_special.py" in selected(selection)
     assert "test/test_unrelated.py" not in selected(selection)
+    # No import names minitorch.special there, but it imports every module by walking.
+    bindings = selection.files["test/test_public_bindings.py"].reasons[0]
+    assert bindings.note == (
+        "it imports every module (manifest import_every_module), and the import-time code "
+        f"at {selection.entities[0].evidence} changed"
+    )
+
+
+def test_function_body_change_leaves_out_tests_importing_every_module(
+    tree: IndexedTree,
+) -> None:
+    tree.replace(
+        "minitorch/linalg.py",
+        "return _C._linalg.linalg_vector_norm(x, ord, dim, keepdim)",
+        "return _C._linalg.linalg_vector_norm(x, float(ord), dim, keepdim)",
+    )
+    assert "test/test_public_bindings.py" not in selected(tree.select())
+
+
+def test_a_doc_a_test_reads_by_path_selects_that_test(tree: IndexedTree) -> None:
+    """never_affects covers docs, yet test_docs.py executes docs/source/examples.rst."""
+    tree.replace("docs/source/examples.rst", "minitorch.add(x, x)", "minitorch.add(x, y)")
+    selection = tree.select()
+    assert selected(selection) == {"test/test_docs.py"}
+    line = tree.line("test/test_docs.py", '"docs/source/examples.rst"')
+    [entity] = selection.entities
+    assert entity.evidence == f"test/test_docs.py:{line}"
+    reason = selection.files["test/test_docs.py"].reasons[0]
+    assert reason.note == f"test/test_docs.py:{line} names docs/source/examples.rst, which changed"
+    assert selection.changed_files[0].category == "never-affects"
 
 
 def test_test_file_selects_itself(tree: IndexedTree) -> None:

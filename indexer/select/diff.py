@@ -63,7 +63,9 @@ class FileChange:
         return list(dict.fromkeys(p for p in (self.path, self.old_path) if p))
 
 
-def _git(source: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def run_git(source: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    """``git -C source args...``; a UsageError naming the command when it fails (unless
+    ``check`` is off)."""
     result = subprocess.run(
         ["git", "-c", "core.quotepath=off", "-C", str(source), *args],
         capture_output=True,
@@ -76,7 +78,7 @@ def _git(source: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 
 
 def _verify(source: Path, rev: str) -> str | None:
-    result = _git(source, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False)
+    result = run_git(source, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False)
     if result.returncode != 0:
         return None
     return result.stdout.decode().strip() or None
@@ -93,7 +95,7 @@ class Base:
 
 def resolve_base(source: Path, rev: str | None = None) -> Base:
     """The merge-base of ``rev`` (default: origin/HEAD, then main, then master) with HEAD."""
-    top = _git(source, "rev-parse", "--show-toplevel", check=False)
+    top = run_git(source, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0:
         raise UsageError(f"{source} is not inside a git repository")
     head = _verify(source, "HEAD")
@@ -116,7 +118,7 @@ def resolve_base(source: Path, rev: str | None = None) -> Base:
                 "pass a base revision"
             )
         chosen_by = "default branch"
-    merged = _git(source, "merge-base", commit, head, check=False)
+    merged = run_git(source, "merge-base", commit, head, check=False)
     if merged.returncode != 0:
         raise UsageError(f"{rev!r} and HEAD have no common ancestor in {source}")
     return Base(rev, commit, merged.stdout.decode().strip(), head, chosen_by)
@@ -252,7 +254,7 @@ class Diff:
     def old_bytes(self, path: str) -> bytes | None:
         """The file at the merge-base (``git show``), or None if it did not exist there."""
         if path not in self._old_cache:
-            result = _git(self.source, "show", f"{self.base.merge_base}:./{path}", check=False)
+            result = run_git(self.source, "show", f"{self.base.merge_base}:./{path}", check=False)
             self._old_cache[path] = result.stdout if result.returncode == 0 else None
         return self._old_cache[path]
 
@@ -283,7 +285,7 @@ def read_diff(source: Path, base: str | None = None) -> Diff:
     """Every change of ``source`` (committed since the merge-base, staged, unstaged, and
     untracked files) against ``base``'s merge-base with HEAD."""
     resolved = resolve_base(source, base)
-    patch = _git(
+    patch = run_git(
         source,
         "diff",
         "--relative",
@@ -298,7 +300,7 @@ def read_diff(source: Path, base: str | None = None) -> Diff:
         "--",
     ).stdout
     changes = parse_patch(patch)
-    untracked = _git(source, "ls-files", "-z", "--others", "--exclude-standard").stdout
+    untracked = run_git(source, "ls-files", "-z", "--others", "--exclude-standard").stdout
     diff = Diff(source, resolved, changes)
     for raw in untracked.split(b"\0"):
         if not raw:

@@ -13,6 +13,7 @@ from indexer.select.diff import Diff, read_diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
 from indexer.select.impact import ImpactWalker, Reach
+from indexer.select.indirect_uses import READS_PATH
 from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
 from indexer.select.staleness import check_freshness, try_update
@@ -136,8 +137,8 @@ def _select(
         selection.notes += placed.notes
         if placed.everything:
             selection.everything.append(placed.everything)
-        for path in placed.test_files:
-            direct[path] = f"{change.path} changed ({change.status})"
+        for path, why in placed.test_files.items():
+            direct.setdefault(path, why)
     selection.timings["placement_s"] = time.perf_counter() - phase
     if selection.everything:
         return
@@ -215,6 +216,8 @@ def reason_for(
     if not hops:
         node = nodes.get(node_id)
         note = f"{node.qualname} changed" if node is not None else ""
+        if entity.kind == READS_PATH:
+            note = entity.reason  # the test itself is unchanged: it reads a changed file
         return Reason(entity.label, entity.evidence, note=note)
     return Reason(entity.label, entity.evidence, hops)
 

@@ -8,6 +8,17 @@ from indexer.graph.vocabulary import NodeKind
 from indexer.select.model import ChangedFile, Entity
 
 FUNCTION_KINDS = frozenset({NodeKind.CPP_FUNCTION.value, NodeKind.CUDA_KERNEL.value})
+PYTHON_DEF_KINDS = frozenset(
+    {
+        NodeKind.PYTHON_FUNCTION.value,
+        NodeKind.PYTHON_CLASS.value,
+        NodeKind.OPINFO.value,
+        NodeKind.TEST_FUNCTION.value,
+        NodeKind.TEST_CLASS.value,
+        NodeKind.TEST_UTILITY.value,
+    }
+)
+MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 MEMBERS_SHOWN = 20  # qualnames listed for a group entity in reports
 
 
@@ -15,7 +26,7 @@ MEMBERS_SHOWN = 20  # qualnames listed for a group entity in reports
 class FilePlacement:
     changed: ChangedFile
     entities: list[Entity] = field(default_factory=list)
-    test_files: list[str] = field(default_factory=list)  # test files selected as such
+    test_files: dict[str, str] = field(default_factory=dict)  # selected as such -> why
     everything: str | None = None  # why this file selects every test
     notes: list[str] = field(default_factory=list)
     mapped: set[tuple] = field(default_factory=set)  # base definitions already placed

@@ -19,24 +19,21 @@ from indexer.paths import language_of, matches_any
 from indexer.query.index import Index, Node
 from indexer.select.cpp_placement import CppPlacement
 from indexer.select.diff import Diff, FileChange, Hunk
+from indexer.select.indirect_uses import IndirectUses
 from indexer.select.model import ChangedFile, Entity
 from indexer.select.oldside import OldFile, OldSide
-from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN, FilePlacement, innermost
+from indexer.select.placed import (
+    FUNCTION_KINDS,
+    MEMBERS_SHOWN,
+    MODULE_KINDS,
+    PYTHON_DEF_KINDS,
+    FilePlacement,
+    innermost,
+)
 from indexer.select.tokens import Untokenizable, hunk_changes_code, tokens_for
 
 __all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
 
-PYTHON_DEF_KINDS = frozenset(
-    {
-        NodeKind.PYTHON_FUNCTION.value,
-        NodeKind.PYTHON_CLASS.value,
-        NodeKind.OPINFO.value,
-        NodeKind.TEST_FUNCTION.value,
-        NodeKind.TEST_CLASS.value,
-        NodeKind.TEST_UTILITY.value,
-    }
-)
-MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
 CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
 
@@ -84,7 +81,7 @@ def _yaml_code_line(line: bytes) -> bool:
     return bool(stripped) and not stripped.startswith(b"#")
 
 
-class Placer(CppPlacement):
+class Placer(CppPlacement, IndirectUses):
     """Places the changed files of one diff onto one index."""
 
     def __init__(self, diff: Diff, index: Index, manifest: Manifest) -> None:
@@ -92,6 +89,13 @@ class Placer(CppPlacement):
         self.index = index
         self.manifest = manifest
         self.oldside = OldSide(manifest, index)
+        self.never_affects = [
+            path
+            for change in diff.files
+            for path in change.paths
+            if categorize(path, manifest)[0] == "never-affects"
+        ]
+        self._readers: dict[str, list[tuple[str, int]]] | None = None  # see _place_readers
         self.files = {
             row[1]: row
             for row in index.conn.execute(
@@ -109,6 +113,7 @@ class Placer(CppPlacement):
             result.everything = f"{change.path} {detail}"
         elif category == "never-affects":
             result.changed.note = detail
+            self._place_readers(change, result)
         elif category == "other":
             result.everything = f"{change.path} changed and is {detail}: it may affect any test"
         elif category == "test":
@@ -119,7 +124,7 @@ class Placer(CppPlacement):
 
     def _place_test(self, change: FileChange, result: FilePlacement) -> None:
         if change.exists_after:
-            result.test_files.append(change.path)
+            result.test_files[change.path] = f"{change.path} changed ({change.status})"
             modules = [
                 node
                 for node in self.index.nodes_in_file(change.path, MODULE_KINDS)
@@ -324,6 +329,9 @@ class Placer(CppPlacement):
                 line,
                 f"module-level code changed (line {line}): the module and its importers",
             )
+        if module_level or not change.exists_after:
+            where = f"{path}:{module_level[0]}" if module_level else f"{path} (removed)"
+            self._import_every_module(path, where, result)
 
     # --- YAML registries --------------------------------------------------------------
 
