@@ -280,6 +280,19 @@ def test_commenting_code_out_is_a_change(tree: IndexedTree) -> None:
     assert labels(selection) == ["at::native::(anonymous)::_matmul_impl"]
 
 
+def test_a_type_comment_is_code(tree: IndexedTree) -> None:
+    """TorchScript compiles a function by its ``# type:`` comment: changing one is a
+    change to the function (an ordinary comment beside it is not)."""
+    tree.replace(
+        "minitorch/linalg.py",
+        "def vector_norm(x, ord=2, dim=None, keepdim=False):",
+        "def vector_norm(x, ord=2, dim=None, keepdim=False):  # type: (Tensor, float) -> Tensor",
+    )
+    selection = tree.select()
+    assert labels(selection) == ["minitorch.linalg.vector_norm"]
+    assert "test/test_linalg.py" in selected(selection)
+
+
 def test_unparsable_region_takes_the_whole_file_with_the_reason(tree: IndexedTree) -> None:
     broken = "aten/src/ATen/native/Broken.cpp"
     text = tree.path(broken).read_text()

@@ -9,6 +9,7 @@ it (or the reverse) may comment code in or out, so such a hunk always counts as 
 from __future__ import annotations
 
 import io
+import re
 import token as token_types
 import tokenize
 from dataclasses import dataclass
@@ -90,15 +91,22 @@ _LAYOUT = {token_types.NL, tokenize.ENCODING, token_types.ENDMARKER}
 _BY_TYPE = {token_types.INDENT, token_types.DEDENT, token_types.NEWLINE}
 
 
+# A type comment is read at run time: TorchScript compiles `def f(x):  # type: (int) -> int`
+# by it (torch.jit.annotations.get_type_line), so it is code, not a comment.
+_TYPE_COMMENT = re.compile(r"#\s*type:")
+
+
 def python_tokens(data: bytes) -> list[Token]:
-    """Python tokens, comments marked; indentation kept as INDENT/DEDENT (it is syntax)."""
+    """Python tokens, comments marked (save type comments); indentation kept as
+    INDENT/DEDENT (it is syntax)."""
     tokens: list[Token] = []
     try:
         for tok in tokenize.tokenize(io.BytesIO(data).readline):
             if tok.type in _LAYOUT:
                 continue
             text = token_types.tok_name[tok.type] if tok.type in _BY_TYPE else tok.string
-            tokens.append(Token(tok.start[0], tok.end[0], text, tok.type == token_types.COMMENT))
+            comment = tok.type == token_types.COMMENT and not _TYPE_COMMENT.match(text)
+            tokens.append(Token(tok.start[0], tok.end[0], text, comment))
     except (tokenize.TokenError, SyntaxError) as exc:
         raise Untokenizable(str(exc)) from None
     return tokens
