@@ -114,3 +114,40 @@ def test_unrelated_tests_stay_out(fp8_change) -> None:
     _, selection = fp8_change
     assert "tests/test_utils.py" not in selected(selection)
     assert "tests/test_layernorm.py" not in selected(selection)
+
+
+@pytest.fixture
+def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
+    yield shared.use(monkeypatch)
+    shared.reset()
+
+
+def test_an_op_handed_to_a_test_helper_is_run_by_the_test(tree: IndexedTree) -> None:
+    """``opcheck(torch.ops._C.rotary_embedding, ...)`` in a test file's helper names the op
+    without calling it on that line; the harness calls it, so the test runs the kernel."""
+    tree.replace(
+        "csrc/pos_encoding_kernels.cu",
+        "dim3 block(std::min<int64_t>(num_heads * rot_dim / 2, 512));",
+        "dim3 block(std::min<int64_t>(num_heads * rot_dim / 2, 256));",
+    )
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/kernels/test_pos_encoding.py" in files  # through the _custom_ops wrapper
+    assert "tests/kernels/test_rotary_opcheck.py" in files
+    helper = "tests.kernels.test_rotary_opcheck.rotary_embedding_opcheck"
+    hops = _hops(selection, "tests/kernels/test_rotary_opcheck.py")
+    assert (helper, "references", "_C::rotary_embedding") in hops
+
+
+def test_an_op_kept_in_an_attribute_runs_where_the_layer_does(tree: IndexedTree) -> None:
+    """``self.op = torch.ops._C.silu_and_mul`` in ``__init__``, called as ``self.op(...)``."""
+    tree.replace(
+        "csrc/activation_kernels.cu",
+        "dim3 block(std::min(d, 1024));",
+        "dim3 block(std::min(d, 512));",
+    )
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/kernels/test_activation.py" in files  # calls the op itself
+    assert "tests/test_fused_activation.py" in files
+    assert "tests/kernels/test_rotary_opcheck.py" not in files

@@ -20,8 +20,10 @@ Python needs care, or one reached class reaches everything:
   that statement goes (``module_scope``): run at import (its importers), bound to module
   names (their users), or only passed along (an op given to ``add_docstr``: nothing).
 - library Python that names an op without calling it there (``get_testing_overrides``'
-  table of every op) does not run its kernel; tests, OpInfo entries and test helpers,
-  which hand ops to harnesses, count wherever they name it.
+  table of every op) does not run its kernel, unless it keeps the op whole to call later
+  (``self.op = torch.ops._C.silu_and_mul``, ``return torch.ops.x``); tests, OpInfo
+  entries and any Python under the manifest's test and test-utility directories, which
+  hand ops to harnesses (``opcheck(torch.ops._C.x, ...)``), count wherever they name it.
 
 A decorated function reaches the registry its decorator fills (``@op.register_impl``).
 An OpInfo entry reaches the ``@ops`` tests iterating its list through their ``covers``
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.paths import under_any
 from indexer.query.index import Index
 from indexer.select import judgments
 from indexer.select.bridges import Bridges, Found, Step
@@ -159,14 +162,32 @@ class ImpactWalker(Bridges, EdgeRows):
         self.deferral = Deferral(index, self.statements)
         manifest = json.loads(index.meta.get("manifest") or "{}")
         self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
+        tests = manifest.get("tests", {})
+        self._test_dirs = [*tests.get("dirs", ()), *tests.get("utility_dirs", ())]
+        self._test_side: frozenset[int] | None = None
         self._paths: dict[int, str] | None = None
         sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
         self.judgments = judgments.Judgments(sidecar if source is not None else None)
 
-    def _path(self, file_id: int) -> str:
+    def _file_paths(self) -> dict[int, str]:
         if self._paths is None:
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
-        return self._paths.get(file_id, "")
+        return self._paths
+
+    def _path(self, file_id: int) -> str:
+        return self._file_paths().get(file_id, "")
+
+    def _test_side_files(self) -> frozenset[int]:
+        """Files under the manifest's test and test-utility directories: their Python
+        hands ops to harnesses (``opcheck(torch.ops._C.rotary_embedding, ...)``), so
+        naming an op there counts as running it, as in a test."""
+        if self._test_side is None:
+            self._test_side = frozenset(
+                file_id
+                for file_id, path in self._file_paths().items()
+                if under_any(path, self._test_dirs)
+            )
+        return self._test_side
 
     def _calls(self, file_id: int, line: int, target: str) -> bool:
         """Whether ``line`` of the file calls ``target`` (a judgment of the file's text
@@ -284,6 +305,7 @@ class ImpactWalker(Bridges, EdgeRows):
         if quota is not None and quota.full:
             return reach
         frontier = list(reach.steps)
+        test_side = self._test_side_files()
         reverse = list(REVERSE_KINDS)
         forward = list(FORWARD_KINDS)
         depth = 0
@@ -353,6 +375,7 @@ class ImpactWalker(Bridges, EdgeRows):
                         kind == REFERENCES
                         and src_kind in LIBRARY_PYTHON
                         and reach.kind.get(dst) in COMPILED
+                        and src_file not in test_side
                         and not self._calls(src_file, line, self._target(ref_id))
                     ):
                         continue  # names the op without running it (a table, a key)

@@ -66,6 +66,13 @@ def _line_end_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"\b{re.escape(name)}\s*$")
 
 
+@lru_cache(maxsize=1024)
+def _stored_pattern(name: str) -> re.Pattern[str]:
+    """``self.op = torch.ops._C.silu_and_mul`` or ``return torch.ops._C.x``: the op kept
+    (or handed back) whole, to be called later through the name it is given."""
+    return re.compile(rf"(?:(?<![=!<>])=|\breturn)\s*(?:[\w.]+\.)?{re.escape(name)}\s*(?:#.*)?$")
+
+
 def _registered_op(call: ast.Call, name: str) -> str | None:
     """The op name a registrar call gives ``name``: the ``op_name=``/``name=`` keyword or
     the first string argument, without its namespace and overload (``ns::x.out`` -> x)."""
@@ -158,7 +165,8 @@ class ModuleStatements:
         return self._digests[path]
 
     def calls_at(self, path: str, line: int, name: str) -> bool:
-        """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``);
+        """Whether ``name`` is called on ``line`` of ``path`` (``name(`` or ``name (``), or
+        stored whole to be called later (``self.op = ...name``, ``return ...name``);
         True when the line cannot be read, so that unknown counts as a call."""
         key = (path, line, name)
         if key not in self._calls:
@@ -171,7 +179,7 @@ class ModuleStatements:
             return True
         pattern = _call_pattern(name)
         text = lines[line - 1]
-        if pattern.search(text):
+        if pattern.search(text) or _stored_pattern(name).search(text):
             return True
         # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
         return bool(
