@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.errors import TorchTalkError
+from indexer.query.freshness import Freshness, check_freshness
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 
@@ -51,6 +53,9 @@ QUICK_WAIT_S = float(os.environ.get("TORCHTALK_MCP_QUICK_WAIT", "60"))
 # PyTorch (seconds when the edges' sidecar must be made), and every request it overlapped
 # would wait for it.
 WARM_IDLE_S = 1.0
+# How often, when idle, the served index is compared with the tree (a stat per indexed
+# file and a git diff: 0.1-0.6 s on PyTorch), so that answers from a stale index say so.
+FRESHNESS_EVERY_S = float(os.environ.get("TORCHTALK_MCP_FRESHNESS_EVERY", "30"))
 
 PENDING, BUILDING, PARTIAL, READY, FAILED = "pending", "building", "partial", "ready", "failed"
 
@@ -109,6 +114,20 @@ def git_head(source: Path) -> str | None:
     return head_commit(source)
 
 
+def freshness_of(workspace: Workspace, path: Path) -> Freshness:
+    """The index at ``path`` against the tree, on a connection of this thread's own."""
+    try:
+        index = Index(path)
+    except TorchTalkError as exc:
+        return Freshness(problem=f"the index cannot be read: {exc}")
+    try:
+        return check_freshness(workspace, index)
+    except (OSError, sqlite3.Error) as exc:
+        return Freshness(problem=f"it could not be compared with the tree: {exc}")
+    finally:
+        index.close()
+
+
 def _warm(index: Index, full: bool) -> None:
     """Load the name list 'not found' answers search (about a second on PyTorch), so the
     first unknown name an agent asks about is answered as fast as the rest; and for the
@@ -156,6 +175,8 @@ class ServerState:
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._head_commit: str | None = None
+        self._freshness: Freshness | None = None  # the last comparison with the tree
+        self._freshness_at = 0.0  # monotonic time of that comparison
         self._active = 0  # requests being answered
         self._last_request = time.monotonic()
         self.started = time.monotonic()
@@ -174,6 +195,9 @@ class ServerState:
         """Serve a complete index if there is one; otherwise start the phased build."""
         # Off the first answer's path, in a child process (see git_head).
         threading.Thread(target=self._read_head, name="torchtalk-head", daemon=True).start()
+        threading.Thread(
+            target=self._watch_freshness, name="torchtalk-freshness", daemon=True
+        ).start()
         if self.full_path.is_file():
             self._serve(self.full_path, "full")
             return
@@ -335,6 +359,34 @@ class ServerState:
                 _warm(index, full=index.db_path == self.full_path)
                 return
             self._cancel.wait(WARM_IDLE_S - idle)
+
+    def _watch_freshness(self) -> None:
+        """Compare the full index served with the tree when idle, every
+        FRESHNESS_EVERY_S: the tree moves under a long-lived server (a branch switched,
+        an edit, an update made for another tree state)."""
+        due = 0.0
+        while not self._cancel.wait(WARM_IDLE_S):
+            with self._lock:
+                path = self._index_path if self._served == "full" else None
+                idle = 0.0 if self._active else time.monotonic() - self._last_request
+            if path is None or idle < WARM_IDLE_S or time.monotonic() < due:
+                continue
+            found = freshness_of(self.workspace, path)
+            with self._lock:
+                self._freshness, self._freshness_at = found, time.monotonic()
+            due = time.monotonic() + FRESHNESS_EVERY_S
+
+    def stale_note(self) -> str | None:
+        """One line when the last comparison found the index out of date, else None."""
+        with self._lock:
+            found, at = self._freshness, self._freshness_at
+        if found is None or found.fresh:
+            return None
+        return (
+            f"the index may not match the tree ({found.describe()}, checked "
+            f"{time.monotonic() - at:.0f}s ago): names and lines there may have moved; "
+            "run 'torchtalk index update'"
+        )
 
     def readiness(self) -> dict[str, str]:
         with self._lock:

@@ -208,6 +208,10 @@ class Tools:
         if note:
             answer.notes.insert(0, note)
             answer.data = {**answer.data, "incomplete": self.state.missing(spec.needs)}
+        stale = self.state.stale_note()
+        if stale:
+            answer.notes.insert(0, stale)
+            answer.data = {**answer.data, "stale": True}
         return reply(answer)
 
     # --- the seven tools ----------------------------------------------------------------
@@ -230,7 +234,7 @@ class Tools:
         if unreadable:
             headline = f"the index cannot be read: {unreadable}"
         elif ready:
-            headline = "ready"
+            headline = "ready" if self.state.stale_note() is None else "ready, but stale"
         elif snap["error"]:
             headline = f"build failed: {snap['error']}"
         else:
@@ -277,11 +281,14 @@ class Tools:
                     f"the tree is at commit {head[:12]} but the index was built at "
                     f"{index_info['git_commit'][:12]}; run 'torchtalk index build' to refresh"
                 )
+        stale = self.state.stale_note()
+        if stale:
+            answer.notes.insert(0, stale)
         if not ready and not snap["error"]:
             answer.notes.append(
                 "tools answer now from what is ready and say when a part they need is missing"
             )
-        answer.data = {**snap, "ready": ready, "index": index_info}
+        answer.data = {**snap, "ready": ready, "index": index_info, "stale": stale is not None}
         return reply(answer)
 
     def trace(

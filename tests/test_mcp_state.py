@@ -241,6 +241,48 @@ def test_status_says_when_the_tree_moved_past_the_index(minitorch_repo: Path) ->
     assert any(f"at commit {head[:12]}" in note and built_at[:12] in note for note in notes)
 
 
+def test_answers_say_when_the_tree_no_longer_matches_the_index(
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edit after the build (same commit): the server finds it when idle and every
+    answer says the index may not match, until the tree matches again."""
+    from pytest_torchtalk.cli import main
+
+    monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.1)
+    monkeypatch.setattr("mcp_server.state.FRESHNESS_EVERY_S", 0.1)
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    tools = Tools(state)
+    state.start()
+
+    def wait_for(stale: bool) -> None:
+        deadline = time.monotonic() + 30
+        while (state.stale_note() is not None) != stale or state._freshness is None:
+            assert time.monotonic() < deadline, state.stale_note()
+            time.sleep(0.05)
+
+    try:
+        state.index()
+        wait_for(stale=False)
+        assert _data(tools.get_status())["title"].endswith(": ready")
+        linalg = minitorch_repo / "minitorch/linalg.py"
+        original = linalg.read_text()
+        linalg.write_text(original.replace("def vector_norm(", "def vector_norm_v2("))
+        wait_for(stale=True)
+        status = _data(tools.get_status())
+        assert status["title"].endswith(": ready, but stale")
+        assert status["data"]["stale"] is True
+        assert "1 changed files differ from the index (minitorch/linalg.py)" in status["notes"][0]
+        answer = _data(tools.graph("minitorch.nn.functional.relu"))
+        assert answer["notes"][0].startswith("the index may not match the tree")
+        assert "torchtalk index update" in answer["notes"][0]
+        linalg.write_text(original)
+        wait_for(stale=False)
+        assert "stale" not in _data(tools.graph("minitorch.nn.functional.relu"))["data"]
+    finally:
+        state.stop()
+
+
 def test_git_head_of_a_directory_outside_any_repository(tmp_path: Path) -> None:
     assert git_head(tmp_path) is None
 

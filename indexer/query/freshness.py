@@ -1,0 +1,142 @@
+"""Whether an index still describes the tree it was built from.
+
+The index records each file's content hash, the commit it was built at and when. The
+files that can disagree are those changed since the index's commit (committed, staged,
+unstaged, untracked), those a caller already knows changed (a selection's diff), and
+those written after the index was built (an index built from a dirty tree, then
+reverted); each is hashed and compared, so the check costs a stat per indexed file and a
+hash per candidate, not a hash per file. Selection (``indexer.select.staleness``) and the
+MCP server (``get_status``, a note on stale answers) ask it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from indexer.extract.discover import wanted_language
+from indexer.extract.pipeline import content_hash
+from indexer.query.index import Index
+from indexer.workspace import Workspace
+
+SHOWN = 5
+MTIME_SLACK_S = 2.0  # built_at has whole seconds; file systems round mtimes too
+
+
+@dataclass
+class Freshness:
+    stale: list[str] = field(default_factory=list)  # paths the index disagrees on
+    problem: str | None = None  # a reason the comparison itself cannot be trusted
+
+    @property
+    def fresh(self) -> bool:
+        return not self.stale and self.problem is None
+
+    def describe(self) -> str:
+        if self.problem:
+            return self.problem
+        shown = ", ".join(self.stale[:SHOWN]) + (" ..." if len(self.stale) > SHOWN else "")
+        return f"{len(self.stale)} changed files differ from the index ({shown})"
+
+
+def _changed_since(source: Path, commit: str) -> list[str] | None:
+    result = subprocess.run(
+        [
+            "git",
+            "-c",
+            "core.quotepath=off",
+            "-C",
+            str(source),
+            "diff",
+            "--relative",
+            "--name-only",
+            "-z",
+            "--no-renames",
+            commit,
+            "--",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        return None
+    return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
+
+
+def _untracked(source: Path) -> list[str]:
+    result = subprocess.run(
+        ["git", "-C", str(source), "ls-files", "-z", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        return []
+    return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
+
+
+def _written_since(source: Path, built_at: str | None, rows: list[tuple]) -> list[str]:
+    """Indexed files modified after (or within a moment before) the index was built."""
+    if not built_at:
+        return [row[0] for row in rows]
+    try:
+        cutoff = datetime.fromisoformat(built_at).timestamp() - MTIME_SLACK_S
+    except ValueError:
+        return [row[0] for row in rows]
+    recent = []
+    root = str(source) + os.sep
+    for path, _, _ in rows:
+        try:
+            if os.stat(root + path).st_mtime >= cutoff:
+                recent.append(path)
+        except OSError:
+            recent.append(path)  # gone: the comparison below says so
+    return recent
+
+
+def check_freshness(
+    workspace: Workspace, index: Index, changed: Iterable[str] = (), head: str | None = None
+) -> Freshness:
+    """Whether the index describes the tree's files. ``changed`` are paths known to differ
+    from ``head`` (a diff against HEAD); without them (``head`` None) the tree is asked
+    what differs from the index's commit, untracked files included."""
+    freshness = Freshness()
+    if index.meta.get("manifest") not in (None, workspace.manifest.fingerprint()):
+        freshness.problem = "the index was built with a different harness manifest"
+        return freshness
+    paths = set(changed)
+    commit = index.meta.get("git_commit") or ""
+    if commit and (head is None or commit != head):
+        since = _changed_since(workspace.source, commit)
+        if since is None:
+            freshness.problem = f"the index's commit {commit[:12]} is not in this repository"
+            return freshness
+        paths.update(since)
+    if head is None:
+        paths.update(_untracked(workspace.source))
+    all_rows = index.conn.execute("SELECT path, sha, error FROM files").fetchall()
+    paths.update(_written_since(workspace.source, index.meta.get("built_at"), all_rows))
+    rows = {path: (sha, error) for path, sha, error in all_rows if path in paths}
+    for path in sorted(paths):
+        full = workspace.source / path
+        indexed = wanted_language(path, workspace.manifest) is not None
+        exists = full.is_file() and not full.is_symlink()
+        if path in rows and not (exists and indexed):
+            freshness.stale.append(path)  # gone from the tree, still in the index
+        elif exists and indexed:
+            if path not in rows:
+                freshness.stale.append(path)
+                continue
+            sha, error = rows[path]
+            if not sha and error:
+                continue  # recorded as too large or unreadable: no hash to compare
+            try:
+                data = full.read_bytes()
+            except OSError:
+                continue
+            if content_hash(data) != sha:
+                freshness.stale.append(path)
+    return freshness
