@@ -7,8 +7,10 @@ A mixin of :class:`indexer.select.placement.Placer`, which provides ``index``,
 
 from __future__ import annotations
 
+import re
+
 from indexer.extract.source import cpp_parser
-from indexer.graph.vocabulary import EdgeKind
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import is_header, language_of
 from indexer.query.index import Node
 from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
@@ -16,6 +18,11 @@ from indexer.select.diff import FileChange, Hunk
 from indexer.select.model import Entity
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN, FilePlacement, innermost
 
+_WORD = re.compile(r"\w+")
+# What a registration block's line makes: placed at it rather than at the block.
+REGISTERED_KINDS = frozenset(
+    {NodeKind.OP.value, NodeKind.BINDING.value, NodeKind.REGISTRATION.value}
+)
 HEADER_EVERYTHING_FILES = 1000  # includers beyond which a header change runs everything
 
 
@@ -64,14 +71,19 @@ class CppPlacement:
                     and broken.intersection(range(function.line, function.end_line + 1))
                 ):
                     file_wide.append(f"line {line} is in code tree-sitter cannot fully parse")
-                if function is not None:
+                registered = self._registered_at(path, new_nodes, line) if function else []
+                for node, at, reason in registered:
+                    self._add(result, [node], path, at, reason)
+                if function is not None and not registered:
                     self._add(result, [function], path, line, f"changed line {line} is in its body")
-                else:
+                elif function is None:
                     outside_new.add(line)
             if outside_new:
                 scope.merge(outside_scope(tree, outside_new))
                 self._at_lines(path, new_nodes, outside_new, result)
-            old_lines = self._outside_kept_bodies(path, functions, code or [], old_lines, result)
+            old_lines = self._outside_kept_bodies(
+                path, new_nodes, functions, code or [], old_lines, result
+            )
         if old_lines and old is not None:
             language = language_of(change.old_path or path)
             old_file = self._old_file(change, language, old)
@@ -116,9 +128,20 @@ class CppPlacement:
             return
         self._mentions(path, new, scope.names, first, new_nodes, result)
 
+    def _registered_at(
+        self, path: str, nodes: list[Node], line: int
+    ) -> list[tuple[Node, int, str]]:
+        """A line of a registration block (``TORCH_LIBRARY(_C, ops) { ops.def(...); }``
+        parses as a function) that defines an op or binding, or makes its registration
+        edge, is that op or binding: the block runs the line to register it alone."""
+        return [
+            made for made in self._made_at(path, nodes, {line}) if made[0].kind in REGISTERED_KINDS
+        ]
+
     def _outside_kept_bodies(
         self,
         path: str,
+        nodes: list[Node],
         functions: list[Node],
         code: list[Hunk],
         old_lines: list[int],
@@ -129,7 +152,8 @@ class CppPlacement:
         A hunk strictly inside a function body on the new side (its header before the
         hunk and its closing brace after it, both unchanged) was inside the same body at
         the base too, provided its old side keeps the braces balanced: those old lines
-        are that function, no base extraction needed (the costly part on big files).
+        are that function, no base extraction needed (the costly part on big files), or,
+        in a registration block, the ops they name.
         """
         tokens = self._old_tokens
         if tokens is None:
@@ -145,21 +169,58 @@ class CppPlacement:
                 continue
             function = min(body, key=lambda f: f.end_line - f.line)
             settled.update(hunk.old_lines)
+            named = self._registered_by_name(nodes, function, tokens, hunk.old_lines)
+            if named:
+                reason = f"base line {hunk.old_start} of its registration block names it"
+                self._add(result, named, path, hunk.old_start, reason)
+                continue
             reason = f"base lines {hunk.old_start}-{hunk.old_start + hunk.old_count - 1} in its body changed"
             self._add(result, [function], path, function.line, reason)
         return [line for line in old_lines if line not in settled]
+
+    @staticmethod
+    def _registered_by_name(
+        nodes: list[Node], block: Node, tokens: list, lines: list[int]
+    ) -> list[Node]:
+        """The ops or bindings the block registers that the base lines name
+        (``ops.impl("rms_norm", ...)``), when every line with code names one; else []."""
+        registered: dict[str, list[Node]] = {}
+        for node in nodes:
+            if node.kind in REGISTERED_KINDS and block.line <= node.line <= block.end_line:
+                registered.setdefault(node.name, []).append(node)
+        if not registered:
+            return []
+        found: list[Node] = []
+        for line in lines:
+            on_line = [t for t in tokens if t.start <= line <= t.end and not t.comment]
+            words = {word for t in on_line for word in _WORD.findall(t.text)}  # "x(...)"
+            names = sorted(words.intersection(registered))
+            hits = [node for name in names for node in registered[name]]
+            if on_line and not hits:
+                return []  # a line of other code: the block as a whole
+            found += hits
+        return list({node.id: node for node in found}.values())
 
     def _at_lines(
         self, path: str, nodes: list[Node], lines: set[int], result: FilePlacement
     ) -> None:
         """Definitions made on changed namespace-scope lines (a stub, an op schema, a
         binding) and the users of edges evidenced there (a registration's op or stub)."""
+        for node, line, reason in self._made_at(path, nodes, lines):
+            self._add(result, [node], path, line, reason)
+
+    def _made_at(
+        self, path: str, nodes: list[Node], lines: set[int]
+    ) -> list[tuple[Node, int, str]]:
+        """(node, line, why) for what the lines define other than functions, and for the
+        non-function users of the edges they evidence."""
+        made = []
         for node in nodes:
             if node.kind in FUNCTION_KINDS or node.kind == "file":
                 continue
             hit = [line for line in lines if node.line <= line <= node.end_line]
             if hit:
-                self._add(result, [node], path, hit[0], f"changed line {hit[0]} defines it")
+                made.append((node, hit[0], f"changed line {hit[0]} defines it"))
         file_id = self.files[path][0]
         ordered = sorted(lines)
         for start in range(0, len(ordered), 900):
@@ -175,9 +236,8 @@ class CppPlacement:
                 if node.kind == "file":
                     continue
                 line, kind = line_of[node.id]
-                self._add(
-                    result, [node], path, line, f"its {kind} edge is made at changed line {line}"
-                )
+                made.append((node, line, f"its {kind} edge is made at changed line {line}"))
+        return made
 
     def _mentions(
         self,

@@ -320,7 +320,12 @@ class ImpactWalker(Bridges, EdgeRows):
             explicit = self._explicit_methods(frontier, reach)
             if explicit:
                 found += self._method_callers(explicit, reach.steps, reach.file_id)
-                found += self._overridden(explicit)
+                # A class of a test file overriding a library method runs only where the
+                # test (or a test importing it) makes one: that file is selected already,
+                # and every caller of the library's method is no evidence of more.
+                found += self._overridden(
+                    {m: name for m, name in explicit.items() if reach.file_id[m] not in test_side}
+                )
             found += self._registrations(frontier, reach)
             steps = reach.steps
 

@@ -1,0 +1,93 @@
+"""Ops an extension's Python names without calling them on the line, registration
+blocks, and a test's own subclasses, on the miniext fixture (laid out like vLLM): each
+reaches the tests that run it, and only those."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.select_support import IndexedTree, indexed_tree, selected
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+    return indexed_tree(tmp_path_factory, "miniext")
+
+
+def _hops(selection, path: str) -> list[tuple[str, str, str]]:
+    return [(h.src, h.kind, h.dst) for h in selection.files[path].reasons[0].chain]
+
+
+@pytest.fixture
+def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
+    yield shared.use(monkeypatch)
+    shared.reset()
+
+
+def test_an_op_handed_to_a_test_helper_is_run_by_the_test(tree: IndexedTree) -> None:
+    """``opcheck(torch.ops._C.rotary_embedding, ...)`` in a test file's helper names the op
+    without calling it on that line; the harness calls it, so the test runs the kernel."""
+    tree.replace(
+        "csrc/pos_encoding_kernels.cu",
+        "dim3 block(std::min<int64_t>(num_heads * rot_dim / 2, 512));",
+        "dim3 block(std::min<int64_t>(num_heads * rot_dim / 2, 256));",
+    )
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/kernels/test_pos_encoding.py" in files  # through the _custom_ops wrapper
+    assert "tests/kernels/test_rotary_opcheck.py" in files
+    helper = "tests.kernels.test_rotary_opcheck.rotary_embedding_opcheck"
+    hops = _hops(selection, "tests/kernels/test_rotary_opcheck.py")
+    assert (helper, "references", "_C::rotary_embedding") in hops
+
+
+def test_an_op_kept_in_an_attribute_runs_where_the_layer_does(tree: IndexedTree) -> None:
+    """``self.op = torch.ops._C.silu_and_mul`` in ``__init__``, called as ``self.op(...)``."""
+    tree.replace(
+        "csrc/activation_kernels.cu",
+        "dim3 block(std::min(d, 1024));",
+        "dim3 block(std::min(d, 512));",
+    )
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/kernels/test_activation.py" in files  # calls the op itself
+    assert "tests/test_fused_activation.py" in files
+    assert "tests/kernels/test_rotary_opcheck.py" not in files
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (  # the impl line: its dispatch edge is made there
+            'ops.impl("silu_and_mul", torch::kCUDA, &silu_and_mul);',
+            'ops.impl("silu_and_mul", c10::DispatchKey::CUDA, &silu_and_mul);',
+        ),
+        (  # the schema line: the op is defined there
+            'ops.def("silu_and_mul(Tensor! out, Tensor input) -> ()");',
+            'ops.def("silu_and_mul(Tensor! out, Tensor  input) -> ()");',
+        ),
+    ],
+)
+def test_a_registration_line_is_its_op_not_the_whole_block(
+    tree: IndexedTree, old: str, new: str
+) -> None:
+    """``TORCH_LIBRARY(...) { ... }`` parses as a function: a change to one of its lines is
+    the op that line registers, not every op of the block."""
+    tree.replace("csrc/torch_bindings.cpp", old, new)
+    selection = tree.select()
+    assert [e.label for e in selection.entities] == ["_C::silu_and_mul"]
+    files = selected(selection)
+    assert "tests/kernels/test_activation.py" in files
+    assert "tests/kernels/test_pos_encoding.py" not in files  # another op of the block
+    assert not selection.everything
+
+
+def test_an_override_made_in_a_test_file_reaches_no_library_caller(tree: IndexedTree) -> None:
+    """HalvingMethod.apply (a test's own class) overrides QuantMethodBase.apply, which
+    linear.py calls; only the test makes a HalvingMethod, so only it runs the change."""
+    tree.replace("miniext/math_utils.py", "return -(a // -b)", "return -(-a // b)")
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/quantization/test_custom_method.py" in files
+    assert "tests/test_utils.py" in files  # calls cdiv itself
+    assert "tests/quantization/test_quant_linear.py" not in files
