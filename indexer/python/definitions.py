@@ -108,6 +108,10 @@ class DefinitionPass:
                     self.scope.aliases[target.id] = alias
             elif target.id not in self.scope.aliases and target.id not in self.scope.defs:
                 self.module_vars.add(target.id)
+                if value is not None:
+                    self.var_names.setdefault(target.id, set()).update(
+                        node.id for node in ast.walk(value) if isinstance(node, ast.Name)
+                    )
 
     def _function(
         self,

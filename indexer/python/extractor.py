@@ -77,6 +77,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.class_dotted: dict[int, str] = {}  # node -> dotted class name
         self.stars: list[str] = []
         self.module_vars: set[str] = set()
+        self.var_names: dict[str, set[str]] = {}  # module variable -> names its value uses
+        self.code_vars: frozenset[str] = frozenset()  # see _code_vars
         self.ops_tests: list[tuple[int, testconv.OpsUse]] = []  # (test node, its @ops)
         self.ops_aliases = testconv.OpsAliases()
         self.class_values: dict[int, dict[str, ast.expr]] = {}  # class node -> name -> value
@@ -103,6 +105,7 @@ class FileIndexer(DefinitionPass, ReferencePass):
         forced = self._forced_test_classes(tree.body)
         self.ops_aliases = testconv.OpsAliases.of(tree.body)
         self._collect(tree.body, forced)
+        self.code_vars = self._code_vars()
         self._class_bases()
         self._apply_instantiations(tree.body)
         summaries: dict[str, Any] = {}
@@ -125,6 +128,15 @@ class FileIndexer(DefinitionPass, ReferencePass):
         if summaries:
             attrs["opinfo_lists"] = summaries
         self._value_methods()
+
+    def _code_vars(self) -> frozenset[str]:
+        """Module variables whose value names definitions of this module: registries
+        (``_ACTIVATION_REGISTRY = LazyDict({"gelu": lambda: GELU(), ...})``). A function
+        here reading one reaches what it holds (``get_act_fn`` returns an entry), so its
+        use is a reference to the module's name, as an importer's would be. A registry of
+        imported definitions only is not recognised; a logger or a constant is not one."""
+        defs = set(self.scope.defs)
+        return frozenset(var for var, names in self.var_names.items() if names & defs)
 
     def _value_methods(self) -> None:
         """Record on each class the names its methods hand out as values without calling

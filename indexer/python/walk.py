@@ -235,7 +235,15 @@ class ReferencePass:
             kind = type(node)
             if kind is ast.Name:
                 if type(node.ctx) is ast.Load:
-                    self._chain([node.id], node.lineno, src, scope)
+                    if (
+                        not self._chain([node.id], node.lineno, src, scope)
+                        and node.id in self.code_vars
+                        and src != self.module_node
+                        and self._module_level(node.id, scope)
+                    ):
+                        self.emit_ref(
+                            src, self.use_kind(src), "py", f"{self.modname}.{node.id}", node.lineno
+                        )
                 elif local:
                     scope.aliases[node.id] = None
             elif kind is ast.Attribute:
@@ -269,6 +277,14 @@ class ReferencePass:
                         extend(value)
                     elif value is not None:
                         push(value)
+
+    def _module_level(self, name: str, scope: Scope) -> bool:
+        """Whether ``name`` in ``scope`` is the module's, not hidden by a local binding."""
+        while scope is not None and scope is not self.scope:
+            if name in scope.aliases or name in scope.defs:
+                return False
+            scope = scope.parent
+        return True
 
     @staticmethod
     def _self_attribute(chain: list[str], cls: str | None, into: dict[str, set[str]]) -> None:
