@@ -161,6 +161,12 @@ def test_stub_call_and_registered_kernels(built: tuple[Path, Index]) -> None:
     assert {t.qualname for t, _ in out(index, mul, "dispatches")} == {
         "at::native::(anonymous)::mul_kernel"
     }
+    # mul_out hands mul_stub to the helper that calls it: that is mul_out calling it.
+    mul_out = one(index, "at::native::structured_mul_out::impl")
+    calls = {t.qualname: e for t, e in out(index, mul_out)}
+    assert calls["at::native::mul_stub"].line == line_of(
+        repo / NATIVE / "BinaryOps.cpp", "binary_op_impl(*this, mul_stub)"
+    )
 
 
 def test_kernel_launches(built: tuple[Path, Index]) -> None:

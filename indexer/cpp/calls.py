@@ -325,10 +325,14 @@ class CallSites:
                 written = f"{self.aliases[head]}::{rest}"
         return written
 
-    def add_kernel_arguments(self, arguments: list[Node], kernel_names: set[str]) -> None:
-        """Kernels passed as arguments: ``launch_kernel(k<T>, ...)``, ``cudaLaunchKernel((void*)k)``."""
+    def add_kernel_arguments(
+        self, arguments: list[Node], kernel_names: set[str], stub_names: set[str] = frozenset()
+    ) -> None:
+        """Kernels passed as arguments: ``launch_kernel(k<T>, ...)``, ``cudaLaunchKernel((void*)k)``;
+        and dispatch stubs passed to the helper that calls them
+        (``unary_op_impl_float_out(result, self, logit_stub)``): a ``calls`` ref."""
         helper_arguments = self.helper_arguments
-        if not kernel_names and not helper_arguments:
+        if not kernel_names and not helper_arguments and not stub_names:
             return
         for node in arguments:
             start = node.start_byte
@@ -342,6 +346,15 @@ class CallSites:
                     written = f"{self.aliases[head]}::{rest}"
             name = split_qualified(written)[-1:] if written else []
             if not name:
+                continue
+            if name[0] in stub_names and node.type == "identifier":
+                if not any(
+                    caller.start <= at < start for at in self.variables.get(written.encode(), ())
+                ):
+                    attrs = {**caller.plain, "via": "argument"}
+                    self.facts.refs.append(
+                        RefFact(caller.local, _CALLS, _CPP, written, self.line(node), None, attrs)
+                    )
                 continue
             if name[0] not in kernel_names:
                 # Passed to a launch helper: as its first argument, as a template

@@ -146,6 +146,9 @@ class _Extraction:
         # Stand-in function name -> the function whose body used the macro it expands.
         self.hosts = hosts or {}
         self.kernel_names: set[str] = parent.kernel_names if parent else set()
+        # Dispatch stubs the file declares or defines: passed as a value
+        # (``unary_op_impl_float_out(result, self, logit_stub)``), a stub is called there.
+        self.stub_names: set[str] = parent.stub_names if parent else set()
         self.usings: list[tuple[int, int, str]] = []  # (start, end of its scope, namespace)
         self.aliases: dict[str, str] = {}
         # Shared with the file's own extraction when expanding its macros.
@@ -163,9 +166,11 @@ class _Extraction:
     def run(self) -> None:
         prepared = self.prepared
         cuda = self.src.language == "cuda" or bool(prepared.global_at or prepared.launch_at)
+        stubs = self.extractor.stub_pattern is not None and _DISPATCH in self.data
         # In source order, outermost first: the order captures come in varies between runs,
         # and the index must not (update equals rebuild, snapshots compare).
-        captures = QueryCursor(_query(cuda)).captures(self.src.cpp_tree.root_node)
+        arguments = cuda or stubs or bool(self.stub_names)
+        captures = QueryCursor(_query(arguments)).captures(self.src.cpp_tree.root_node)
         for name in _ORDERED_CAPTURES:  # the others are sorted where they are used
             if name in captures:
                 captures[name] = sorted(captures[name], key=_source_order)
@@ -189,8 +194,8 @@ class _Extraction:
         for caller in self.callers:
             caller.set_usings(self._usings_between(caller.start, caller.end))
         outer = [r for r in regions if r.kind != FUNCTION and not r.in_function]
-        if self.extractor.stub_pattern is not None and _DISPATCH in self.data:
-            macros.add_dispatch_stubs(
+        if stubs:
+            self.stub_names |= macros.add_dispatch_stubs(
                 self.facts,
                 self.data,
                 self.extractor.stub_pattern,
@@ -208,9 +213,10 @@ class _Extraction:
             self.newlines,
         )
         sites.add_variables(captures.get("var", []), captures.get("vtype", []))
-        sites.add_calls(captures.get("call", []), "karg" in captures)
+        sites.add_calls(captures.get("call", []), cuda and "karg" in captures)
         if "karg" in captures:
-            sites.add_kernel_arguments(captures["karg"], self.kernel_names)
+            kernels = self.kernel_names if cuda else set()
+            sites.add_kernel_arguments(captures["karg"], kernels, self.stub_names)
         if not expansion:
             self._expand_macros(outer)
 

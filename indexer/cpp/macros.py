@@ -139,19 +139,25 @@ def add_dispatch_stubs(
     scope_at: Callable[[int], list[str]],
     usings_at: Callable[[int], list[str]],
     line_of: Callable[[MacroUse], int],
-) -> None:
+) -> set[str]:
     """``DECLARE_DISPATCH(fn_t, add_stub)`` -> a dispatch_stub node;
     ``REGISTER_DISPATCH(add_stub, &add_kernel)`` (and the per-architecture forms) -> a
     ``dispatches`` ref naming the kernel, with the stub in ``attrs["stub"]``: the resolver
     makes the edge stub -> kernel. One registration per line, whatever the CPU capability
-    the file is compiled for: one logical kernel."""
+    the file is compiled for: one logical kernel. Returns the names of the stubs the
+    file declares or defines (``DEFINE_DISPATCH(add_stub)``), which its code may pass
+    along as values."""
+    stubs: set[str] = set()
     for use in find_macro_uses(data, pattern):
+        if use.macro == DEFINE and use.arguments and use.arguments[0].isidentifier():
+            stubs.add(use.arguments[0])
         scope = scope_at(use.offset)
         line = line_of(use)
         if use.macro == DECLARE:
             if len(use.arguments) < 2 or not use.arguments[-1].isidentifier():
                 continue
             name = use.arguments[-1]
+            stubs.add(name)
             local = facts.add_node(
                 NodeKind.DISPATCH_STUB.value,
                 name,
@@ -176,3 +182,4 @@ def add_dispatch_stubs(
             if usings:
                 attrs["using"] = usings
             facts.add_ref(FILE_NODE, EdgeKind.DISPATCHES.value, "cpp", kernel, line, **attrs)
+    return stubs
