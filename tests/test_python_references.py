@@ -154,3 +154,14 @@ def test_classes_record_the_methods_they_hand_out_as_values(
     assert custom_op.attrs["value_methods"] == ["forward_cuda", "forward_native"]
     gelu = node(index, "minitorch.nn.modules.custom_op.GELUTanh", "python_class")
     assert "value_methods" not in gelu.attrs  # it only defines them
+
+
+def test_ops_named_through_torch_ops_module_are_ops(minitorch: tuple[Path, Index]) -> None:
+    """``aten = torch._ops.ops.aten`` then ``@register_decomposition(aten.relu)``: the
+    decorator names the op (the module torch._ops exists, yet the op is what is meant)."""
+    repo, index = minitorch
+    relu = node(index, "minitorch._refs.relu", "python_function")
+    line = line_of(repo / "minitorch/_refs.py", "@register_decomposition(aten.relu)")
+    assert ("aten::relu", line) in {
+        (index.node(e.dst).qualname, e.line) for e in index.out_edges(relu.id, ["references"])
+    }

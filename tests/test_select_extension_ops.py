@@ -94,3 +94,15 @@ def test_an_override_made_in_a_test_file_reaches_no_library_caller(tree: Indexed
     assert "tests/quantization/test_custom_method.py" in files
     assert "tests/test_utils.py" in files  # calls cdiv itself
     assert "tests/quantization/test_quant_linear.py" not in files
+
+
+def test_a_factory_classmethod_constructs_its_class(tree: IndexedTree) -> None:
+    """``return cls(...)`` in Engine.from_config runs Engine.__init__: the front end calling
+    the factory (LLM) reaches a change there, not only code naming Engine."""
+    tree.replace("miniext/engine.py", "self.hidden = hidden", "self.hidden = int(hidden)")
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/test_engine_direct.py" in files
+    assert "tests/test_engine.py" in files
+    hops = _hops(selection, "tests/test_engine.py")
+    assert ("miniext.engine.Engine.from_config", "references", "miniext.engine.Engine") in hops

@@ -108,9 +108,10 @@ class PythonView:
         return resolve_dotted(self, target, self._cache)
 
     def named(self, target: str) -> list[int]:
-        """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``,
-        then the generated bindings of function variants (``torch._C._VariableFunctions.add``,
-        ``torch._C.add``, ``torch._VF.add`` are what ``torch.add`` is)."""
+        """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``
+        (``torch._ops.ops`` too), then the generated bindings of function variants
+        (``torch._C._VariableFunctions.add``, ``torch._C.add``, ``torch._VF.add`` are what
+        ``torch.add`` is)."""
         found = self.pynames.get(target)
         if found:
             return found
@@ -118,6 +119,8 @@ class PythonView:
         generated = _GENERATED.match(target)
         if generated:
             return self.pynames.get(f"{generated.group(1)}.{generated.group(2)}", [])
+        if len(parts) >= 5 and parts[1] == "_ops" and parts[2] == "ops":
+            parts = [parts[0], *parts[2:]]  # torch._ops.ops is torch.ops (torch/_refs' `aten`)
         if len(parts) >= 4 and parts[1] == "ops":
             packet = f"{parts[2]}::{parts[3]}"
             if len(parts) == 4 or parts[4] == "default":

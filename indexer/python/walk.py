@@ -235,15 +235,8 @@ class ReferencePass:
             kind = type(node)
             if kind is ast.Name:
                 if type(node.ctx) is ast.Load:
-                    if (
-                        not self._chain([node.id], node.lineno, src, scope)
-                        and node.id in self.code_vars
-                        and src != self.module_node
-                        and self._module_level(node.id, scope)
-                    ):
-                        self.emit_ref(
-                            src, self.use_kind(src), "py", f"{self.modname}.{node.id}", node.lineno
-                        )
+                    if not self._chain([node.id], node.lineno, src, scope):
+                        self._unbound_name(node, src, scope, cls)
                 elif local:
                     scope.aliases[node.id] = None
             elif kind is ast.Attribute:
@@ -277,6 +270,16 @@ class ReferencePass:
                         extend(value)
                     elif value is not None:
                         push(value)
+
+    def _unbound_name(self, node: ast.Name, src: int, scope: Scope, cls: str | None) -> None:
+        """A name no import or definition binds: ``cls`` in a method is its class
+        (``return cls(...)`` in a factory classmethod constructs one); a registry of the
+        module (see ``code_vars``) is the module's name, as an importer's use would be."""
+        name = node.id
+        if name == "cls" and cls is not None:
+            self.emit_ref(src, self.use_kind(src), "py", cls, node.lineno)
+        elif name in self.code_vars and src != self.module_node and self._module_level(name, scope):
+            self.emit_ref(src, self.use_kind(src), "py", f"{self.modname}.{name}", node.lineno)
 
     def _module_level(self, name: str, scope: Scope) -> bool:
         """Whether ``name`` in ``scope`` is the module's, not hidden by a local binding."""
