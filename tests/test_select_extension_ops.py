@@ -106,3 +106,17 @@ def test_a_factory_classmethod_constructs_its_class(tree: IndexedTree) -> None:
     assert "tests/test_engine.py" in files
     hops = _hops(selection, "tests/test_engine.py")
     assert ("miniext.engine.Engine.from_config", "references", "miniext.engine.Engine") in hops
+
+
+def test_a_model_named_in_a_string_registry_reaches_the_registry_users(
+    tree: IndexedTree,
+) -> None:
+    """``"TinyModel": ("tiny", "TinyModel")`` is loaded with importlib: the class's users
+    include whoever loads models through the registry (through _ALL_MODELS, then
+    ModelRegistry, bound from it at import)."""
+    tree.replace("miniext/models/tiny.py", "    scale = 1.0", "    scale = 1.0\n    bias = 0.0")
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/test_model_registry.py" in files
+    hops = _hops(selection, "tests/test_model_registry.py")
+    assert ("miniext.models.registry", "references", "miniext.models.tiny.TinyModel") in hops

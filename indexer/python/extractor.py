@@ -116,6 +116,7 @@ class FileIndexer(DefinitionPass, ReferencePass):
             summaries = OpinfoScanner(self).scan(tree.body)
         self._import_parent_package()
         self._walk_module(tree.body)
+        self._string_registries(tree.body)
         attrs = self.facts.nodes[self.module_node].attrs
         bindings = {k: v for k, v in self.scope.aliases.items() if v is not None}
         if bindings:
@@ -128,6 +129,28 @@ class FileIndexer(DefinitionPass, ReferencePass):
         if summaries:
             attrs["opinfo_lists"] = summaries
         self._value_methods()
+
+    def _string_registries(self, body: list[ast.stmt]) -> None:
+        """A module-level mapping to ("module", "Class") pairs is a registry that imports
+        those classes by name at run time (vLLM's model registry: ``"LlamaForCausalLM":
+        ("llama", "LlamaForCausalLM")``, a module of this package, or a dotted one): each
+        pair references the class, so a model reached reaches the registry's users."""
+        package = self.modname if self.is_package else self.modname.rpartition(".")[0]
+        for stmt in body:
+            value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+            if not isinstance(value, ast.Dict):
+                continue
+            for item in value.values:
+                pair = _string_pair(item)
+                if pair is None:
+                    continue
+                module, name = pair
+                if "." not in module and package:
+                    module = f"{package}.{module}"
+                self.emit_ref(
+                    self.module_node, self.use_kind(self.module_node), "py",
+                    f"{module}.{name}", item.lineno,
+                )  # fmt: skip
 
     def _code_vars(self) -> frozenset[str]:
         """Module variables whose value names definitions of this module: registries
@@ -284,3 +307,15 @@ class FileIndexer(DefinitionPass, ReferencePass):
                 continue
             scope.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
             self.emit_import(src, f"{module}.{alias.name}", line, **extra)
+
+
+def _string_pair(node: ast.expr | None) -> tuple[str, str] | None:
+    """("module.path", "Name") as string constants, or None."""
+    if not isinstance(node, ast.Tuple) or len(node.elts) != 2:
+        return None
+    texts = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    if len(texts) != 2 or not texts[1].isidentifier():
+        return None
+    if not all(part.isidentifier() for part in texts[0].split(".")):
+        return None
+    return texts[0], texts[1]

@@ -47,7 +47,7 @@ from indexer.select import judgments
 from indexer.select.bridges import Bridges, Found, Step
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
-from indexer.select.module_scope import ModuleStatements
+from indexer.select.module_scope import ModuleStatements, StatementUse
 
 REVERSE_KINDS = (
     EdgeKind.CALLS.value,
@@ -232,6 +232,9 @@ class ImpactWalker(Bridges, EdgeRows):
         )
         if any(asked) and not use.run_at_import:
             reach.deferred_calls.append((module, named.id))
+        if not use.run_at_import and use.names:
+            derived = self.statements.derived(self._path(file_id), use.names)
+            use = StatementUse(derived.run_at_import, derived.names, use.op_name)
         if use.run_at_import:
             reach.import_live.add(module)
             reach.module_names.pop(module, None)

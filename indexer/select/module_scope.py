@@ -13,6 +13,9 @@ changed definition (``references`` from the module node):
   names are affected, not every user of the module;
 - it registers it as an op (``direct_register_custom_op(op_name="x", op_func=f)``, a
   harness's ``[python] op_registrars``): it runs where ``torch.ops.<ns>.x(...)`` is called;
+- names bound so are followed through the module's later top-level statements
+  (``_ALL = {**_TEXT_MODELS}``, then ``ModelRegistry = Registry(_ALL)``): what they bind
+  from them is affected too;
 - it does neither (``add_docstr(torch.atan2, ...)``): a compiled op passed along is not
   run by it; a Python definition passed along may be registered somewhere and run later,
   so the module counts as run at import (the conservative reading).
@@ -142,6 +145,7 @@ class ModuleStatements:
         self._statements: dict[tuple[str, int], ast.stmt | None] = {}
         self._blocks: dict[tuple[str, int, int], tuple[int, list[ast.stmt]]] = {}
         self._statement_calls: dict[ast.stmt, list[tuple[ast.Call, str | None]]] = {}
+        self._reads: dict[str, list[tuple[set[str], set[str], bool]]] = {}
         self._outer: dict[tuple[str, int], tuple[FunctionNode | None, int]] = {}
         self._deferred: dict[tuple[str, int, int], bool] = {}
 
@@ -302,6 +306,44 @@ class ModuleStatements:
                 return found, start
         tree = self._tree(path)
         return (_defined_at(tree, def_line) if tree is not None else None), 0
+
+    def derived(self, path: str, names: frozenset[str]) -> StatementUse:
+        """``names`` and the module names later top-level statements bind from them,
+        transitively (``_ALL = {**_TEXT_MODELS}``, then ``ModelRegistry = Registry(_ALL)``):
+        their users are affected too. A statement reading one that binds no module name
+        (a call, a store into an object) counts as run at import."""
+        if not names:
+            return StatementUse(False, names)
+        found = set(names)
+        changed = True
+        while changed:
+            changed = False
+            for read, bound, mutates in self._top_level_reads(path):
+                if not read & found:
+                    continue
+                if mutates or not bound:
+                    return RUN
+                if not bound <= found:
+                    found |= bound
+                    changed = True
+        return StatementUse(False, frozenset(found))
+
+    def _top_level_reads(self, path: str) -> list[tuple[set[str], set[str], bool]]:
+        """(names read, names bound, stores into an object) of each top-level statement
+        (inside module-level blocks, definitions aside), once per walker and file."""
+        if path not in self._reads:
+            tree = self._tree(path)
+            found = []
+            for stmt in statements(tree.body, blocks=False, definitions=False) if tree else []:
+                read = {
+                    node.id
+                    for node in ast.walk(stmt)
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+                }
+                bound, mutates = _bound(targets(stmt))
+                found.append((read, bound, mutates))
+            self._reads[path] = found
+        return self._reads[path]
 
     def use(
         self,
