@@ -85,6 +85,19 @@ def test_a_registration_line_is_its_op_not_the_whole_block(
     assert not selection.everything
 
 
+def test_an_impl_line_in_a_block_apart_from_the_schema_is_its_op(tree: IndexedTree) -> None:
+    """``STABLE_TORCH_LIBRARY_IMPL`` registers an op its ``..._FRAGMENT`` block defines:
+    both sides of the changed impl line are that op, not the impl block."""
+    tree.replace(
+        "csrc/torch_bindings.cpp",
+        'm.impl("scaled_fp8_quant", &boxed_scaled_fp8_quant);',
+        'm.impl("scaled_fp8_quant", TORCH_BOX(&boxed_scaled_fp8_quant));',
+    )
+    selection = tree.select()
+    assert [e.label for e in selection.entities] == ["_C::scaled_fp8_quant"]
+    assert not selection.everything
+
+
 def test_an_override_made_in_a_test_file_reaches_no_library_caller(tree: IndexedTree) -> None:
     """HalvingMethod.apply (a test's own class) overrides QuantMethodBase.apply, which
     linear.py calls; only the test makes a HalvingMethod, so only it runs the change."""
@@ -120,3 +133,18 @@ def test_a_model_named_in_a_string_registry_reaches_the_registry_users(
     assert "tests/test_model_registry.py" in files
     hops = _hops(selection, "tests/test_model_registry.py")
     assert ("miniext.models.registry", "references", "miniext.models.tiny.TinyModel") in hops
+
+
+def test_a_lambda_in_a_registry_runs_when_called_not_at_import(tree: IndexedTree) -> None:
+    """``{"silu_and_mul": lambda: FusedSiluAndMul()}`` at module level builds nothing
+    at import: a change in FusedSiluAndMul.__init__ reaches the users of the registry and
+    of the class, not every importer of the module (test_silu_native.py)."""
+    tree.replace(
+        "miniext/layers/activation.py",
+        "self.op = torch.ops._C.silu_and_mul",
+        "self.op = torch.ops._C.silu_and_mul if torch else None",
+    )
+    selection = tree.select()
+    files = selected(selection)
+    assert "tests/test_fused_activation.py" in files
+    assert "tests/test_silu_native.py" not in files

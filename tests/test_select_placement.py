@@ -343,3 +343,11 @@ def test_deleted_test_file_selects_nothing_and_says_why(tree: IndexedTree) -> No
     assert not selection.files and not selection.run_everything
     assert selection.empty_reason.startswith("nothing that changed is used by a test")
     assert "test/test_unrelated.py: test file deleted: nothing left to run in it" in selection.notes
+
+
+def test_blank_lines_around_a_new_function_are_not_module_level_code(tree: IndexedTree) -> None:
+    path = "minitorch/linalg.py"
+    tree.path(path).write_text(tree.path(path).read_text() + "\n\ndef _unused():\n    return 1\n")
+    selection = tree.select()
+    assert labels(selection)[0] == "minitorch.linalg._unused"
+    assert not any("module-level" in e.reason for e in selection.entities)

@@ -169,7 +169,10 @@ class CppPlacement:
                 continue
             function = min(body, key=lambda f: f.end_line - f.line)
             settled.update(hunk.old_lines)
-            named = self._registered_by_name(nodes, function, tokens, hunk.old_lines)
+            registering = bool(hunk.new_count) and all(
+                self._registered_at(path, nodes, line) for line in hunk.new_lines
+            )
+            named = self._registered_by_name(nodes, tokens, hunk.old_lines) if registering else []
             if named:
                 reason = f"base line {hunk.old_start} of its registration block names it"
                 self._add(result, named, path, hunk.old_start, reason)
@@ -179,14 +182,13 @@ class CppPlacement:
         return [line for line in old_lines if line not in settled]
 
     @staticmethod
-    def _registered_by_name(
-        nodes: list[Node], block: Node, tokens: list, lines: list[int]
-    ) -> list[Node]:
-        """The ops or bindings the block registers that the base lines name
-        (``ops.impl("rms_norm", ...)``), when every line with code names one; else []."""
+    def _registered_by_name(nodes: list[Node], tokens: list, lines: list[int]) -> list[Node]:
+        """For a hunk whose new lines register ops: the ops or bindings of the file that
+        its base lines name (``ops.impl("rms_norm", ...)``; the op may be defined in
+        another block of the file), when every base line with code names one; else []."""
         registered: dict[str, list[Node]] = {}
         for node in nodes:
-            if node.kind in REGISTERED_KINDS and block.line <= node.line <= block.end_line:
+            if node.kind in REGISTERED_KINDS:
                 registered.setdefault(node.name, []).append(node)
         if not registered:
             return []

@@ -247,14 +247,22 @@ class ModuleStatements:
         return self._blocks[key]
 
     def _calls_in(self, stmt: ast.stmt) -> list[tuple[ast.Call, str | None]]:
-        """The calls in a statement (in ``ast.walk`` order) with their callee names,
-        once per statement (statements are kept by ``_block``)."""
+        """The calls a statement makes when it runs (in ``ast.walk`` order) with their
+        callee names, once per statement (statements are kept by ``_block``). Calls in a
+        lambda it only makes (``"gelu_new": lambda: NewGELU()`` in a registry) are left
+        out: they run when the lambda is called, by the users of what the statement binds."""
         if stmt not in self._statement_calls:
-            self._statement_calls[stmt] = [
-                (node, callee_name(node.func))
-                for node in ast.walk(stmt)
-                if isinstance(node, ast.Call)
-            ]
+            found = []
+            stack: list[ast.AST] = [stmt]
+            while stack:
+                node = stack.pop(0)
+                if isinstance(node, ast.Lambda):
+                    stack.extend(node.args.defaults)  # evaluated when the lambda is made
+                    continue
+                if isinstance(node, ast.Call):
+                    found.append((node, callee_name(node.func)))
+                stack.extend(ast.iter_child_nodes(node))
+            self._statement_calls[stmt] = found
         return self._statement_calls[stmt]
 
     def deferred(self, path: str, def_line: int, line: int) -> bool:

@@ -76,6 +76,19 @@ def _whole(change: FileChange, old: bytes | None, new: bytes | None) -> list[Hun
     return [Hunk(1 if n_old else 0, n_old, 1 if n_new else 0, n_new)]
 
 
+def _code_lines(tokens: list | None, lines: list[int]) -> list[int]:
+    """``lines`` less those no code token covers (blank or comment-only: a blank line
+    around a new function is no module-level change); a blank line inside a string is
+    covered by the string. All of them when the text could not be tokenized."""
+    if not tokens or not lines:
+        return lines
+    covered: set[int] = set()
+    for token in tokens:
+        if not token.comment:
+            covered.update(range(token.start, token.end + 1))
+    return [line for line in lines if line in covered]
+
+
 def _yaml_code_line(line: bytes) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith(b"#")
@@ -83,6 +96,8 @@ def _yaml_code_line(line: bytes) -> bool:
 
 class Placer(CppPlacement, IndirectUses):
     """Places the changed files of one diff onto one index."""
+
+    _new_tokens: list | None = None  # the changed file's new side, when it tokenized
 
     def __init__(self, diff: Diff, index: Index, manifest: Manifest) -> None:
         self.diff = diff
@@ -153,6 +168,7 @@ class Placer(CppPlacement, IndirectUses):
         if row is not None and row[4]:
             result.everything = f"{change.path} could not be indexed ({row[4]})"
             return
+        self._old_tokens = self._new_tokens = None  # set by _code_hunks, for this file
         if change.status in ("renamed", "copied"):
             # The path itself changed: what named the old one (an import, an #include)
             # is affected even where the text is the same.
@@ -201,7 +217,7 @@ class Placer(CppPlacement, IndirectUses):
         try:
             old_tokens = tokens_for(language, old) if old is not None else []
             new_tokens = tokens_for(language, new) if new is not None else []
-            self._old_tokens = old_tokens
+            self._old_tokens, self._new_tokens = old_tokens, new_tokens
         except Untokenizable as exc:
             result.notes.append(f"cannot tokenize {result.changed.path} ({exc}): every hunk counts")
             return hunks
@@ -294,6 +310,8 @@ class Placer(CppPlacement, IndirectUses):
         path = change.path
         row = self.files.get(path)
         module_level: list[int] = []
+        new_lines = _code_lines(self._new_tokens, new_lines)
+        old_lines = _code_lines(self._old_tokens, old_lines)
         if new_lines:
             nodes = self.index.nodes_in_file(path)
             defs = [node for node in nodes if node.kind in PYTHON_DEF_KINDS]
