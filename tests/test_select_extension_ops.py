@@ -55,7 +55,11 @@ def test_an_op_kept_in_an_attribute_runs_where_the_layer_does(tree: IndexedTree)
     assert "tests/kernels/test_rotary_opcheck.py" not in files
     # get_act_fn returns an entry of _ACTIVATIONS, a registry of its own module.
     hops = _hops(selection, "tests/test_act_registry.py")
-    assert ("miniext.layers.activation.get_act_fn", "references", "miniext.layers.activation") in hops
+    assert (
+        "miniext.layers.activation.get_act_fn",
+        "references",
+        "miniext.layers.activation",
+    ) in hops
 
 
 @pytest.mark.parametrize(
