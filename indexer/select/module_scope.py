@@ -69,6 +69,9 @@ def _line_end_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"\b{re.escape(name)}\s*$")
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
 @lru_cache(maxsize=1024)
 def _stored_pattern(name: str) -> re.Pattern[str]:
     """``self.op = torch.ops._C.silu_and_mul`` or ``return torch.ops._C.x``: the op kept
@@ -145,7 +148,9 @@ class ModuleStatements:
         self._statements: dict[tuple[str, int], ast.stmt | None] = {}
         self._blocks: dict[tuple[str, int, int], tuple[int, list[ast.stmt]]] = {}
         self._statement_calls: dict[ast.stmt, list[tuple[ast.Call, str | None]]] = {}
-        self._reads: dict[str, list[tuple[set[str], set[str], bool]]] = {}
+        self._reads: dict[ast.stmt, tuple[set[str], set[str], bool]] = {}
+        self._words: dict[str, dict[str, list[int]]] = {}
+        self._derived: dict[tuple[str, frozenset[str]], StatementUse] = {}
         self._outer: dict[tuple[str, int], tuple[FunctionNode | None, int]] = {}
         self._deferred: dict[tuple[str, int, int], bool] = {}
 
@@ -319,39 +324,56 @@ class ModuleStatements:
         """``names`` and the module names later top-level statements bind from them,
         transitively (``_ALL = {**_TEXT_MODELS}``, then ``ModelRegistry = Registry(_ALL)``):
         their users are affected too. A statement reading one that binds no module name
-        (a call, a store into an object) counts as run at import."""
-        if not names:
-            return StatementUse(False, names)
+        (a call, a store into an object) counts as run at import. Only the top-level
+        blocks of lines naming them are parsed."""
+        key = (path, names)
+        if key not in self._derived:
+            self._derived[key] = self._derive(path, names)
+        return self._derived[key]
+
+    def _derive(self, path: str, names: frozenset[str]) -> StatementUse:
         found = set(names)
-        changed = True
-        while changed:
-            changed = False
-            for read, bound, mutates in self._top_level_reads(path):
+        seen: set[int] = set()
+        frontier = set(names)
+        words = self._word_lines(path)
+        while frontier:
+            lines = sorted({line for name in frontier for line in words.get(name, ())})
+            frontier = set()
+            for line in lines:
+                stmt = self._statement_at(path, line)
+                if stmt is None or id(stmt) in seen or isinstance(stmt, DEFINITIONS):
+                    continue
+                seen.add(id(stmt))
+                read, bound, mutates = self._reads_of(stmt)
                 if not read & found:
                     continue
                 if mutates or not bound:
                     return RUN
-                if not bound <= found:
-                    found |= bound
-                    changed = True
+                frontier |= bound - found
+                found |= bound
         return StatementUse(False, frozenset(found))
 
-    def _top_level_reads(self, path: str) -> list[tuple[set[str], set[str], bool]]:
-        """(names read, names bound, stores into an object) of each top-level statement
-        (inside module-level blocks, definitions aside), once per walker and file."""
-        if path not in self._reads:
-            tree = self._tree(path)
-            found = []
-            for stmt in statements(tree.body, blocks=False, definitions=False) if tree else []:
-                read = {
-                    node.id
-                    for node in ast.walk(stmt)
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-                }
-                bound, mutates = _bound(targets(stmt))
-                found.append((read, bound, mutates))
-            self._reads[path] = found
-        return self._reads[path]
+    def _word_lines(self, path: str) -> dict[str, list[int]]:
+        """Each identifier of the file -> the lines it appears on, once per walker."""
+        if path not in self._words:
+            words: dict[str, list[int]] = {}
+            for line, text in enumerate(self.lines(path) or (), 1):
+                for word in set(_IDENTIFIER.findall(text)):
+                    words.setdefault(word, []).append(line)
+            self._words[path] = words
+        return self._words[path]
+
+    def _reads_of(self, stmt: ast.stmt) -> tuple[set[str], set[str], bool]:
+        """(names read, names bound, stores into an object) of a top-level statement."""
+        if stmt not in self._reads:
+            read = {
+                node.id
+                for node in ast.walk(stmt)
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            }
+            bound, mutates = _bound(targets(stmt))
+            self._reads[stmt] = (read, bound, mutates)
+        return self._reads[stmt]
 
     def use(
         self,
