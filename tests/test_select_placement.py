@@ -169,6 +169,37 @@ def test_python_function_is_that_function(tree: IndexedTree) -> None:
     assert "test/test_nn.py" not in selected(selection)
 
 
+def test_a_line_replaced_inside_a_python_function_needs_no_base_extraction(
+    tree: IndexedTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its base line lies between the same unchanged lines, deeper than the def: the
+    same function, without re-extracting the base version of the module."""
+    from indexer.select.oldside import OldSide
+
+    extracted: list[str] = []
+    original = OldSide.extract
+    monkeypatch.setattr(
+        OldSide,
+        "extract",
+        lambda self, path, *a: extracted.append(path) or original(self, path, *a),
+    )
+    tree.replace(
+        "minitorch/linalg.py",
+        "return _C._linalg.linalg_vector_norm(x, ord, dim, keepdim)",
+        "return _C._linalg.linalg_vector_norm(x, float(ord), dim, keepdim)",
+    )
+    assert labels(tree.select()) == ["minitorch.linalg.vector_norm"]
+    assert extracted == []
+    # A hunk reaching out to the module's depth is not surely inside: the base is read.
+    tree.replace(
+        "minitorch/linalg.py",
+        "    return Tensor(_backend.norm(_unwrap(x), ord))",
+        "    return Tensor(_backend.norm(_unwrap(x), float(ord)))\n_NORM = 1",
+    )
+    tree.select()
+    assert extracted == ["minitorch/linalg.py"]
+
+
 def test_a_table_keyed_by_a_function_reaches_only_its_test_side_users(
     tree: IndexedTree,
 ) -> None:

@@ -26,10 +26,9 @@ from indexer.select.placed import (
     FUNCTION_KINDS,
     MEMBERS_SHOWN,
     MODULE_KINDS,
-    PYTHON_DEF_KINDS,
     FilePlacement,
-    innermost,
 )
+from indexer.select.python_placement import PythonPlacement
 from indexer.select.tokens import Untokenizable, hunk_changes_code, tokens_for
 
 __all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
@@ -76,25 +75,12 @@ def _whole(change: FileChange, old: bytes | None, new: bytes | None) -> list[Hun
     return [Hunk(1 if n_old else 0, n_old, 1 if n_new else 0, n_new)]
 
 
-def _code_lines(tokens: list | None, lines: list[int]) -> list[int]:
-    """``lines`` less those no code token covers (blank or comment-only: a blank line
-    around a new function is no module-level change); a blank line inside a string is
-    covered by the string. All of them when the text could not be tokenized."""
-    if not tokens or not lines:
-        return lines
-    covered: set[int] = set()
-    for token in tokens:
-        if not token.comment:
-            covered.update(range(token.start, token.end + 1))
-    return [line for line in lines if line in covered]
-
-
 def _yaml_code_line(line: bytes) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith(b"#")
 
 
-class Placer(CppPlacement, IndirectUses):
+class Placer(CppPlacement, PythonPlacement, IndirectUses):
     """Places the changed files of one diff onto one index."""
 
     _new_tokens: list | None = None  # the changed file's new side, when it tokenized
@@ -189,7 +175,7 @@ class Placer(CppPlacement, IndirectUses):
             self._old_tokens = getattr(self, "_old_tokens", None) if code is not hunks else None
             self._place_cpp(change, old, new, old_lines, new_lines, result, code)
         elif language == "python":
-            self._place_python(change, old, old_lines, new_lines, result)
+            self._place_python(change, old, old_lines, new_lines, result, code)
         else:
             self._place_yaml(change, old, old_lines, new_lines, result)
         if is_cuda_path(change.path):
@@ -288,68 +274,6 @@ class Placer(CppPlacement, IndirectUses):
         )
         entity.members = [node.qualname for node in nodes[:MEMBERS_SHOWN]]
         result.entities.append(entity)
-
-    # --- C++ and CUDA -----------------------------------------------------------------
-
-    # --- Python -----------------------------------------------------------------------
-
-    def _modules(self, path: str) -> list[Node]:
-        nodes = self.index.nodes_in_file(path)
-        return [n for n in nodes if n.kind in MODULE_KINDS] or [
-            n for n in nodes if n.kind == "file"
-        ]
-
-    def _place_python(
-        self,
-        change: FileChange,
-        old: bytes | None,
-        old_lines: list[int],
-        new_lines: list[int],
-        result: FilePlacement,
-    ) -> None:
-        path = change.path
-        row = self.files.get(path)
-        module_level: list[int] = []
-        new_lines = _code_lines(self._new_tokens, new_lines)
-        old_lines = _code_lines(self._old_tokens, old_lines)
-        if new_lines:
-            nodes = self.index.nodes_in_file(path)
-            defs = [node for node in nodes if node.kind in PYTHON_DEF_KINDS]
-            if row is not None and row[3]:
-                module_level.append(new_lines[0])
-                result.notes.append(f"{path} has syntax errors: its whole module counts")
-            for line in new_lines:
-                node = innermost(defs, line)
-                if node is not None and not (row is not None and row[3]):
-                    self._add(result, [node], path, line, f"changed line {line} is in it")
-                else:
-                    module_level.append(line)
-        if old_lines and old is not None:
-            old_file = self._old_file(change, "python", old)
-            defs_old = [fact for fact in old_file.nodes[1:] if fact.kind in PYTHON_DEF_KINDS]
-            for line in old_lines:
-                fact = innermost(defs_old, line) if not old_file.error else None
-                if fact is not None:
-                    self._map_old(change, fact, line, result, "deleted or replaced line")
-                elif change.exists_after:
-                    module_level.append(new_lines[0] if new_lines else 1)
-                else:
-                    module = next((f for f in old_file.nodes if f.kind in MODULE_KINDS), None)
-                    if module is not None:
-                        self._map_old(change, module, 1, result, "module removed")
-                    break
-        if module_level and change.exists_after:
-            line = module_level[0]
-            self._add(
-                result,
-                self._modules(path),
-                path,
-                line,
-                f"module-level code changed (line {line}): the module and its importers",
-            )
-        if module_level or not change.exists_after:
-            where = f"{path}:{module_level[0]}" if module_level else f"{path} (removed)"
-            self._import_every_module(path, where, result)
 
     # --- YAML registries --------------------------------------------------------------
 
