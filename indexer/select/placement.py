@@ -75,6 +75,23 @@ def _whole(change: FileChange, old: bytes | None, new: bytes | None) -> list[Hun
     return [Hunk(1 if n_old else 0, n_old, 1 if n_new else 0, n_new)]
 
 
+def _plainly_code(old: bytes | None, new: bytes | None, hunks: list[Hunk]) -> bool:
+    """Whether every hunk changes Python code on the face of its text: no comment or
+    string delimiter on its lines, and a difference beyond whitespace (which may be
+    indentation, so tokens decide that)."""
+    if old is None or new is None or not hunks:
+        return False
+    old_text, new_text = old.split(b"\n"), new.split(b"\n")
+    for hunk in hunks:
+        before = [old_text[i - 1] for i in hunk.old_lines if 0 < i <= len(old_text)]
+        after = [new_text[i - 1] for i in hunk.new_lines if 0 < i <= len(new_text)]
+        if any(mark in line for line in before + after for mark in (b"#", b'"', b"'", b"\\")):
+            return False
+        if b"".join(b"".join(before).split()) == b"".join(b"".join(after).split()):
+            return False
+    return True
+
+
 def _yaml_code_line(line: bytes) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith(b"#")
@@ -200,6 +217,8 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
                 )
 
             return [hunk for hunk in hunks if yaml_code(hunk)]
+        if language == "python" and _plainly_code(old, new, hunks):
+            return hunks  # no tokens needed (tokenizing a big module costs ~0.25 s a side)
         try:
             old_tokens = tokens_for(language, old) if old is not None else []
             new_tokens = tokens_for(language, new) if new is not None else []

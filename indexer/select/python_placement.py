@@ -49,8 +49,8 @@ class PythonPlacement:
         path = change.path
         row = self.files.get(path)
         module_level: list[int] = []
-        new_lines = _code_lines(self._new_tokens, new_lines)
-        old_lines = _code_lines(self._old_tokens, old_lines)
+        new_lines = _code_lines(self._new_tokens, new_lines, self.diff.new_side(change))
+        old_lines = _code_lines(self._old_tokens, old_lines, old)
         if old_lines and old is not None and code and not (row is not None and row[3]):
             settled = self._python_kept_bodies(change, old, code, result)
             old_lines = [line for line in old_lines if line not in settled]
@@ -97,8 +97,9 @@ class PythonPlacement:
         self, change: FileChange, old: bytes, code: list[Hunk], result: FilePlacement
     ) -> set[int]:
         """Base lines that need no base extraction (the costly part on a big module): a
-        hunk strictly inside a definition on the new side, whose base lines are all
-        indented deeper than its header (or blank), was inside it at the base too."""
+        hunk after a definition's header and inside it on the new side, whose base lines
+        are all indented deeper than the header (or blank), continued its block at the
+        base too (a block runs on while lines are deeper)."""
         new = self.diff.new_side(change)
         if new is None:
             return set()
@@ -110,7 +111,7 @@ class PythonPlacement:
                 continue
             first = hunk.new_start if hunk.new_count else hunk.new_start + 1
             last = hunk.new_start + hunk.new_count - 1 if hunk.new_count else hunk.new_start
-            body = [d for d in defs if d.line < first and last < d.end_line]
+            body = [d for d in defs if d.line < first and last <= d.end_line]
             if not body or not 0 < min(d.line for d in body) <= len(new_text):
                 continue
             node = min(body, key=lambda d: d.end_line - d.line)
@@ -128,12 +129,18 @@ class PythonPlacement:
         return settled
 
 
-def _code_lines(tokens: list | None, lines: list[int]) -> list[int]:
+def _code_lines(tokens: list | None, lines: list[int], data: bytes | None) -> list[int]:
     """``lines`` less those no code token covers (blank or comment-only: a blank line
     around a new function is no module-level change); a blank line inside a string is
-    covered by the string. All of them when the text could not be tokenized."""
-    if not tokens or not lines:
+    covered by the string. Without tokens (hunks plainly code, see placement's
+    ``_plainly_code``: no comment, no string delimiter), less the blank lines."""
+    if not lines:
         return lines
+    if not tokens:
+        if data is None:
+            return lines
+        text = data.split(b"\n")
+        return [line for line in lines if not (0 < line <= len(text)) or text[line - 1].strip()]
     covered: set[int] = set()
     for token in tokens:
         if not token.comment:
