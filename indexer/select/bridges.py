@@ -15,7 +15,6 @@ method calls and decorator registries, stay unresolved refs in the index. The wa
 from __future__ import annotations
 
 import json
-from collections.abc import Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -241,7 +240,7 @@ class Bridges:
     def _method_callers(
         self,
         methods: dict[int, str],
-        reached: Container[int],
+        reached: dict[int, Step | None],
         files: dict[int, int],
     ) -> list[tuple[int, Step, str, int]]:
         """Callers of methods by name: ``obj.m(...)`` with a receiver the index cannot
@@ -325,7 +324,7 @@ class Bridges:
         return self._users_of_file[file_id]
 
     def _dispatcher_callers(
-        self, op_ids: list[int], reached: Container[int]
+        self, op_ids: list[int], reached: dict[int, Step | None]
     ) -> list[tuple[int, Step, str, int]]:
         """Code calling aten ops through generated bindings the index never sees: C++'s
         ``at::addmm(...)`` / ``self.t()`` (generated headers) and Python's

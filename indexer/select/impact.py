@@ -72,8 +72,6 @@ IMPORTS = EdgeKind.IMPORTS.value
 REFERENCES = EdgeKind.REFERENCES.value
 DERIVES = EdgeKind.DERIVES.value
 COMPILED = frozenset({NodeKind.OP.value, NodeKind.BINDING.value})  # run only when called
-DEFINITION_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
-NAMED_KINDS = COMPILED | DEFINITION_KINDS  # library Python may name these without running them
 # Library Python whose mention of an op counts only where it calls it. Tests, OpInfo
 # entries and test helpers hand ops to harnesses that call them: any mention counts.
 LIBRARY_PYTHON = frozenset(
@@ -101,14 +99,9 @@ class Reach:
     # (module, definition) of top-level calls judged to run none of the reached code:
     # asked again when the frontier runs out (indexer.select.deferral).
     deferred_calls: list[tuple[int, int]] = field(default_factory=list)
-    # Library definitions reached only because they use a reached one as a dict key
-    # (a table looked up by it): only test-side code using them is reached through them,
-    # until a step that runs the reached code finds them too.
-    weak: set[int] = field(default_factory=set)
 
     def merge(self, other: Reach) -> None:
         """Add what ``other`` reached and this did not; chains stay paths of real steps."""
-        strong = (set(self.steps) - self.weak) | (set(other.steps) - other.weak)
         for node_id, step in other.steps.items():
             if node_id in self.steps:
                 continue
@@ -124,7 +117,6 @@ class Reach:
             start = chain[0].prev if chain else node_id
             self.origin[node_id] = self.origin.get(start, self.origin[node_id])
         self.import_live |= other.import_live
-        self.weak = (self.weak | other.weak) - strong
 
     def chain(self, node_id: int) -> list[Step]:
         """The steps from a start node out to ``node_id``."""
@@ -210,24 +202,6 @@ class ImpactWalker(Bridges, EdgeRows):
         answer = self.judgments.get(key)
         if answer is None:
             answer = self._judge_call(path, line, target)
-            self.judgments.put(key, answer)
-        return answer
-
-    def _keys(self, file_id: int, line: int, target: str) -> bool:
-        """Whether ``line`` uses ``target`` as a dict key only (``torch.add: lambda ...``:
-        ``get_testing_overrides``' table keyed by every public function), kept across
-        runs as ``_calls`` is."""
-        if not target:
-            return False
-        path = self._path(file_id)
-        name = target.rsplit(".", 1)[-1]
-        digest = self.statements.digest(path)
-        if digest is None:
-            return self.statements.keys_at(path, line, name)
-        key = f"{digest}:{line}:{target}:key"
-        answer = self.judgments.get(key)
-        if answer is None:
-            answer = self.statements.keys_at(path, line, name)
             self.judgments.put(key, answer)
         return answer
 
@@ -346,11 +320,9 @@ class ImpactWalker(Bridges, EdgeRows):
             depth += 1
             self.graph(len(reach.steps))
             found: list[tuple[int, Step, str, int]] = []
-            steps = reach.steps
-            seen = _Strong(steps, reach.weak) if reach.weak else steps
             explicit = self._explicit_methods(frontier, reach)
             if explicit:
-                found += self._method_callers(explicit, seen, reach.file_id)
+                found += self._method_callers(explicit, reach.steps, reach.file_id)
                 # A class of a test file overriding a library method runs only where the
                 # test (or a test importing it) makes one: that file is selected already,
                 # and every caller of the library's method is no evidence of more.
@@ -358,21 +330,20 @@ class ImpactWalker(Bridges, EdgeRows):
                     {m: name for m, name in explicit.items() if reach.file_id[m] not in test_side}
                 )
             found += self._registrations(frontier, reach)
+            steps = reach.steps
 
             def asks_target(row: EdgeRow) -> bool:
                 """Whether the loop below reads the row's ref name (see its conditions)."""
                 return row[1] in reach.module_names or (
                     row[2] == REFERENCES
                     and row[5] in LIBRARY_PYTHON
-                    and reach.kind.get(row[1]) in NAMED_KINDS
+                    and reach.kind.get(row[1]) in COMPILED
                 )
 
             # Nodes found already in this round: the first step found to a node is the one
             # kept, so later ones are not built (nor their calls judged), save those that
             # may widen a module reached for some names (see below).
             pending = {entry[0] for entry in found}
-            weak_steps: set[int] = set()  # id() of the steps found weak this round
-            pending_weak: set[int] = set()  # nodes pending only through such steps
             # The files the found entries lie in, counted as the loop at the end will
             # (in order; an entry reached already has its file counted): once they fill
             # the quota, that loop stops at or before the last of them, so no later edge
@@ -387,19 +358,16 @@ class ImpactWalker(Bridges, EdgeRows):
                 if filling is not None and filling.full:
                     break
                 batch = frontier[start : start + _BATCH]
-                rows = self._rows_into(batch, reverse, seen, asks_target)
+                rows = self._rows_into(batch, reverse, reach.steps, asks_target)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
-                    if src in seen and not (kind == REFERENCES and src_kind == MODULE):
+                    if src in steps and not (kind == REFERENCES and src_kind == MODULE):
                         continue  # reached already (a module may yet widen: see below)
                     if (
                         src in pending
-                        and src not in pending_weak
                         and not (kind == REFERENCES and src_kind == MODULE)
                         and not (kind == IMPORTS and src_kind in MODULE_KINDS)
                     ):
                         continue
-                    if dst in reach.weak and src_file not in test_side:
-                        continue  # only a table's test-side users are reached through it
                     if kind == CONTAINS and (src_kind not in CLASS_KINDS or dst in explicit):
                         continue
                     if kind == IMPORTS and dst not in reach.import_live:
@@ -411,28 +379,18 @@ class ImpactWalker(Bridges, EdgeRows):
                         and not names.intersection(self._target(ref_id).split("."))
                     ):
                         continue  # uses a module name the changed code is not bound to
-                    weak = False
                     if (
                         kind == REFERENCES
                         and src_kind in LIBRARY_PYTHON
+                        and reach.kind.get(dst) in COMPILED
                         and src_file not in test_side
+                        and not self._calls(src_file, line, self._target(ref_id))
                     ):
-                        dst_kind = reach.kind.get(dst)
-                        if dst_kind in COMPILED:
-                            if not self._calls(src_file, line, self._target(ref_id)):
-                                continue  # names the op without running it (a table, a key)
-                        elif dst_kind in DEFINITION_KINDS:
-                            weak = self._keys(src_file, line, self._target(ref_id))
-                    if weak and (src in steps or src in pending):
-                        continue  # a weak step adds nothing to a node found already
-                    step = Step(dst, kind, src, dst, file_id, line)
+                        continue  # names the op without running it (a table, a key)
                     pending.add(src)
-                    if weak:
-                        weak_steps.add(id(step))
-                        pending_weak.add(src)
-                    else:
-                        pending_weak.discard(src)
-                    found.append((src, step, src_kind, src_file))
+                    found.append(
+                        (src, Step(dst, kind, src, dst, file_id, line), src_kind, src_file)
+                    )
                     if filling is not None and filling.add(src_file):
                         break
                 if filling is not None and filling.full:
@@ -454,18 +412,9 @@ class ImpactWalker(Bridges, EdgeRows):
                         break
             ops = [n for n in frontier if reach.kind.get(n) == OP]
             if ops and not (filling is not None and filling.full):
-                found += self._dispatcher_callers(ops, seen)
+                found += self._dispatcher_callers(ops, reach.steps)
             frontier = []
             for node_id, step, kind, file_id in found:  # grows: registered ops' callers
-                weak = id(step) in weak_steps
-                if node_id in reach.weak and not weak:
-                    # Found by a step that runs it: its library users count now too.
-                    reach.weak.discard(node_id)
-                    reach.steps[node_id] = step
-                    reach.depth[node_id] = depth
-                    reach.origin[node_id] = reach.origin[step.prev]
-                    frontier.append(node_id)
-                    continue
                 if node_id in reach.steps:
                     if step.kind == IMPORTS and kind in MODULE_KINDS:
                         if node_id not in reach.import_live:
@@ -481,8 +430,6 @@ class ImpactWalker(Bridges, EdgeRows):
                 reach.origin[node_id] = reach.origin[step.prev]
                 reach.kind[node_id] = kind
                 reach.file_id[node_id] = file_id
-                if weak:
-                    reach.weak.add(node_id)
                 if step.kind == IMPORTS and kind in MODULE_KINDS:
                     reach.import_live.add(node_id)  # importing it runs changed module code
                 elif step.kind == REFERENCES and kind == MODULE:
@@ -490,16 +437,3 @@ class ImpactWalker(Bridges, EdgeRows):
                 frontier.append(node_id)
                 if quota is not None and quota.add(file_id):
                     return reach
-
-
-class _Strong:
-    """The reached nodes less the weak ones: a weak node may still be found by a step that
-    runs what it names, and then walked in full."""
-
-    __slots__ = ("steps", "weak")
-
-    def __init__(self, steps: dict[int, Step | None], weak: set[int]) -> None:
-        self.steps, self.weak = steps, weak
-
-    def __contains__(self, node_id: object) -> bool:
-        return node_id in self.steps and node_id not in self.weak

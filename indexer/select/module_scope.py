@@ -73,12 +73,6 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 @lru_cache(maxsize=1024)
-def _key_pattern(name: str) -> re.Pattern[str]:
-    """``name:`` opening a dict entry (first on the line, or after ``{`` or ``,``)."""
-    return re.compile(rf"(?:^|[{{,])\s*(?:[\w.]+\.)?{re.escape(name)}\s*:(?!:)")
-
-
-@lru_cache(maxsize=1024)
 def _stored_pattern(name: str) -> re.Pattern[str]:
     """``self.op = torch.ops._C.silu_and_mul`` or ``return torch.ops._C.x``: the op kept
     (or handed back) whole, to be called later through the name it is given."""
@@ -187,17 +181,6 @@ class ModuleStatements:
         if key not in self._calls:
             self._calls[key] = self._calls_at(path, line, name)
         return self._calls[key]
-
-    def keys_at(self, path: str, line: int, name: str) -> bool:
-        """Whether ``name`` is only a dict key on ``line`` (``name: value``, neither called
-        nor stored there): a table looked up by it. False when the line cannot be read."""
-        lines = self.lines(path)
-        if lines is None or not 0 < line <= len(lines):
-            return False
-        text = lines[line - 1]
-        return bool(_key_pattern(name).search(text)) and not (
-            _call_pattern(name).search(text) or _stored_pattern(name).search(text)
-        )
 
     def _calls_at(self, path: str, line: int, name: str) -> bool:
         lines = self.lines(path)
