@@ -152,3 +152,17 @@ def test_a_lambda_in_a_registry_runs_when_called_not_at_import(tree: IndexedTree
     files = selected(selection)
     assert "tests/test_fused_activation.py" in files
     assert "tests/test_silu_native.py" not in files
+
+
+def test_a_table_of_imported_classes_reaches_the_functions_reading_it(
+    tree: IndexedTree,
+) -> None:
+    """``FUSED_MODULES = {SiluAndMul: FusedSiluAndMul}`` names imported classes;
+    ``fused_for`` hands its entries out, so it is a user of what they hold."""
+    tree.replace(
+        "miniext/layers/activation.py",
+        "self.op = torch.ops._C.silu_and_mul",
+        "self.op = torch.ops._C.silu_and_mul if torch else None",
+    )
+    files = selected(tree.select())
+    assert "tests/test_mappings.py" in files

@@ -25,6 +25,16 @@ def doc_line(node: ast.AST) -> str | None:
     return None
 
 
+def _holds_a_table(value: ast.expr) -> bool:
+    """A container display, or a call given one (``LazyDict({...})``, ``frozenset({...})``)."""
+    displays = (ast.Dict, ast.List, ast.Tuple, ast.Set)
+    if isinstance(value, displays):
+        return True
+    return isinstance(value, ast.Call) and any(
+        isinstance(arg, displays) for arg in (*value.args, *(k.value for k in value.keywords))
+    )
+
+
 def _short(node: ast.expr) -> str:
     text = repr(node.value) if isinstance(node, ast.Constant) else ast.unparse(node)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -112,6 +122,8 @@ class DefinitionPass:
                     self.var_names.setdefault(target.id, set()).update(
                         node.id for node in ast.walk(value) if isinstance(node, ast.Name)
                     )
+                    if _holds_a_table(value):
+                        self.table_vars.add(target.id)
 
     def _function(
         self,

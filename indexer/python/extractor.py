@@ -78,6 +78,7 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.stars: list[str] = []
         self.module_vars: set[str] = set()
         self.var_names: dict[str, set[str]] = {}  # module variable -> names its value uses
+        self.table_vars: set[str] = set()  # module variables holding a container display
         self.code_vars: frozenset[str] = frozenset()  # see _code_vars
         self.ops_tests: list[tuple[int, testconv.OpsUse]] = []  # (test node, its @ops)
         self.ops_aliases = testconv.OpsAliases()
@@ -153,13 +154,22 @@ class FileIndexer(DefinitionPass, ReferencePass):
                 )  # fmt: skip
 
     def _code_vars(self) -> frozenset[str]:
-        """Module variables whose value names definitions of this module: registries
-        (``_ACTIVATION_REGISTRY = LazyDict({"gelu": lambda: GELU(), ...})``). A function
+        """Module variables whose value names definitions: registries of the module's own
+        (``_ACTIVATION_REGISTRY = LazyDict({"gelu": lambda: GELU(), ...})``), and tables
+        of imported ones (``{nn.Linear: nnqd.Linear}``, a container display). A function
         here reading one reaches what it holds (``get_act_fn`` returns an entry), so its
-        use is a reference to the module's name, as an importer's would be. A registry of
-        imported definitions only is not recognised; a logger or a constant is not one."""
+        use is a reference to the module's name, as an importer's would be. A logger or a
+        constant is not one. None in a test file: what reaches its module selects it whole,
+        and its tests' own edges to it would read as evidence against narrowing it."""
+        if self.is_test:
+            return frozenset()
         defs = set(self.scope.defs)
-        return frozenset(var for var, names in self.var_names.items() if names & defs)
+        imported = defs | {name for name, target in self.scope.aliases.items() if target}
+        return frozenset(
+            var
+            for var, names in self.var_names.items()
+            if names & defs or (var in self.table_vars and names & imported)
+        )
 
     def _value_methods(self) -> None:
         """Record on each class the names its methods hand out as values without calling
