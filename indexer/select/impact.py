@@ -309,6 +309,7 @@ class ImpactWalker(Bridges, EdgeRows):
             return reach
         frontier = list(reach.steps)
         test_side = self._test_side_files()
+        tests = self.index.test_file_paths()
         reverse = list(REVERSE_KINDS)
         forward = list(FORWARD_KINDS)
         depth = 0
@@ -325,9 +326,11 @@ class ImpactWalker(Bridges, EdgeRows):
                 found += self._method_callers(explicit, reach.steps, reach.file_id)
                 # A class of a test file overriding a library method runs only where the
                 # test (or a test importing it) makes one: that file is selected already,
-                # and every caller of the library's method is no evidence of more.
+                # and every caller of the library's method is no evidence of more. (Not
+                # so for a test utility's class: the tests handing it to the library are
+                # found through those callers.)
                 found += self._overridden(
-                    {m: name for m, name in explicit.items() if reach.file_id[m] not in test_side}
+                    {m: name for m, name in explicit.items() if reach.file_id[m] not in tests}
                 )
             found += self._registrations(frontier, reach)
             steps = reach.steps
