@@ -56,6 +56,10 @@ WARM_IDLE_S = 1.0
 # How often, when idle, the served index is compared with the tree (a stat per indexed
 # file and a git diff: 0.1-0.6 s on PyTorch), so that answers from a stale index say so.
 FRESHNESS_EVERY_S = float(os.environ.get("TORCHTALK_MCP_FRESHNESS_EVERY", "30"))
+# A pause this long starts one: the first check of a fresh clone hashes every file (~2 s
+# on PyTorch), which a request arriving meanwhile would wait on; later ones only hash
+# what was written since the previous one.
+FRESHNESS_IDLE_S = float(os.environ.get("TORCHTALK_MCP_FRESHNESS_IDLE", "5"))
 
 PENDING, BUILDING, PARTIAL, READY, FAILED = "pending", "building", "partial", "ready", "failed"
 
@@ -114,14 +118,22 @@ def git_head(source: Path) -> str | None:
     return head_commit(source)
 
 
-def freshness_of(workspace: Workspace, path: Path) -> Freshness:
+def _file_identity(path: Path) -> tuple[int, int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, 0, 0)
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def freshness_of(workspace: Workspace, path: Path, previous: Freshness | None = None) -> Freshness:
     """The index at ``path`` against the tree, on a connection of this thread's own."""
     try:
         index = Index(path)
     except TorchTalkError as exc:
         return Freshness(problem=f"the index cannot be read: {exc}")
     try:
-        return check_freshness(workspace, index)
+        return check_freshness(workspace, index, previous=previous)
     except (OSError, sqlite3.Error) as exc:
         return Freshness(problem=f"it could not be compared with the tree: {exc}")
     finally:
@@ -365,13 +377,19 @@ class ServerState:
         FRESHNESS_EVERY_S: the tree moves under a long-lived server (a branch switched,
         an edit, an update made for another tree state)."""
         due = 0.0
-        while not self._cancel.wait(WARM_IDLE_S):
+        checked: tuple[Path, tuple[int, int, int]] | None = None  # index the last check read
+        while not self._cancel.wait(min(WARM_IDLE_S, FRESHNESS_IDLE_S)):
             with self._lock:
                 path = self._index_path if self._served == "full" else None
                 idle = 0.0 if self._active else time.monotonic() - self._last_request
-            if path is None or idle < WARM_IDLE_S or time.monotonic() < due:
+                previous = self._freshness
+            if path is None or idle < FRESHNESS_IDLE_S or time.monotonic() < due:
                 continue
-            found = freshness_of(self.workspace, path)
+            identity = _file_identity(path)
+            if checked != (path, identity):
+                previous = None  # another index: compare every file again
+            found = freshness_of(self.workspace, path, previous)
+            checked = (path, identity)
             with self._lock:
                 self._freshness, self._freshness_at = found, time.monotonic()
             due = time.monotonic() + FRESHNESS_EVERY_S

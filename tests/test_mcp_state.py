@@ -250,6 +250,7 @@ def test_answers_say_when_the_tree_no_longer_matches_the_index(
 
     monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.1)
     monkeypatch.setattr("mcp_server.state.FRESHNESS_EVERY_S", 0.1)
+    monkeypatch.setattr("mcp_server.state.FRESHNESS_IDLE_S", 0.1)
     assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
     state = ServerState(Workspace.resolve(minitorch_repo))
     tools = Tools(state)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +32,7 @@ MTIME_SLACK_S = 2.0  # built_at has whole seconds; file systems round mtimes too
 class Freshness:
     stale: list[str] = field(default_factory=list)  # paths the index disagrees on
     problem: str | None = None  # a reason the comparison itself cannot be trusted
+    checked_at: float = 0.0  # wall time the comparison started
 
     @property
     def fresh(self) -> bool:
@@ -78,14 +80,19 @@ def _untracked(source: Path) -> list[str]:
     return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
 
 
-def _written_since(source: Path, built_at: str | None, rows: list[tuple]) -> list[str]:
-    """Indexed files modified after (or within a moment before) the index was built."""
+def _written_since(
+    source: Path, built_at: str | None, rows: list[tuple], since: float | None = None
+) -> list[str]:
+    """Indexed files modified after (or within a moment before) the index was built, or
+    the previous check (``since``), whichever is later."""
     if not built_at:
         return [row[0] for row in rows]
     try:
         cutoff = datetime.fromisoformat(built_at).timestamp() - MTIME_SLACK_S
     except ValueError:
         return [row[0] for row in rows]
+    if since is not None:
+        cutoff = max(cutoff, since - MTIME_SLACK_S)
     recent = []
     root = str(source) + os.sep
     for path, _, _ in rows:
@@ -98,12 +105,19 @@ def _written_since(source: Path, built_at: str | None, rows: list[tuple]) -> lis
 
 
 def check_freshness(
-    workspace: Workspace, index: Index, changed: Iterable[str] = (), head: str | None = None
+    workspace: Workspace,
+    index: Index,
+    changed: Iterable[str] = (),
+    head: str | None = None,
+    previous: Freshness | None = None,
 ) -> Freshness:
     """Whether the index describes the tree's files. ``changed`` are paths known to differ
     from ``head`` (a diff against HEAD); without them (``head`` None) the tree is asked
-    what differs from the index's commit, untracked files included."""
-    freshness = Freshness()
+    what differs from the index's commit, untracked files included. ``previous``, a check
+    of this same index: files written before it and found matching then are not hashed
+    again (a fresh clone's files are all newer than its index: each check would hash
+    every one)."""
+    freshness = Freshness(checked_at=time.time())
     if index.meta.get("manifest") not in (None, workspace.manifest.fingerprint()):
         freshness.problem = "the index was built with a different harness manifest"
         return freshness
@@ -118,7 +132,11 @@ def check_freshness(
     if head is None:
         paths.update(_untracked(workspace.source))
     all_rows = index.conn.execute("SELECT path, sha, error FROM files").fetchall()
-    paths.update(_written_since(workspace.source, index.meta.get("built_at"), all_rows))
+    since = None
+    if previous is not None and previous.problem is None and previous.checked_at:
+        since = previous.checked_at
+        paths.update(previous.stale)
+    paths.update(_written_since(workspace.source, index.meta.get("built_at"), all_rows, since))
     rows = {path: (sha, error) for path, sha, error in all_rows if path in paths}
     for path in sorted(paths):
         full = workspace.source / path
