@@ -7,8 +7,6 @@ A mixin of :class:`indexer.select.placement.Placer`, which provides ``index``,
 
 from __future__ import annotations
 
-import re
-
 from indexer.extract.source import cpp_parser
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import is_header, language_of
@@ -16,9 +14,14 @@ from indexer.query.index import Node
 from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
 from indexer.select.diff import FileChange, Hunk
 from indexer.select.model import Entity
-from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN, FilePlacement, innermost
+from indexer.select.placed import (
+    FUNCTION_KINDS,
+    MEMBERS_SHOWN,
+    FilePlacement,
+    innermost,
+    new_span,
+)
 
-_WORD = re.compile(r"\w+")
 # What a registration block's line makes: placed at it rather than at the block.
 REGISTERED_KINDS = frozenset(
     {NodeKind.OP.value, NodeKind.BINDING.value, NodeKind.REGISTRATION.value}
@@ -64,6 +67,7 @@ class CppPlacement:
             functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
             tree = cpp_parser().parse(new)
             broken = error_lines(tree, new)
+            registered_at: dict[int, list[tuple[Node, int, str]]] = {}
             for line in new_lines:
                 function = innermost(functions, line)
                 if line in broken or (
@@ -72,6 +76,7 @@ class CppPlacement:
                 ):
                     file_wide.append(f"line {line} is in code tree-sitter cannot fully parse")
                 registered = self._registered_at(path, new_nodes, line) if function else []
+                registered_at[line] = registered
                 for node, at, reason in registered:
                     self._add(result, [node], path, at, reason)
                 if function is not None and not registered:
@@ -82,7 +87,7 @@ class CppPlacement:
                 scope.merge(outside_scope(tree, outside_new))
                 self._at_lines(path, new_nodes, outside_new, result)
             old_lines = self._outside_kept_bodies(
-                path, new_nodes, functions, code or [], old_lines, result
+                path, new_nodes, functions, code or [], old_lines, result, registered_at
             )
         if old_lines and old is not None:
             language = language_of(change.old_path or path)
@@ -146,6 +151,7 @@ class CppPlacement:
         code: list[Hunk],
         old_lines: list[int],
         result: FilePlacement,
+        registered_at: dict[int, list[tuple[Node, int, str]]],
     ) -> list[int]:
         """The old lines that need the base version extracted.
 
@@ -162,15 +168,14 @@ class CppPlacement:
         for hunk in code:
             if not hunk.old_count:
                 continue
-            first = hunk.new_start if hunk.new_count else hunk.new_start + 1
-            last = hunk.new_start + hunk.new_count - 1 if hunk.new_count else hunk.new_start
+            first, last = new_span(hunk)
             body = [f for f in functions if f.line < first and last < f.end_line]
             if not body or not _balanced(tokens, hunk.old_start, hunk.old_count):
                 continue
             function = min(body, key=lambda f: f.end_line - f.line)
             settled.update(hunk.old_lines)
             registering = bool(hunk.new_count) and all(
-                self._registered_at(path, nodes, line) for line in hunk.new_lines
+                registered_at.get(line) for line in hunk.new_lines
             )
             named = self._registered_by_name(nodes, tokens, hunk.old_lines) if registering else []
             if named:
@@ -195,7 +200,7 @@ class CppPlacement:
         found: list[Node] = []
         for line in lines:
             on_line = [t for t in tokens if t.start <= line <= t.end and not t.comment]
-            words = {word for t in on_line for word in _WORD.findall(t.text)}  # "x(...)"
+            words = identifiers(" ".join(t.text for t in on_line).encode())  # "x(...)"
             names = sorted(words.intersection(registered))
             hits = [node for name in names for node in registered[name]]
             if on_line and not hits:

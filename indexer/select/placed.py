@@ -40,3 +40,11 @@ def innermost(nodes: list, line: int):
         ):
             best = node
     return best
+
+
+def new_span(hunk) -> tuple[int, int]:
+    """First and last line of a hunk's new side (for a pure deletion, the lines around
+    the gap: the body holding both holds it)."""
+    if hunk.new_count:
+        return hunk.new_start, hunk.new_start + hunk.new_count - 1
+    return hunk.new_start + 1, hunk.new_start

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from indexer.select.placed import MODULE_KINDS, PYTHON_DEF_KINDS, FilePlacement, innermost
+from indexer.select.placed import (
+    MODULE_KINDS,
+    PYTHON_DEF_KINDS,
+    FilePlacement,
+    innermost,
+    new_span,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -109,8 +115,7 @@ class PythonPlacement:
         for hunk in code:
             if not hunk.old_count:
                 continue
-            first = hunk.new_start if hunk.new_count else hunk.new_start + 1
-            last = hunk.new_start + hunk.new_count - 1 if hunk.new_count else hunk.new_start
+            first, last = new_span(hunk)
             body = [d for d in defs if d.line < first and last <= d.end_line]
             if not body or not 0 < min(d.line for d in body) <= len(new_text):
                 continue
@@ -133,14 +138,16 @@ def _code_lines(tokens: list | None, lines: list[int], data: bytes | None) -> li
     """``lines`` less those no code token covers (blank or comment-only: a blank line
     around a new function is no module-level change); a blank line inside a string is
     covered by the string. Without tokens (hunks plainly code, see placement's
-    ``_plainly_code``: no comment, no string delimiter), less the blank lines."""
+    ``_plainly_code``: no comment, no string delimiter), less the blank lines, unless
+    that leaves none."""
     if not lines:
         return lines
     if not tokens:
         if data is None:
             return lines
         text = data.split(b"\n")
-        return [line for line in lines if not (0 < line <= len(text)) or text[line - 1].strip()]
+        kept = [line for line in lines if not (0 < line <= len(text)) or text[line - 1].strip()]
+        return kept or lines  # only blank lines: inside a string, for all we know
     covered: set[int] = set()
     for token in tokens:
         if not token.comment:
