@@ -45,22 +45,10 @@ class Freshness:
         return f"{len(self.stale)} changed files differ from the index ({shown})"
 
 
-def _changed_since(source: Path, commit: str) -> list[str] | None:
+def _git_paths(source: Path, *args: str) -> list[str] | None:
+    """The NUL-separated paths a git command prints (``-z``), or None when it fails."""
     result = subprocess.run(
-        [
-            "git",
-            "-c",
-            "core.quotepath=off",
-            "-C",
-            str(source),
-            "diff",
-            "--relative",
-            "--name-only",
-            "-z",
-            "--no-renames",
-            commit,
-            "--",
-        ],
+        ["git", "-c", "core.quotepath=off", "-C", str(source), *args],
         capture_output=True,
         check=False,
     )
@@ -69,15 +57,14 @@ def _changed_since(source: Path, commit: str) -> list[str] | None:
     return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
 
 
-def _untracked(source: Path) -> list[str]:
-    result = subprocess.run(
-        ["git", "-C", str(source), "ls-files", "-z", "--others", "--exclude-standard"],
-        capture_output=True,
-        check=False,
+def _changed_since(source: Path, commit: str) -> list[str] | None:
+    return _git_paths(
+        source, "diff", "--relative", "--name-only", "-z", "--no-renames", commit, "--"
     )
-    if result.returncode != 0:
-        return []
-    return [p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p]
+
+
+def _untracked(source: Path) -> list[str] | None:
+    return _git_paths(source, "ls-files", "-z", "--others", "--exclude-standard")
 
 
 def _written_since(
@@ -124,19 +111,24 @@ def check_freshness(
     paths = set(changed)
     commit = index.meta.get("git_commit") or ""
     if commit and (head is None or commit != head):
-        since = _changed_since(workspace.source, commit)
-        if since is None:
+        differing = _changed_since(workspace.source, commit)
+        if differing is None:
             freshness.problem = f"the index's commit {commit[:12]} is not in this repository"
             return freshness
-        paths.update(since)
+        paths.update(differing)
     if head is None:
-        paths.update(_untracked(workspace.source))
+        untracked = _untracked(workspace.source)
+        if untracked is None:
+            freshness.problem = f"git cannot list the untracked files of {workspace.source}"
+            return freshness
+        paths.update(untracked)
     all_rows = index.conn.execute("SELECT path, sha, error FROM files").fetchall()
-    since = None
+    last_check = None
     if previous is not None and previous.problem is None and previous.checked_at:
-        since = previous.checked_at
+        last_check = previous.checked_at
         paths.update(previous.stale)
-    paths.update(_written_since(workspace.source, index.meta.get("built_at"), all_rows, since))
+    built_at = index.meta.get("built_at")
+    paths.update(_written_since(workspace.source, built_at, all_rows, last_check))
     rows = {path: (sha, error) for path, sha, error in all_rows if path in paths}
     for path in sorted(paths):
         full = workspace.source / path
