@@ -241,6 +241,27 @@ def test_a_doc_a_test_reads_by_path_selects_that_test(tree: IndexedTree) -> None
     assert selection.changed_files[0].category == "never-affects"
 
 
+def test_a_doc_runs_everything_when_its_readers_cannot_be_looked_for(
+    tree: IndexedTree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If git grep fails, a test may read the changed doc for all the selection knows."""
+    import subprocess
+
+    from indexer.select import indirect_uses
+
+    def failing(source, *args, check=True):
+        return subprocess.CompletedProcess(["git", *args], 128, b"", b"fatal: grep broke\n")
+
+    monkeypatch.setattr(indirect_uses, "run_git", failing)
+    tree.replace("docs/source/examples.rst", "minitorch.add(x, x)", "minitorch.add(x, y)")
+    selection = tree.select()
+    assert selection.run_everything
+    assert selection.everything == [
+        "docs/source/examples.rst changed and code reading it could not be looked for "
+        "(git grep failed: fatal: grep broke): any test may read it"
+    ]
+
+
 def test_test_file_selects_itself(tree: IndexedTree) -> None:
     tree.replace(
         "test/test_unrelated.py",

@@ -30,12 +30,17 @@ if TYPE_CHECKING:
 READS_PATH = "reads-path"  # kind of an entity placed by naming a changed file's path
 
 
+def searched(path: str) -> bool:
+    """Whether code naming ``path`` is looked for: a bare file name is too loose a match."""
+    return "/" in path
+
+
 def lines_naming(source: Path, paths: list[str]) -> dict[str, list[tuple[str, int]]]:
     """changed path -> (file, line) of each Python line in the tree that names it.
 
     Raises OSError when git cannot search the tree (the caller cannot then rule out
     a reader, and says so)."""
-    wanted = sorted({path for path in paths if "/" in path})  # a bare name is too loose
+    wanted = sorted({path for path in paths if searched(path)})
     if not wanted:
         return {}
     args = ["grep", "-n", "-z", "-I", "-F", "--untracked", "--no-color"]
@@ -69,6 +74,7 @@ class IndirectUses:
     files: dict[str, tuple]
     never_affects: list[str]  # the diff's paths that select nothing by themselves
     _readers: dict[str, list[tuple[str, int]]] | None
+    _readers_error: str | None  # why the search for readers failed
 
     _modules: Callable[[str], list[Node]]  # the module node(s) of a Python file
 
@@ -83,6 +89,10 @@ class IndirectUses:
                     f"it imports every module (manifest import_every_module), and the "
                     f"import-time code at {where} changed"
                 )
+            else:
+                result.notes.append(
+                    f"the manifest's import_every_module lists {test}, which is not indexed"
+                )
 
     def _place_readers(self, change: FileChange, result: FilePlacement) -> None:
         """A file that selects nothing by itself (a doc) affects the code naming its path."""
@@ -90,14 +100,26 @@ class IndirectUses:
             try:
                 self._readers = lines_naming(self.diff.source, self.never_affects)
             except OSError as exc:
-                self._readers = {}
-                result.notes.append(f"no search for code reading {change.path}: {exc}")
+                self._readers, self._readers_error = {}, str(exc)
+        if self._readers_error and any(searched(path) for path in change.paths):
+            result.everything = (
+                f"{change.path} changed and code reading it could not be looked for "
+                f"({self._readers_error}): any test may read it"
+            )
+            return
+        defs_of: dict[str, list[Node]] = {}
         for path in change.paths:
             for file, line in self._readers.get(path, []):
-                defs = [n for n in self.index.nodes_in_file(file) if n.kind in PYTHON_DEF_KINDS]
-                node = innermost(defs, line)
+                if file not in defs_of:
+                    defs_of[file] = [
+                        n for n in self.index.nodes_in_file(file) if n.kind in PYTHON_DEF_KINDS
+                    ]
+                node = innermost(defs_of[file], line)
                 nodes = [node] if node is not None else self._modules(file)
                 if not nodes:
+                    result.notes.append(
+                        f"{file}:{line} names {path} but is outside the index"
+                    )
                     continue
                 result.entities.append(
                     Entity(

@@ -114,6 +114,7 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
             if categorize(path, manifest)[0] == "never-affects"
         ]
         self._readers: dict[str, list[tuple[str, int]]] | None = None  # see _place_readers
+        self._readers_error: str | None = None
         self.files = {
             row[1]: row
             for row in index.conn.execute(
