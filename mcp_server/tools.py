@@ -231,10 +231,11 @@ class Tools:
         except TorchTalkError as exc:
             unreadable = str(exc)
         ready = unreadable is None and all(v == "ready" for v in snap["components"].values())
+        stale = self.state.stale_note()  # read once: the headline and the note agree
         if unreadable:
             headline = f"the index cannot be read: {unreadable}"
         elif ready:
-            headline = "ready" if self.state.stale_note() is None else "ready, but stale"
+            headline = "ready" if stale is None else "ready, but stale"
         elif snap["error"]:
             headline = f"build failed: {snap['error']}"
         else:
@@ -281,7 +282,6 @@ class Tools:
                     f"the tree is at commit {head[:12]} but the index was built at "
                     f"{index_info['git_commit'][:12]}; run 'torchtalk index build' to refresh"
                 )
-        stale = self.state.stale_note()
         if stale:
             answer.notes.insert(0, stale)
         if not ready and not snap["error"]:
