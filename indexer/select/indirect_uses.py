@@ -117,9 +117,7 @@ class IndirectUses:
                 node = innermost(defs_of[file], line)
                 nodes = [node] if node is not None else self._modules(file)
                 if not nodes:
-                    result.notes.append(
-                        f"{file}:{line} names {path} but is outside the index"
-                    )
+                    result.notes.append(f"{file}:{line} names {path} but is outside the index")
                     continue
                 result.entities.append(
                     Entity(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -258,15 +259,15 @@ class ModuleStatements:
         out: they run when the lambda is called, by the users of what the statement binds."""
         if stmt not in self._statement_calls:
             found = []
-            stack: list[ast.AST] = [stmt]
-            while stack:
-                node = stack.pop(0)
+            queue: deque[ast.AST] = deque([stmt])  # breadth first, as ast.walk
+            while queue:
+                node = queue.popleft()
                 if isinstance(node, ast.Lambda):
-                    stack.extend(node.args.defaults)  # evaluated when the lambda is made
+                    queue.extend(node.args.defaults)  # evaluated when the lambda is made
                     continue
                 if isinstance(node, ast.Call):
                     found.append((node, callee_name(node.func)))
-                stack.extend(ast.iter_child_nodes(node))
+                queue.extend(ast.iter_child_nodes(node))
             self._statement_calls[stmt] = found
         return self._statement_calls[stmt]
 
