@@ -26,14 +26,14 @@ arrays meets edges in the order a walk over SQL did.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import sqlite3
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
+
+from indexer.store import array_file
 
 MAGIC = b"torchtalk-adjacency 1\n"
 SUFFIX = ".adjacency"
@@ -320,26 +320,13 @@ def _code_of(column: str, kinds: list[str]) -> str:
 
 def _read(path: Path, key: str) -> Adjacency | None:
     """The sidecar's adjacency if it was written for ``key`` and reads whole; else None."""
+    found = array_file.read(path, MAGIC, key, _ARRAYS)
+    if found is None:
+        return None
+    header, arrays = found
     try:
-        with open(path, "rb") as handle:
-            if handle.readline() != MAGIC:
-                return None
-            header = json.loads(handle.readline())
-            if header.get("key") != key:
-                return None
-            arrays: dict[str, array] = {}
-            for name, typecode, length in header["arrays"]:
-                if _ARRAYS.get(name) != typecode:
-                    return None
-                values = array(typecode)
-                values.fromfile(handle, length)
-                arrays[name] = values
-            if set(arrays) != set(_ARRAYS) or handle.read(1):
-                return None
-            if header.get("digest") != _digest(arrays):
-                return None  # damaged in place
-            adjacency = Adjacency(header["node_kinds"], header["edge_kinds"], arrays)
-    except (OSError, EOFError, ValueError, KeyError, TypeError):
+        adjacency = Adjacency(header["node_kinds"], header["edge_kinds"], arrays)
+    except (KeyError, TypeError, IndexError):
         return None
     return adjacency if _consistent(adjacency) else None
 
@@ -362,31 +349,9 @@ def _consistent(adjacency: Adjacency) -> bool:
 _COLUMNS = ("kind", "file", "line", "ref")
 
 
-def _digest(arrays: dict[str, array]) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for name in _ARRAYS:
-        digest.update(memoryview(arrays[name]).cast("B"))
-    return digest.hexdigest()
-
-
 def _write(path: Path, key: str, adjacency: Adjacency) -> None:
-    """Write the sidecar whole or not at all (temporary file, then rename)."""
-    header = {
-        "key": key,
-        "digest": _digest({name: getattr(adjacency, name) for name in _ARRAYS}),
-        "node_kinds": adjacency.node_kinds,
-        "edge_kinds": adjacency.edge_kinds,
-        "arrays": [
-            [name, typecode, len(getattr(adjacency, name))] for name, typecode in _ARRAYS.items()
-        ],
-    }
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(MAGIC)
-            handle.write(json.dumps(header).encode() + b"\n")
-            for name in _ARRAYS:
-                getattr(adjacency, name).tofile(handle)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a read-only cache: keep the arrays in memory only
+    """Write the sidecar whole or not at all; a read-only cache keeps the arrays in
+    memory only."""
+    header = {"node_kinds": adjacency.node_kinds, "edge_kinds": adjacency.edge_kinds}
+    arrays = {name: getattr(adjacency, name) for name in _ARRAYS}
+    array_file.write(path, MAGIC, key, header, arrays)

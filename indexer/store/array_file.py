@@ -1,0 +1,78 @@
+"""Files of named arrays behind a JSON header: the index's sidecars.
+
+A sidecar holds what is derived from one index and costly to derive again (the edges
+both ways, the walk from the hub). Each names the key it was derived for, so one left
+over from another index is never read as this one's; carries a digest of its arrays, so
+a file damaged in place is rebuilt rather than trusted; and is written whole or not at
+all: to a temporary file, then renamed over the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from array import array
+from pathlib import Path
+from typing import Any
+
+
+def digest(arrays: dict[str, array]) -> str:
+    """A hash of the arrays' bytes, in the order of the dict."""
+    hashed = hashlib.blake2b(digest_size=16)
+    for values in arrays.values():
+        hashed.update(memoryview(values).cast("B"))
+    return hashed.hexdigest()
+
+
+def write(
+    path: Path, magic: bytes, key: str, header: dict[str, Any], arrays: dict[str, array]
+) -> bool:
+    """Write ``arrays`` (in their dict order) under ``header``; False when the file
+    cannot be written (a read-only cache: the caller keeps what it made in memory)."""
+    full = {
+        **header,
+        "key": key,
+        "digest": digest(arrays),
+        "arrays": [[name, values.typecode, len(values)] for name, values in arrays.items()],
+    }
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(magic)
+            handle.write(json.dumps(full).encode() + b"\n")
+            for values in arrays.values():
+                values.tofile(handle)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def read(
+    path: Path, magic: bytes, key: str, typecodes: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, array]] | None:
+    """(header, arrays) of a file written for ``key`` holding exactly the arrays of
+    ``typecodes`` (name -> typecode), whole and undamaged; None otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.readline() != magic:
+                return None
+            header = json.loads(handle.readline())
+            if not isinstance(header, dict) or header.get("key") != key:
+                return None
+            arrays: dict[str, array] = {}
+            for name, typecode, length in header["arrays"]:
+                if typecodes.get(name) != typecode:
+                    return None
+                values = array(typecode)
+                values.fromfile(handle, length)
+                arrays[name] = values
+            if set(arrays) != set(typecodes) or handle.read(1):
+                return None
+    except (OSError, EOFError, ValueError, KeyError, TypeError):
+        return None
+    if header.get("digest") != digest(arrays):
+        return None  # damaged in place
+    return header, arrays
