@@ -27,8 +27,16 @@ CHUNK = 2000  # adjacency rows made (and their ref names read) at a time
 ADJACENCY_AFTER = 3000
 # (src, dst, edge kind, evidence file, line, src kind, src file, ref id or None)
 EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
-# Edges the walk still reads from nodes it reached already: a module's references.
-REVISIT = frozenset({(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)})
+# Edges the walk still reads from nodes it reached already: a module's references (it
+# may widen) and a module's imports (reached for some names, it becomes live when what it
+# imports does: ``import pkg.sub`` runs a changed ``pkg/__init__.py``).
+REVISIT = frozenset(
+    {(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)}
+    | {
+        (EdgeKind.IMPORTS.value, kind.value)
+        for kind in (NodeKind.PYTHON_MODULE, NodeKind.TEST_FILE, NodeKind.FILE)
+    }
+)
 
 
 class EdgeRows:

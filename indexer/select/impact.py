@@ -333,7 +333,7 @@ class ImpactWalker(Bridges, EdgeRows):
                     {m: name for m, name in explicit.items() if reach.file_id[m] not in tests}
                 )
             found += self._registrations(frontier, reach)
-            steps = reach.steps
+            steps, live = reach.steps, reach.import_live
 
             def asks_target(row: EdgeRow) -> bool:
                 """Whether the loop below reads the row's ref name (see its conditions)."""
@@ -363,8 +363,11 @@ class ImpactWalker(Bridges, EdgeRows):
                 batch = frontier[start : start + _BATCH]
                 rows = self._rows_into(batch, reverse, reach.steps, asks_target)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
-                    if src in steps and not (kind == REFERENCES and src_kind == MODULE):
-                        continue  # reached already (a module may yet widen: see below)
+                    if src in steps and not (
+                        (kind == REFERENCES and src_kind == MODULE)
+                        or (kind == IMPORTS and src_kind in MODULE_KINDS and src not in live)
+                    ):
+                        continue  # reached already (a module may yet widen or go live)
                     if (
                         src in pending
                         and not (kind == REFERENCES and src_kind == MODULE)
