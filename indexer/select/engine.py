@@ -143,9 +143,12 @@ def _select(
     if selection.everything:
         return
     phase = time.perf_counter()
-    walker = ImpactWalker(index, workspace.source)
+    # The index describes the tree (``_ensure_fresh``): the hub's kept walk may be used.
+    walker = ImpactWalker(index, workspace.source, splice_hub=True)
     reach = walker.walk(_starts(selection.entities))
     apply_fallbacks(index, walker, reach, placer, selection, set(tests))
+    if walker.hub_use:
+        selection.index["hub_walk"] = walker.hub_use
     selection.timings["impact_s"] = time.perf_counter() - phase
     if selection.everything:
         return

@@ -43,6 +43,7 @@ from pathlib import Path
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
 from indexer.query.index import Index
+from indexer.select import hub as hub_walks
 from indexer.select import judgments
 from indexer.select.bridges import Bridges, Found, Step
 from indexer.select.deferral import Deferral
@@ -150,12 +151,22 @@ class FileQuota:
 
 
 class ImpactWalker(Bridges, EdgeRows):
-    """Reverse reachability over one index; reusable across walks."""
+    """Reverse reachability over one index; reusable across walks.
 
-    def __init__(self, index: Index, source: Path | None = None) -> None:
+    ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
+    what the hub reaches from its sidecar (walked and kept there the first time), not
+    walk it again (``indexer.select.hub``). Only for an index known to describe the
+    tree, as a selection's is: the kept walk read the tree's text.
+    """
+
+    def __init__(self, index: Index, source: Path | None = None, splice_hub: bool = False) -> None:
         Bridges.__init__(self)
         EdgeRows.__init__(self)
         self.index = index
+        self.splice_hub = splice_hub
+        self._hub: int | None = None
+        self._hub_walk: hub_walks.HubWalk | None = None
+        self.hub_use: str | None = None  # how a walk last met the hub, if one did
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
         self.statements = ModuleStatements(source)
@@ -272,6 +283,23 @@ class ImpactWalker(Bridges, EdgeRows):
         after = reach.module_names.get(module)
         return after is None or after != before
 
+    def _hub_node(self) -> int | None:
+        if self._hub is None:
+            self._hub = hub_walks.find_hub(self.index) or -1
+        return self._hub if self._hub >= 0 else None
+
+    def _splice(self, reach: Reach, hub: int) -> None:
+        """Add the hub's walk to ``reach``, in which the hub has just become live."""
+        use = "read from the index's hub sidecar"
+        if self._hub_walk is None:
+            self._hub_walk = hub_walks.load(self.index)
+            if self._hub_walk is None or self._hub_walk.hub != hub:
+                use = "walked, and kept in the index's hub sidecar"
+                self._hub_walk = hub_walks.HubWalk.of(hub, self._walk({hub: 0}, None, None))
+                hub_walks.save(self.index, self._hub_walk)
+        added = self._hub_walk.splice_into(reach)
+        self.hub_use = f"{added} nodes past the hub {hub}: {use}"
+
     def walk(
         self,
         starts: dict[int, int],
@@ -284,8 +312,9 @@ class ImpactWalker(Bridges, EdgeRows):
         that many of its files; ``max_depth`` caps the hops (None: no cap, as selection
         walks).
         """
+        splice = self.splice_hub and quota is None and max_depth is None
         try:
-            return self._walk(starts, quota, max_depth)
+            return self._walk(starts, quota, max_depth, splice)
         finally:
             self.judgments.save()
 
@@ -294,8 +323,10 @@ class ImpactWalker(Bridges, EdgeRows):
         starts: dict[int, int],
         quota: FileQuota | None,
         max_depth: int | None,
+        splice: bool = False,
     ) -> Reach:
         reach = Reach()
+        hub = self._hub_node() if splice else None
         for node_id, kind, file_id in self._node_rows(list(starts)):
             reach.steps[node_id] = None
             reach.origin[node_id] = starts[node_id]
@@ -314,6 +345,9 @@ class ImpactWalker(Bridges, EdgeRows):
         forward = list(FORWARD_KINDS)
         depth = 0
         while True:
+            if hub is not None and hub in reach.import_live:
+                self._splice(reach, hub)
+                hub = None
             if not frontier:
                 frontier = self._undeferred(reach)
             if not frontier or (max_depth is not None and depth >= max_depth):

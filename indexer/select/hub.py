@@ -1,0 +1,228 @@
+"""The walk past the hub: what importing the root package reaches, walked once per index.
+
+Nearly every test imports the framework's root package (``torch``, ``vllm``): the hub.
+A change whose impact reaches code that package runs at import (``torch.nested`` hands
+``NestedTensor`` to ``add_safe_globals`` at import, so a change reaching NestedTensor's
+``__torch_function__`` does) reaches everything importing it: on PyTorch ~81,000 nodes,
+seconds of walking, and the same nodes for every such change. So that walk is made once
+per index, from the hub alone, as a changed module (its import runs changed code), kept
+in a sidecar next to the index, and spliced into a selection's walk the moment the hub
+becomes live there.
+
+Splicing gives the walk the same nodes it would reach itself, because the walk is
+monotone: a step taken with less reached stays valid with more, so everything the hub's
+own walk reaches, a walk that makes the hub live reaches too. Where the hub's walk left
+a decision to more evidence (a module reached for some of its names only, a top-level
+call judged to run none of the reached code), the spliced state says so and the walk
+goes on deciding it with everything it has reached (``ImpactWalker.walk``). The spliced
+chains run from the hub, whose own step is the walk's: every test's chain still starts
+at the change.
+
+The sidecar is keyed by the index file (as the adjacency is) and by the code that walks
+and the manifest it reads, and is only made and used by selections, which walk an index
+known to describe the tree (whose files' text the walk also reads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.query.adjacency import index_key
+from indexer.select.bridges import Step
+from indexer.select.judgments import CODE_VERSION
+from indexer.store import array_file
+
+if TYPE_CHECKING:
+    from indexer.query.index import Index
+    from indexer.select.impact import Reach
+
+MAGIC = b"torchtalk-hub 1\n"
+SUFFIX = ".hub"
+NONE = -1
+# One row per node the hub's walk reached, in the order it reached them (so each row's
+# ``prev`` is a hub row above it, or the hub).
+_ARRAYS = {
+    "node": "i",
+    "prev": "i",
+    "src": "i",
+    "dst": "i",
+    "step_kind": "b",
+    "file": "i",  # the step's evidence file
+    "line": "i",
+    "depth": "i",
+    "node_kind": "b",
+    "node_file": "i",
+}
+
+
+def find_hub(index: Index) -> int | None:
+    """The top-level package module the most test files import or cover (None when no
+    test file imports one)."""
+    row = index.conn.execute(
+        "SELECT e.dst_id, COUNT(DISTINCT s.file_id) AS files FROM edges e"
+        " JOIN nodes d ON d.id = e.dst_id JOIN nodes s ON s.id = e.src_id"
+        " WHERE d.kind = ? AND instr(d.qualname, '.') = 0 AND s.kind = ?"
+        " AND e.kind IN (?, ?) GROUP BY e.dst_id ORDER BY files DESC, e.dst_id LIMIT 1",
+        (
+            NodeKind.PYTHON_MODULE.value,
+            NodeKind.TEST_FILE.value,
+            EdgeKind.IMPORTS.value,
+            EdgeKind.COVERS.value,
+        ),
+    ).fetchone()
+    return row[0] if row else None
+
+
+@dataclass
+class HubWalk:
+    """What the walk from the hub reached, as rows (see ``_ARRAYS``), and the state it
+    left to be decided with more evidence."""
+
+    hub: int
+    node_kinds: list[str]
+    step_kinds: list[str]
+    arrays: dict[str, array]
+    import_live: list[int]
+    module_names: dict[int, list[str]]
+    deferred_calls: list[tuple[int, int]]
+
+    @property
+    def size(self) -> int:
+        return len(self.arrays["node"])
+
+    @classmethod
+    def of(cls, hub: int, reach: Reach) -> HubWalk:
+        node_kinds = sorted(set(reach.kind.values()))
+        step_kinds = sorted({step.kind for step in reach.steps.values() if step is not None})
+        node_code = {kind: code for code, kind in enumerate(node_kinds)}
+        step_code = {kind: code for code, kind in enumerate(step_kinds)}
+        arrays = {name: array(typecode) for name, typecode in _ARRAYS.items()}
+        for node_id, step in reach.steps.items():  # in the order reached
+            arrays["node"].append(node_id)
+            arrays["node_kind"].append(node_code[reach.kind[node_id]])
+            arrays["node_file"].append(reach.file_id[node_id])
+            arrays["depth"].append(reach.depth.get(node_id, 0))
+            if step is None:
+                for name in ("prev", "src", "dst", "step_kind", "file", "line"):
+                    arrays[name].append(NONE)
+                continue
+            arrays["prev"].append(step.prev)
+            arrays["src"].append(step.src)
+            arrays["dst"].append(step.dst)
+            arrays["step_kind"].append(step_code[step.kind])
+            arrays["file"].append(NONE if step.file_id is None else step.file_id)
+            arrays["line"].append(step.line)
+        return cls(
+            hub,
+            node_kinds,
+            step_kinds,
+            arrays,
+            sorted(reach.import_live),
+            {module: sorted(names) for module, names in reach.module_names.items()},
+            list(reach.deferred_calls),
+        )
+
+    def splice_into(self, reach: Reach) -> int:
+        """Add what the hub's walk reached to ``reach``, in which the hub is live; the
+        nodes ``reach`` holds already keep their own steps. Returns how many were added."""
+        steps, kinds, files = reach.steps, reach.kind, reach.file_id
+        depths, origins = reach.depth, reach.origin
+        base = depths.get(self.hub, 0)
+        node_kinds, step_kinds = self.node_kinds, self.step_kinds
+        a = self.arrays
+        added = 0
+        # Modules ``reach`` holds fully affected (neither live nor for some names only).
+        whole = {
+            m for m in self.module_names if m in steps and m not in reach.module_names
+        }
+        rows = zip(
+            a["node"], a["prev"], a["src"], a["dst"], a["step_kind"], a["file"], a["line"],
+            a["depth"], a["node_kind"], a["node_file"], strict=True,
+        )  # fmt: skip
+        for node, prev, src, dst, step_kind, file_id, line, depth, node_kind, node_file in rows:
+            if node in steps:
+                continue
+            kind = step_kinds[step_kind]
+            steps[node] = Step(prev, kind, src, dst, None if file_id == NONE else file_id, line)
+            kinds[node] = node_kinds[node_kind]
+            files[node] = node_file
+            depths[node] = base + depth
+            origins[node] = origins[prev]  # reached above it: the same change's chain
+            added += 1
+        for module in self.import_live:
+            reach.import_live.add(module)
+            reach.module_names.pop(module, None)
+        for module, names in self.module_names.items():
+            if module in reach.import_live or module in whole:
+                continue
+            held = reach.module_names.get(module, frozenset())
+            reach.module_names[module] = held | frozenset(names)
+        reach.deferred_calls += [
+            pair for pair in self.deferred_calls if pair[0] not in reach.import_live
+        ]
+        return added
+
+
+def sidecar_key(index: Index) -> str:
+    """The index file, the code that walks, and the manifest it reads."""
+    manifest = index.meta.get("manifest") or ""
+    parts = [index_key(index.db_path, index.meta), CODE_VERSION, manifest]
+    return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()
+
+
+def sidecar_path(index: Index):
+    return index.db_path.with_name(index.db_path.name + SUFFIX)
+
+
+def load(index: Index) -> HubWalk | None:
+    """The hub's walk kept for this very index and code, or None."""
+    if not CODE_VERSION:
+        return None  # the walking code cannot be hashed: nothing kept can be trusted
+    found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index), _ARRAYS)
+    if found is None:
+        return None
+    header, arrays = found
+    try:
+        walk = HubWalk(
+            int(header["hub"]),
+            list(header["node_kinds"]),
+            list(header["step_kinds"]),
+            arrays,
+            [int(m) for m in header["import_live"]],
+            {int(m): list(names) for m, names in header["module_names"].items()},
+            [(int(m), int(d)) for m, d in header["deferred_calls"]],
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return walk if _consistent(walk) else None
+
+
+def save(index: Index, walk: HubWalk) -> None:
+    """Keep the hub's walk next to the index (skipped when it cannot be written)."""
+    if not CODE_VERSION:
+        return
+    header = {
+        "hub": walk.hub,
+        "node_kinds": walk.node_kinds,
+        "step_kinds": walk.step_kinds,
+        "import_live": walk.import_live,
+        "module_names": {str(m): names for m, names in walk.module_names.items()},
+        "deferred_calls": walk.deferred_calls,
+    }
+    array_file.write(sidecar_path(index), MAGIC, sidecar_key(index), header, walk.arrays)
+
+
+def _consistent(walk: HubWalk) -> bool:
+    """Cheap checks, so a file that reads but makes no sense is walked again instead."""
+    size = walk.size
+    if any(len(values) != size for values in walk.arrays.values()):
+        return False
+    if size == 0 or walk.arrays["node"][0] != walk.hub:
+        return False
+    return max(walk.arrays["node_kind"]) < len(walk.node_kinds) and max(
+        walk.arrays["step_kind"]
+    ) < len(walk.step_kinds)

@@ -1,0 +1,129 @@
+"""The walk past the hub (indexer.select.hub): a selection whose walk makes the root
+package live takes what the package's import reaches from a sidecar, walked once per
+index, and reaches exactly what walking it again would, with chains from the change."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from itertools import pairwise
+
+import pytest
+
+from indexer.query.index import Index
+from indexer.select import hub
+from indexer.select.impact import ImpactWalker
+from tests.select_support import IndexedTree, indexed_tree
+
+OPS = "minitorch/ops.py"
+# ops.py builds its namespaces at import (``minitorch = _OpNamespace(...)``), and the
+# package imports ops: a change to _OpNamespace.__init__ runs whenever minitorch is imported.
+AT_IMPORT = ("        self.name = name\n", "        self.name = name\n        self.kind = 'ns'\n")
+# A kernel some ops reach, and no code run at import.
+LINALG = "aten/src/ATen/native/LinearAlgebra.cpp"
+NOT_AT_IMPORT = (
+    "check_dim_size(m1, 2);",
+    "check_dim_size(m1, 2);\n  check_dim_size(m1.sizes(), 2);",
+)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+    return indexed_tree(tmp_path_factory, "minitorch")
+
+
+@pytest.fixture
+def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
+    yield shared.use(monkeypatch)
+    shared.reset()
+
+
+def _sidecar(tree: IndexedTree):
+    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + hub.SUFFIX)
+
+
+def test_the_hub_is_the_package_the_tests_import(tree: IndexedTree) -> None:
+    with closing(tree.index()) as index:
+        assert index.node(hub.find_hub(index)).qualname == "minitorch"
+
+
+def test_a_change_run_at_import_splices_the_hubs_walk_kept_once(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    first = tree.select()
+    assert "walked, and kept" in first.index["hub_walk"]
+    assert _sidecar(tree).is_file()
+    again = tree.select()
+    assert "read from the index's hub sidecar" in again.index["hub_walk"]
+    assert set(again.files) == set(first.files)
+    assert {"test/test_ops.py", "test/test_nn.py"} <= set(again.files)
+    # Every chain starts at the change and ends in its test file, through the hub.
+    for selected in again.files.values():
+        reason = selected.reasons[0]
+        assert reason.entity == "minitorch.ops._OpNamespace.__init__"
+        assert reason.chain[-1].evidence.startswith(selected.path + ":")
+        assert any(hop.src == "minitorch" for hop in reason.chain), reason.chain
+
+
+def _reach(index: Index, tree: IndexedTree, splice: bool, qualname: str):
+    walker = ImpactWalker(index, tree.root, splice_hub=splice)
+    start = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,)).fetchone()
+    return walker, walker.walk({start[0]: 0})
+
+
+def test_spliced_walk_reaches_what_walking_reaches(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    tree.select()  # brings the index up to date with the change
+    with closing(tree.index()) as index:
+        _, walked = _reach(index, tree, False, "minitorch.ops._OpNamespace.__init__")
+        walker, spliced = _reach(index, tree, True, "minitorch.ops._OpNamespace.__init__")
+        assert walker.hub_use is not None
+        assert set(spliced.steps) == set(walked.steps)
+        assert spliced.import_live == walked.import_live
+        assert spliced.module_names == walked.module_names
+        # minitorch.fused is reached first for a name it binds (``_ops``); importing it
+        # runs the package's changed import all the same: it goes live when that does.
+        fused = index.conn.execute("SELECT id FROM nodes WHERE qualname = 'minitorch.fused'")
+        assert fused.fetchone()[0] in walked.import_live
+        start = next(n for n, step in spliced.steps.items() if step is None)
+        for node_id in spliced.steps:
+            chain = spliced.chain(node_id)
+            if chain:  # real steps, each from the node the one before reached
+                assert chain[0].prev == start and node_id in (chain[-1].src, chain[-1].dst)
+                assert all(b.prev in (a.src, a.dst) for a, b in pairwise(chain))
+
+
+def test_a_change_not_reaching_the_hub_walks_alone(tree: IndexedTree) -> None:
+    _sidecar(tree).unlink(missing_ok=True)
+    tree.replace(LINALG, *NOT_AT_IMPORT)
+    selection = tree.select()
+    assert "hub_walk" not in selection.index
+    assert not _sidecar(tree).exists()
+    assert "test/test_linalg.py" in selection.files
+    assert len(selection.files) < selection.test_files_total
+
+
+def test_a_damaged_sidecar_is_walked_again(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    first = tree.select()
+    data = bytearray(_sidecar(tree).read_bytes())
+    data[-3] ^= 0xFF
+    _sidecar(tree).write_bytes(bytes(data))
+    again = tree.select()
+    assert "walked, and kept" in again.index["hub_walk"]
+    assert set(again.files) == set(first.files)
+
+
+def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    tree.select()
+    kept = _sidecar(tree).read_bytes()
+    tree.reset()
+    tree.replace(OPS, *AT_IMPORT)
+    tree.replace(
+        OPS,
+        "    def __repr__(self):",
+        "    def __str__(self):\n        return ''\n\n    def __repr__(self):",
+    )
+    tree.select()  # the index is updated for the new change: a new index file
+    _sidecar(tree).write_bytes(kept)
+    with closing(tree.index()) as index:
+        assert hub.load(index) is None
