@@ -29,7 +29,7 @@ from indexer.select.placed import (
     FilePlacement,
 )
 from indexer.select.python_placement import PythonPlacement
-from indexer.select.tokens import Untokenizable, hunk_changes_code, tokens_for
+from indexer.select.tokens import Untokenizable, hunk_changes_code, hunk_spans, tokens_for
 
 __all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
 
@@ -221,8 +221,10 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         if language == "python" and _plainly_code(old, new, hunks):
             return hunks  # no tokens needed (tokenizing a big module costs ~0.25 s a side)
         try:
-            old_tokens = tokens_for(language, old) if old is not None else []
-            new_tokens = tokens_for(language, new) if new is not None else []
+            # Only what overlaps the hunks is ever asked of the tokens.
+            old_spans, new_spans = hunk_spans(hunks, "old"), hunk_spans(hunks, "new")
+            old_tokens = tokens_for(language, old, old_spans) if old is not None else []
+            new_tokens = tokens_for(language, new, new_spans) if new is not None else []
             self._old_tokens, self._new_tokens = old_tokens, new_tokens
         except Untokenizable as exc:
             result.notes.append(f"cannot tokenize {result.changed.path} ({exc}): every hunk counts")
