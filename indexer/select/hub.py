@@ -129,30 +129,9 @@ class HubWalk:
     def splice_into(self, reach: Reach) -> int:
         """Add what the hub's walk reached to ``reach``, in which the hub is live; the
         nodes ``reach`` holds already keep their own steps. Returns how many were added."""
-        steps, kinds, files = reach.steps, reach.kind, reach.file_id
-        depths, origins = reach.depth, reach.origin
-        base = depths.get(self.hub, 0)
-        node_kinds, step_kinds = self.node_kinds, self.step_kinds
-        a = self.arrays
-        added = 0
         # Modules ``reach`` holds fully affected (neither live nor for some names only).
-        whole = {
-            m for m in self.module_names if m in steps and m not in reach.module_names
-        }
-        rows = zip(
-            a["node"], a["prev"], a["src"], a["dst"], a["step_kind"], a["file"], a["line"],
-            a["depth"], a["node_kind"], a["node_file"], strict=True,
-        )  # fmt: skip
-        for node, prev, src, dst, step_kind, file_id, line, depth, node_kind, node_file in rows:
-            if node in steps:
-                continue
-            kind = step_kinds[step_kind]
-            steps[node] = Step(prev, kind, src, dst, None if file_id == NONE else file_id, line)
-            kinds[node] = node_kinds[node_kind]
-            files[node] = node_file
-            depths[node] = base + depth
-            origins[node] = origins[prev]  # reached above it: the same change's chain
-            added += 1
+        whole = {m for m in self.module_names if m in reach.steps and m not in reach.module_names}
+        added = self._add_rows(reach)
         for module in self.import_live:
             reach.import_live.add(module)
             reach.module_names.pop(module, None)
@@ -165,6 +144,40 @@ class HubWalk:
             pair for pair in self.deferred_calls if pair[0] not in reach.import_live
         ]
         return added
+
+    def _add_rows(self, reach: Reach) -> int:
+        """The rows of nodes ``reach`` does not hold, column by column (~70,000 rows on
+        PyTorch, a few dict entries each)."""
+        a = self.arrays
+        rows = [row for row, node in enumerate(a["node"]) if node not in reach.steps]
+        if not rows:
+            return 0
+
+        def column(name: str) -> list[int]:
+            values = a[name]
+            return [values[row] for row in rows]
+
+        nodes, prevs = column("node"), column("prev")
+        files = [None if f == NONE else f for f in column("file")]
+        made = map(
+            Step,
+            prevs,
+            map(self.step_kinds.__getitem__, column("step_kind")),
+            column("src"),
+            column("dst"),
+            files,
+            column("line"),
+        )
+        reach.steps.update(zip(nodes, made, strict=True))
+        node_kinds = map(self.node_kinds.__getitem__, column("node_kind"))
+        reach.kind.update(zip(nodes, node_kinds, strict=True))
+        reach.file_id.update(zip(nodes, column("node_file"), strict=True))
+        base = reach.depth.get(self.hub, 0)
+        reach.depth.update(zip(nodes, map(base.__add__, column("depth")), strict=True))
+        origins = reach.origin
+        for node, prev in zip(nodes, prevs, strict=True):
+            origins[node] = origins[prev]  # reached above it: the same change's chain
+        return len(rows)
 
 
 def sidecar_key(index: Index) -> str:
