@@ -15,6 +15,7 @@ from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select import edge_rows, judgments
 from indexer.select.impact import ImpactWalker
+from indexer.select.module_scope import ModuleStatements
 from indexer.workspace import Workspace
 from tests.helpers import build_private_index, line_of, make_fixture_repo
 
@@ -217,6 +218,37 @@ def test_call_judgments_are_kept_across_walkers_and_follow_the_content(indexed) 
         assert ImpactWalker(index, repo).judgments.get(key) is None
     finally:
         source.write_text(original, encoding="utf-8")
+        sidecar.unlink(missing_ok=True)
+        index.close()
+
+
+def test_module_scope_judgments_are_kept_and_a_walk_from_them_parses_nothing(
+    indexed, monkeypatch
+) -> None:
+    """What a module's top-level statements do with a reached name is judged once: the
+    next walker reads it from the sidecar and parses no statement, reaching the same."""
+    repo, db_path = indexed
+    index = Index(db_path)
+    sidecar = db_path.with_name(db_path.name + judgments.SUFFIX)
+    sidecar.unlink(missing_ok=True)
+    # ops.py calls _OpNamespace at import, and the package imports ops.
+    start = index.conn.execute(
+        "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
+    ).fetchone()[0]
+    try:
+        first = ImpactWalker(index, repo).walk({start: 0})
+        assert any(key.split(":", 1)[1].startswith("use:") for key in judgments._read(sidecar))
+
+        def no_parsing(*args, **kwargs):
+            raise AssertionError("a kept judgment was parsed again")
+
+        monkeypatch.setattr(ModuleStatements, "_use_plan", no_parsing)
+        monkeypatch.setattr(ModuleStatements, "_derive", no_parsing)
+        monkeypatch.setattr(ModuleStatements, "_nested", no_parsing)
+        again = ImpactWalker(index, repo).walk({start: 0})
+        assert set(again.steps) == set(first.steps)
+        assert again.import_live == first.import_live
+    finally:
         sidecar.unlink(missing_ok=True)
         index.close()
 

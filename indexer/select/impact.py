@@ -169,7 +169,9 @@ class ImpactWalker(Bridges, EdgeRows):
         self.hub_use: str | None = None  # how a walk last met the hub, if one did
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
-        self.statements = ModuleStatements(source)
+        sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
+        self.judgments = judgments.Judgments(sidecar if source is not None else None)
+        self.statements = ModuleStatements(source, self.judgments)
         self.deferral = Deferral(index, self.statements)
         manifest = json.loads(index.meta.get("manifest") or "{}")
         self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
@@ -177,8 +179,6 @@ class ImpactWalker(Bridges, EdgeRows):
         self._test_dirs = [*tests.get("dirs", ()), *tests.get("utility_dirs", ())]
         self._test_side: frozenset[int] | None = None
         self._paths: dict[int, str] | None = None
-        sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
-        self.judgments = judgments.Judgments(sidecar if source is not None else None)
 
     def _file_paths(self) -> dict[int, str]:
         if self._paths is None:

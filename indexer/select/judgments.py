@@ -1,7 +1,8 @@
 """The walk's judgments of source text, kept across runs next to the index.
 
 Whether a line calls the op it names (``torch.atan2(...)`` or only ``torch.atan2`` in a
-table), and whether ``x.add(...)`` has a receiver its file shows is no tensor, depend
+table), whether ``x.add(...)`` has a receiver its file shows is no tensor, and what a
+module's top-level statement does with a name (``indexer.select.module_scope``) depend
 only on the file's content. A selection asks thousands of them, most about library files
 no change touches, and parsing their functions is most of a warm walk's time. So the
 answers are kept in a sidecar ``index.sqlite.judgments``, each keyed by the hash of the
@@ -17,6 +18,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 SUFFIX = ".judgments"
 MAX_ENTRIES = 200_000  # past this (~12 MB), only the last run's answers are kept
@@ -46,20 +48,21 @@ def content_key(data: bytes) -> str:
 
 
 class Judgments:
-    """Answers by key, read from and written to one sidecar (None: in memory only)."""
+    """Answers by key, read from and written to one sidecar (None: in memory only).
+    An answer is a bool, or a list of JSON values."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path if CODE_VERSION else None
-        self._answers: dict[str, bool] = {}
-        self._new: dict[str, bool] = {}
+        self._answers: dict[str, Any] = {}
+        self._new: dict[str, Any] = {}
         if self.path is not None:
             self._answers = _read(self.path)
 
-    def get(self, key: str) -> bool | None:
+    def get(self, key: str) -> Any:
         found = self._new.get(key)
         return self._answers.get(key) if found is None else found
 
-    def put(self, key: str, answer: bool) -> None:
+    def put(self, key: str, answer: Any) -> None:
         self._new[key] = answer
 
     def save(self) -> None:
@@ -82,7 +85,7 @@ class Judgments:
         self._answers, self._new = answers, {}
 
 
-def _read(path: Path) -> dict[str, bool]:
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -92,4 +95,4 @@ def _read(path: Path) -> dict[str, bool]:
     answers = data.get("answers")
     if not isinstance(answers, dict):
         return {}
-    return {key: value for key, value in answers.items() if isinstance(value, bool)}
+    return {key: value for key, value in answers.items() if isinstance(value, (bool, list))}

@@ -33,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from indexer.python.scope import callee_name
-from indexer.select.judgments import content_key
+from indexer.select.judgments import Judgments, content_key
 from indexer.select.pysource import (
     DEFINITIONS,
     FUNCTIONS,
@@ -58,6 +59,15 @@ class StatementUse:
 
 
 RUN = StatementUse(True, frozenset())
+
+
+def _as_list(use: StatementUse) -> list:
+    """A StatementUse as the judgments keep it (JSON): [run, names, op name]."""
+    return [use.run_at_import, sorted(use.names), use.op_name]
+
+
+def _from_list(kept: list) -> StatementUse:
+    return StatementUse(bool(kept[0]), frozenset(kept[1]), kept[2])
 
 
 @lru_cache(maxsize=1024)
@@ -136,10 +146,14 @@ def _opens_block(text: str) -> bool:
 
 
 class ModuleStatements:
-    """Top-level statements of Python files under ``root``, parsed once each."""
+    """Top-level statements of Python files under ``root``, parsed once each. What a
+    statement does with a name, whether a line lies in a nested function and what names
+    derive from others are judgments of a file's text: kept in ``judgments`` by its
+    content, as the walk's call judgments are, so later walks parse nothing for them."""
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, judgments: Judgments | None = None) -> None:
         self.root = root
+        self.judgments = judgments if judgments is not None else Judgments(None)
         self._trees: dict[str, ast.Module | None] = {}
         self._lines: dict[str, list[str] | None] = {}
         self.receivers = Receivers(self._tree, self.lines)
@@ -276,8 +290,25 @@ class ModuleStatements:
         function defined at ``def_line``: calling that function defines it, runs none of it."""
         key = (path, def_line, line)
         if key not in self._deferred:
-            self._deferred[key] = self._nested(path, def_line, line)
+            self._deferred[key] = self._kept(
+                f"nested:{def_line}:{line}",
+                path,
+                lambda: self._nested(path, def_line, line),
+            )
         return self._deferred[key]
+
+    def _kept(self, what: str, path: str, judge: Callable[[], Any]) -> Any:
+        """``judge()``, kept in the judgments by the content of ``path`` (and ``what``
+        is asked); asked afresh when the file cannot be read."""
+        digest = self.digest(path)
+        if digest is None:
+            return judge()
+        key = f"{digest}:{what}"
+        answer = self.judgments.get(key)
+        if answer is None:
+            answer = judge()
+            self.judgments.put(key, answer)
+        return answer
 
     def _nested(self, path: str, def_line: int, line: int) -> bool:
         if (path, def_line) not in self._outer:
@@ -329,7 +360,12 @@ class ModuleStatements:
         blocks of lines naming them are parsed."""
         key = (path, names)
         if key not in self._derived:
-            self._derived[key] = self._derive(path, names)
+            run, found = self._kept(
+                f"derived:{','.join(sorted(names))}",
+                path,
+                lambda: _as_list(self._derive(path, names))[:2],
+            )
+            self._derived[key] = StatementUse(run, frozenset(found))
         return self._derived[key]
 
     def _derive(self, path: str, names: frozenset[str]) -> StatementUse:
@@ -392,22 +428,39 @@ class ModuleStatements:
         ``deferred``: whether calling ``name`` runs none of the changed code (see
         ``deferred``), asked only of a statement that calls it.
         """
+        what = f"use:{line}:{name}:{int(compiled)}:{','.join(sorted(registrars))}"
+        calls, *otherwise = self._kept(
+            what, path, lambda: self._use_plan(path, line, name, compiled, registrars)
+        )
+        if calls and not deferred():
+            return RUN
+        return _from_list(otherwise)
+
+    def _use_plan(
+        self, path: str, line: int, name: str, compiled: bool, registrars: frozenset[str]
+    ) -> list:
+        """[whether the statement calls ``name``, then the use should that call run none
+        of the changed code (as ``_as_list``)]: the statement's text decides all but
+        that, which depends on what the walk has reached."""
         stmt = self._statement_at(path, line)
         if stmt is None or isinstance(stmt, DEFINITIONS):
-            return RUN  # a decorator or a base class: registration or inheritance
+            # a decorator or a base class: registration or inheritance
+            return [False, *_as_list(RUN)]
+        calls = False
         registered = None
         for node, callee in self._calls_in(stmt):
             if callee == name and compiled and self.receivers.module_level(path, node.func):
                 continue  # SKIPLIST.add(x) on a module-level set: not the op
-            if callee == name and not deferred():
-                return RUN
+            if callee == name:
+                calls = True
             if callee in registrars and registered is None:
                 registered = _registered_op(node, name)
         if registered is not None:
-            return StatementUse(False, frozenset(), registered)
+            return [calls, *_as_list(StatementUse(False, frozenset(), registered))]
         names, mutates = _bound(targets(stmt))
         if mutates:
-            return RUN  # stored into a registry or an object: run later, by anyone
+            # stored into a registry or an object: run later, by anyone
+            return [calls, *_as_list(RUN)]
         if names:
-            return StatementUse(False, frozenset(names))
-        return StatementUse(not compiled, frozenset())
+            return [calls, *_as_list(StatementUse(False, frozenset(names)))]
+        return [calls, *_as_list(StatementUse(not compiled, frozenset()))]
