@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
@@ -93,6 +94,10 @@ class HubWalk:
     @property
     def size(self) -> int:
         return len(self.arrays["node"])
+
+    @cached_property
+    def nodes(self) -> frozenset[int]:
+        return frozenset(self.arrays["node"])
 
     @classmethod
     def of(cls, hub: int, reach: Reach) -> HubWalk:

@@ -288,8 +288,10 @@ class ImpactWalker(Bridges, EdgeRows):
             self._hub = hub_walks.find_hub(self.index) or -1
         return self._hub if self._hub >= 0 else None
 
-    def _splice(self, reach: Reach, hub: int) -> None:
-        """Add the hub's walk to ``reach``, in which the hub has just become live."""
+    def _splice(self, reach: Reach, hub: int, frontier: list[int]) -> list[int]:
+        """Add the hub's walk to ``reach``, in which the hub has just become live, and
+        return what of ``frontier`` is left to expand: the hub's walk expanded its other
+        nodes already, in the same state (a module's state may differ: modules stay)."""
         use = "read from the index's hub sidecar"
         if self._hub_walk is None:
             self._hub_walk = hub_walks.load(self.index)
@@ -299,6 +301,8 @@ class ImpactWalker(Bridges, EdgeRows):
                 hub_walks.save(self.index, self._hub_walk)
         added = self._hub_walk.splice_into(reach)
         self.hub_use = f"{added} nodes past the hub {hub}: {use}"
+        expanded = self._hub_walk.nodes
+        return [n for n in frontier if n not in expanded or reach.kind.get(n) in MODULE_KINDS]
 
     def walk(
         self,
@@ -346,7 +350,7 @@ class ImpactWalker(Bridges, EdgeRows):
         depth = 0
         while True:
             if hub is not None and hub in reach.import_live:
-                self._splice(reach, hub)
+                frontier = self._splice(reach, hub, frontier)
                 hub = None
             if not frontier:
                 frontier = self._undeferred(reach)
