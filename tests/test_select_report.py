@@ -4,6 +4,7 @@ case."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
@@ -119,6 +120,9 @@ def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
     assert {k: v for k, v in again.items() if k != "timings"} == {
         k: v for k, v in data.items() if k != "timings"
     }
+    # The report's selected files are their dataclasses, field for field.
+    rebuilt = selection_from_dict(data)
+    assert [asdict(f) for f in rebuilt.files.values()] == data["selected"]
 
 
 def test_select_text_lists_files_reasons_and_narrowing(tree: IndexedTree, capsys) -> None:

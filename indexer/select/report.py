@@ -36,7 +36,7 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
             | {"nodes": entity.nodes}
             for entity in selection.entities
         ],
-        "selected": [asdict(selected) for selected in selection.files.values()],
+        "selected": [selected_to_dict(selected) for selected in selection.files.values()],
         "counts": {
             "changed_files": len(selection.changed_files),
             "changed_entities": len(selection.entities),
@@ -53,6 +53,26 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
         "timings": {k: round(v, 4) for k, v in selection.timings.items()},
     }
     return data
+
+
+def selected_to_dict(selected: SelectedFile) -> dict[str, Any]:
+    """``asdict(selected)``, written out: a central change selects ~900 files with
+    chains of ~15 hops, and asdict's recursive deep copy takes 0.1 s of a selection."""
+    return {
+        "path": selected.path,
+        "reasons": [
+            {
+                "entity": reason.entity,
+                "evidence": reason.evidence,
+                "chain": [dict(vars(hop)) for hop in reason.chain],
+                "note": reason.note,
+            }
+            for reason in selected.reasons
+        ],
+        "tests": None if selected.tests is None else [asdict(t) for t in selected.tests],
+        "devices": None if selected.devices is None else list(selected.devices),
+        "device_classes": list(selected.device_classes),
+    }
 
 
 def selection_from_dict(data: dict) -> Selection:

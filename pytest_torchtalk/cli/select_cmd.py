@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from pytest_torchtalk.cli import add_source_arguments
 
@@ -36,7 +37,12 @@ def run(args: argparse.Namespace) -> int:
     workspace = Workspace.resolve(args.source, args.harness)
     selection = select_tests(workspace, args.base, update=not args.no_update)
     if args.json:
-        print(json.dumps(selection_to_dict(selection), indent=2))
+        # Indented for a person at a terminal; compact for the programs it is piped to (a
+        # central change's report is ~3 MB indented, ~2 MB not, and quicker to write).
+        if sys.stdout.isatty():
+            print(json.dumps(selection_to_dict(selection), indent=2))
+        else:
+            print(json.dumps(selection_to_dict(selection), separators=(",", ":")))
         return 0
     for line in summary_lines(selection, limit=10):
         print(line)
