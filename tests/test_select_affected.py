@@ -128,7 +128,8 @@ def test_a_walk_with_a_quota_reaches_the_first_files_a_full_walk_reaches(
 ) -> None:
     """The quota stops the walk at the same point of the same breadth-first order: the
     files it reached are the first ones the full walk reaches, by the same steps."""
-    from indexer.select.impact import FileQuota, ImpactWalker
+    from indexer.select.impact import ImpactWalker
+    from indexer.select.reach import FileQuota
 
     tests = {
         file_id

@@ -4,13 +4,14 @@ index, and reaches exactly what walking it again would, with chains from the cha
 
 from __future__ import annotations
 
+import json
 from contextlib import closing
 from itertools import pairwise
 
 import pytest
 
 from indexer.query.index import Index
-from indexer.select import hub
+from indexer.select import hub, witness
 from indexer.select.impact import ImpactWalker
 from tests.select_support import IndexedTree, indexed_tree
 
@@ -127,3 +128,41 @@ def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:
     _sidecar(tree).write_bytes(kept)
     with closing(tree.index()) as index:
         assert hub.load(index) is None
+
+
+def _witnesses(tree: IndexedTree):
+    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + witness.SUFFIX)
+
+
+def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
+    _witnesses(tree).unlink(missing_ok=True)
+    tree.replace(OPS, *AT_IMPORT)
+    first = tree.select()
+    assert "kept chain" not in first.index["hub_walk"]
+    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
+    assert kept[0][0][1] == "minitorch.ops._OpNamespace.__init__"
+    assert kept[0][-1][1] == "minitorch"
+    again = tree.select()
+    assert "reached by a kept chain" in again.index["hub_walk"]
+    assert set(again.files) == set(first.files)
+    for selected in again.files.values():
+        assert selected.reasons[0].entity == "minitorch.ops._OpNamespace.__init__"
+
+
+def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    plain = tree.select()
+    # A chain from the change through a node it does not reach first: it cannot be
+    # followed, so the walk finds its own way, and the chain is forgotten.
+    bogus = [
+        ["python_function", "minitorch.ops._OpNamespace.__init__", OPS],
+        ["python_function", "minitorch.ops._fused_gelu", OPS],
+        ["python_module", "minitorch", "minitorch/__init__.py"],
+    ]
+    data = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
+    _witnesses(tree).write_text(json.dumps({**data, "chains": [bogus]}), encoding="utf-8")
+    again = tree.select()
+    assert "kept chain" not in again.index["hub_walk"]
+    assert set(again.files) == set(plain.files)
+    chains = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
+    assert bogus not in chains and chains  # the walk's own chain is kept instead

@@ -23,8 +23,9 @@ from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.select.engine import reason_for
-from indexer.select.impact import FileQuota, ImpactWalker
+from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
+from indexer.select.reach import FileQuota
 
 CHANGEABLE = (
     NodeKind.CPP_FUNCTION.value,

@@ -22,7 +22,7 @@ from indexer.select.overrides import OVERRIDES, ClassHierarchy
 
 if TYPE_CHECKING:
     from indexer.query.index import Index
-    from indexer.select.impact import Reach
+    from indexer.select.reach import Reach
 
 # Methods Python runs through their class or an instance's protocol, not by name: using
 # the class is using them. ``forward`` runs through nn.Module.__call__. Operator dunders

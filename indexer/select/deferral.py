@@ -24,8 +24,8 @@ from indexer.select.bridges import placeholders
 
 if TYPE_CHECKING:
     from indexer.query.index import Index, Node
-    from indexer.select.impact import Reach
     from indexer.select.module_scope import ModuleStatements
+    from indexer.select.reach import Reach
 
 PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
 PYTHON_CLASS = NodeKind.PYTHON_CLASS.value

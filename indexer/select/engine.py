@@ -12,10 +12,11 @@ from indexer.query.index import Index
 from indexer.select.diff import Diff, read_diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
-from indexer.select.impact import ImpactWalker, Reach
+from indexer.select.impact import ImpactWalker
 from indexer.select.indirect_uses import READS_PATH
 from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
+from indexer.select.reach import Reach
 from indexer.select.staleness import check_freshness, try_update
 from indexer.workspace import Workspace
 

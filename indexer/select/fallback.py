@@ -19,10 +19,11 @@ from __future__ import annotations
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
 from indexer.query.index import Index, Node
-from indexer.select.impact import FileQuota, ImpactWalker, Reach
+from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity, Selection
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
+from indexer.select.reach import FileQuota, Reach
 
 PYTHON_DEFS = frozenset(
     {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}

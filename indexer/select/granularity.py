@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.index import Index, Node
-from indexer.select.impact import Reach
 from indexer.select.model import SelectedFile, TestScope
+from indexer.select.reach import Reach
 
 
 def formatted_opinfo_name(node: Node) -> str:
@@ -37,13 +37,15 @@ def opinfo_scopes(index: Index, reach: Reach, in_file: list[int]) -> list[TestSc
     # there inside the same file (a test's class, the module code instantiating it)
     # adds nothing of its own.
     here = reach.file_id.get(in_file[0]) if in_file else None
-    in_file = [
-        node_id
-        for node_id in in_file
-        if reach.steps.get(node_id) is None or reach.file_id.get(reach.steps[node_id].prev) != here
-    ]
-    tests = [n for n in in_file if reach.kind.get(n) == NodeKind.TEST_FUNCTION.value]
-    if len(tests) != len(in_file) or not tests:
+    tests = []
+    for node_id in in_file:
+        step = reach.steps.get(node_id)
+        if step is not None and reach.file_id.get(step.prev) == here:
+            continue
+        if reach.kind.get(node_id) != NodeKind.TEST_FUNCTION.value:
+            return None  # entered otherwise than through a test function
+        tests.append(node_id)
+    if not tests:
         return None
     scopes = []
     for node in index.nodes(tests):

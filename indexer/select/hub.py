@@ -35,11 +35,12 @@ from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.adjacency import index_key
 from indexer.select.bridges import Step
 from indexer.select.judgments import CODE_VERSION
+from indexer.select.reach import Overlay
 from indexer.store import array_file
 
 if TYPE_CHECKING:
     from indexer.query.index import Index
-    from indexer.select.impact import Reach
+    from indexer.select.reach import Reach
 
 MAGIC = b"torchtalk-hub 1\n"
 SUFFIX = ".hub"
@@ -95,10 +96,6 @@ class HubWalk:
     def size(self) -> int:
         return len(self.arrays["node"])
 
-    @cached_property
-    def nodes(self) -> frozenset[int]:
-        return frozenset(self.arrays["node"])
-
     @classmethod
     def of(cls, hub: int, reach: Reach) -> HubWalk:
         node_kinds = sorted(set(reach.kind.values()))
@@ -131,58 +128,64 @@ class HubWalk:
             list(reach.deferred_calls),
         )
 
+    @cached_property
+    def rows(self) -> dict[int, int]:
+        """node -> its row."""
+        return dict(zip(self.arrays["node"], range(self.size), strict=True))
+
     def splice_into(self, reach: Reach) -> int:
-        """Add what the hub's walk reached to ``reach``, in which the hub is live; the
-        nodes ``reach`` holds already keep their own steps. Returns how many were added."""
-        # Modules ``reach`` holds fully affected (neither live nor for some names only).
-        whole = {m for m in self.module_names if m in reach.steps and m not in reach.module_names}
-        added = self._add_rows(reach)
-        for module in self.import_live:
-            reach.import_live.add(module)
-            reach.module_names.pop(module, None)
-        for module, names in self.module_names.items():
-            if module in reach.import_live or module in whole:
-                continue
-            held = reach.module_names.get(module, frozenset())
-            reach.module_names[module] = held | frozenset(names)
-        reach.deferred_calls += [
-            pair for pair in self.deferred_calls if pair[0] not in reach.import_live
-        ]
-        return added
-
-    def _add_rows(self, reach: Reach) -> int:
-        """The rows of nodes ``reach`` does not hold, column by column (~70,000 rows on
-        PyTorch, a few dict entries each)."""
-        a = self.arrays
-        rows = [row for row, node in enumerate(a["node"]) if node not in reach.steps]
-        if not rows:
-            return 0
-
-        def column(name: str) -> list[int]:
-            values = a[name]
-            return [values[row] for row in rows]
-
-        nodes, prevs = column("node"), column("prev")
-        files = [None if f == NONE else f for f in column("file")]
-        made = map(
-            Step,
-            prevs,
-            map(self.step_kinds.__getitem__, column("step_kind")),
-            column("src"),
-            column("dst"),
-            files,
-            column("line"),
-        )
-        reach.steps.update(zip(nodes, made, strict=True))
-        node_kinds = map(self.node_kinds.__getitem__, column("node_kind"))
-        reach.kind.update(zip(nodes, node_kinds, strict=True))
-        reach.file_id.update(zip(nodes, column("node_file"), strict=True))
+        """Lay what the hub's walk reached over ``reach``, in which the hub is live (the
+        nodes ``reach`` holds keep their own steps); returns how many it adds. Each row's
+        step, kind, file, depth and origin are made when asked (``Overlay``)."""
+        whole = reach.held_whole(self.module_names)
+        a, rows = self.arrays, self.rows
+        node_kinds, step_kinds = self.node_kinds, self.step_kinds
         base = reach.depth.get(self.hub, 0)
-        reach.depth.update(zip(nodes, map(base.__add__, column("depth")), strict=True))
         origins = reach.origin
-        for node, prev in zip(nodes, prevs, strict=True):
-            origins[node] = origins[prev]  # reached above it: the same change's chain
-        return len(rows)
+
+        def step(row: int) -> Step | None:
+            if a["prev"][row] == NONE:
+                return None
+            file_id = a["file"][row]
+            return Step(
+                a["prev"][row],
+                step_kinds[a["step_kind"][row]],
+                a["src"][row],
+                a["dst"][row],
+                None if file_id == NONE else file_id,
+                a["line"][row],
+            )
+
+        def origin(row: int) -> int:
+            # The entity of the first node up its chain this walk reached itself (each
+            # row's prev is a row above it, or such a node).
+            path = []
+            node = a["node"][row]
+            while node not in origins.own:
+                path.append(node)
+                node = a["prev"][rows[node]]
+            found = origins.own[node]
+            for passed in path:
+                origins[passed] = found
+            return found
+
+        entities = set(reach.origin.values())
+        if len(entities) == 1:  # one change, or all from one: every chain is its
+            (only,) = entities
+            origin = lambda row: only  # noqa: E731
+
+        # Every node reached has a step, kind, file and origin; a start has no depth.
+        added = sum(1 for node in rows if node not in reach.steps)
+        depth_added = sum(1 for node in rows if node not in reach.depth)
+        reach.steps = Overlay(reach.steps, rows, step, added)
+        kind = Overlay(reach.kind, rows, lambda row: node_kinds[a["node_kind"][row]], added)
+        reach.kind = kind
+        reach.file_id = Overlay(reach.file_id, rows, a["node_file"].__getitem__, added)
+        depth = Overlay(reach.depth, rows, lambda row: base + a["depth"][row], depth_added)
+        reach.depth = depth
+        origins = reach.origin = Overlay(reach.origin, rows, origin, added)
+        reach.join_state(self.import_live, self.module_names, self.deferred_calls, whole)
+        return added
 
 
 def sidecar_key(index: Index) -> str:

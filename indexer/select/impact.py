@@ -36,8 +36,6 @@ from SQLite or the index's in-memory adjacency (``indexer.select.edge_rows``).
 from __future__ import annotations
 
 import json
-from collections.abc import Container
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
@@ -49,6 +47,8 @@ from indexer.select.bridges import Bridges, Found, Step
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
 from indexer.select.module_scope import ModuleStatements, StatementUse
+from indexer.select.reach import FileQuota, Reach
+from indexer.select.witness import Witnesses
 
 REVERSE_KINDS = (
     EdgeKind.CALLS.value,
@@ -81,73 +81,11 @@ LIBRARY_PYTHON = frozenset(
 MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
+# Hops a walk that reached the hub by a kept chain goes on by itself before splicing.
+NEAR_DEPTH = 4
+# Kinds whose walk state is more than their being reached (see _follow_leads).
+STATEFUL = MODULE_KINDS | {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value}
 _BATCH = 900
-
-
-@dataclass
-class Reach:
-    steps: dict[int, Step | None] = field(default_factory=dict)  # None: a start node
-    origin: dict[int, int] = field(default_factory=dict)  # node -> index of its entity
-    kind: dict[int, str] = field(default_factory=dict)
-    file_id: dict[int, int] = field(default_factory=dict)
-    # Modules whose import runs changed code: changed at module level, or importing one
-    # that is. A module merely naming a changed definition affects its names' users only.
-    import_live: set[int] = field(default_factory=set)
-    # Modules reached because top-level code names a changed definition without running
-    # it at import: only the users of these module names are affected.
-    module_names: dict[int, frozenset[str]] = field(default_factory=dict)
-    depth: dict[int, int] = field(default_factory=dict)  # hops from a start (absent: 0)
-    # (module, definition) of top-level calls judged to run none of the reached code:
-    # asked again when the frontier runs out (indexer.select.deferral).
-    deferred_calls: list[tuple[int, int]] = field(default_factory=list)
-
-    def merge(self, other: Reach) -> None:
-        """Add what ``other`` reached and this did not; chains stay paths of real steps."""
-        for node_id, step in other.steps.items():
-            if node_id in self.steps:
-                continue
-            self.steps[node_id] = step
-            self.kind[node_id] = other.kind[node_id]
-            self.file_id[node_id] = other.file_id[node_id]
-            self.depth[node_id] = other.depth.get(node_id, 0)
-            self.origin[node_id] = other.origin[node_id]
-        for node_id in other.steps:
-            # A chain now runs through this walk's steps where the two meet: credit it
-            # to the entity it really starts from.
-            chain = self.chain(node_id)
-            start = chain[0].prev if chain else node_id
-            self.origin[node_id] = self.origin.get(start, self.origin[node_id])
-        self.import_live |= other.import_live
-
-    def chain(self, node_id: int) -> list[Step]:
-        """The steps from a start node out to ``node_id``."""
-        steps: list[Step] = []
-        step = self.steps.get(node_id)
-        while step is not None:
-            steps.append(step)
-            step = self.steps.get(step.prev)
-        return steps[::-1]
-
-
-@dataclass
-class FileQuota:
-    """Stop a walk once it has reached ``count`` distinct files of ``files`` (the nearest,
-    as the walk is breadth-first): to ask *whether* a test is reached, or for an answer
-    that lists only so many."""
-
-    files: Container[int]
-    count: int
-    reached: set[int] = field(default_factory=set)
-
-    def add(self, file_id: int) -> bool:
-        """Count a reached node's file; True once the quota is full."""
-        if file_id in self.files:
-            self.reached.add(file_id)
-        return self.full
-
-    @property
-    def full(self) -> bool:
-        return len(self.reached) >= self.count
 
 
 class ImpactWalker(Bridges, EdgeRows):
@@ -167,6 +105,8 @@ class ImpactWalker(Bridges, EdgeRows):
         self._hub: int | None = None
         self._hub_walk: hub_walks.HubWalk | None = None
         self.hub_use: str | None = None  # how a walk last met the hub, if one did
+        self._lead = ""  # how the walk under way reached the hub, if by a kept chain
+        self._witnesses: Witnesses | None = None
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
         sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
@@ -300,9 +240,36 @@ class ImpactWalker(Bridges, EdgeRows):
                 self._hub_walk = hub_walks.HubWalk.of(hub, self._walk({hub: 0}, None, None))
                 hub_walks.save(self.index, self._hub_walk)
         added = self._hub_walk.splice_into(reach)
-        self.hub_use = f"{added} nodes past the hub {hub}: {use}"
-        expanded = self._hub_walk.nodes
+        self.hub_use = f"{added} nodes past the hub {hub}: {use}{self._lead}"
+        self._lead = ""
+        self._witness_store().record(reach, hub)
+        expanded = self._hub_walk.rows
         return [n for n in frontier if n not in expanded or reach.kind.get(n) in MODULE_KINDS]
+
+    def _witness_store(self) -> Witnesses:
+        if self._witnesses is None:
+            self._witnesses = Witnesses(self.index)
+        return self._witnesses
+
+    def _follow_leads(self, reach: Reach, frontier: list[int], hub: int) -> list[int]:
+        """Follow a kept chain to the hub from a node about to be expanded, by this
+        walk's rules (``indexer.select.witness``); the nodes it adds, or [] if none
+        leads there. Only from a start, or a node whose state is its being reached: a
+        Python definition's depends on the step that reached it (deferral), a module's
+        on what of it is affected, and a chain followed from one alone would not know."""
+        witnesses = self._witness_store()
+        if not witnesses:
+            return []
+        for node_id in frontier:
+            if reach.steps.get(node_id) is not None and reach.kind.get(node_id) in STATEFUL:
+                continue
+            for rest in witnesses.leads(node_id):
+                followed = self._walk({node_id: 0}, None, None, only=frozenset(rest))
+                if hub in followed.import_live:
+                    self._lead = f"; reached by a kept chain ({len(rest)} hops from node {node_id})"
+                    return reach.graft(followed, node_id)
+                witnesses.drop(rest)
+        return []
 
     def walk(
         self,
@@ -321,6 +288,8 @@ class ImpactWalker(Bridges, EdgeRows):
             return self._walk(starts, quota, max_depth, splice)
         finally:
             self.judgments.save()
+            if self._witnesses is not None:
+                self._witnesses.save()
 
     def _walk(
         self,
@@ -328,7 +297,10 @@ class ImpactWalker(Bridges, EdgeRows):
         quota: FileQuota | None,
         max_depth: int | None,
         splice: bool = False,
+        only: frozenset[int] | None = None,
     ) -> Reach:
+        """The walk; ``only``: the nodes it may reach besides the starts (following a
+        kept chain to the hub), None for all."""
         reach = Reach()
         hub = self._hub_node() if splice else None
         for node_id, kind, file_id in self._node_rows(list(starts)):
@@ -348,10 +320,26 @@ class ImpactWalker(Bridges, EdgeRows):
         reverse = list(REVERSE_KINDS)
         forward = list(FORWARD_KINDS)
         depth = 0
+        # Nodes reached by a kept chain, by depth: each expanded in its turn, as if the
+        # walk had reached it, until the hub's walk is spliced.
+        held: dict[int, list[int]] = {}
+        splice_at = 0  # the depth from which the hub's walk may be spliced
         while True:
-            if hub is not None and hub in reach.import_live:
-                frontier = self._splice(reach, hub, frontier)
-                hub = None
+            if hub is not None and hub not in reach.import_live and frontier:
+                for node_id in self._follow_leads(reach, frontier, hub):
+                    held.setdefault(reach.depth[node_id], []).append(node_id)
+                # The nearest evidence first: what the change reaches within a few hops
+                # keeps its own chain, not one through the hub.
+                splice_at = depth + NEAR_DEPTH if held else 0
+            frontier += held.pop(depth, [])
+            if (
+                hub is not None
+                and hub in reach.import_live
+                and (depth >= splice_at or not frontier)
+            ):
+                rest = [node_id for nodes in held.values() for node_id in nodes]
+                frontier = self._splice(reach, hub, frontier + rest)
+                hub, held = None, {}
             if not frontier:
                 frontier = self._undeferred(reach)
             if not frontier or (max_depth is not None and depth >= max_depth):
@@ -401,6 +389,8 @@ class ImpactWalker(Bridges, EdgeRows):
                 batch = frontier[start : start + _BATCH]
                 rows = self._rows_into(batch, reverse, reach.steps, asks_target)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
+                    if only is not None and src not in only:
+                        continue
                     if src in steps and not (
                         (kind == REFERENCES and src_kind == MODULE)
                         or (kind == IMPORTS and src_kind in MODULE_KINDS and src not in live)
@@ -442,7 +432,7 @@ class ImpactWalker(Bridges, EdgeRows):
                 for src, dst, kind, file_id, line, dst_kind, dst_file in self._rows_out_of(
                     batch, forward
                 ):
-                    if dst in steps or dst in pending:
+                    if dst in steps or dst in pending or (only is not None and dst not in only):
                         continue
                     if kind == DERIVES and not (
                         reach.kind.get(src) == DERIVATIVE and dst_kind == OP
@@ -459,6 +449,8 @@ class ImpactWalker(Bridges, EdgeRows):
                 found += self._dispatcher_callers(ops, reach.steps)
             frontier = []
             for node_id, step, kind, file_id in found:  # grows: registered ops' callers
+                if only is not None and node_id not in only:
+                    continue
                 if node_id in reach.steps:
                     if step.kind == IMPORTS and kind in MODULE_KINDS:
                         if node_id not in reach.import_live:

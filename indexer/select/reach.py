@@ -1,0 +1,172 @@
+"""What a walk reached, and how: each node's first step back towards a changed entity.
+
+The walk (``indexer.select.impact``) writes a Reach; the engine, the granularity and
+the MCP ``affected`` tool read it. Each reached node keeps the step it was first
+reached by, so following steps from any node leads back to a start: its evidence chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from indexer.select.bridges import Step
+
+
+@dataclass
+class Reach:
+    # Dicts, or Overlays once the hub's walk is spliced in (indexer.select.hub).
+    steps: MutableMapping[int, Step | None] = field(default_factory=dict)  # None: a start
+    origin: MutableMapping[int, int] = field(default_factory=dict)  # node -> its entity
+    kind: MutableMapping[int, str] = field(default_factory=dict)
+    file_id: MutableMapping[int, int] = field(default_factory=dict)
+    # Modules whose import runs changed code: changed at module level, or importing one
+    # that is. A module merely naming a changed definition affects its names' users only.
+    import_live: set[int] = field(default_factory=set)
+    # Modules reached because top-level code names a changed definition without running
+    # it at import: only the users of these module names are affected.
+    module_names: dict[int, frozenset[str]] = field(default_factory=dict)
+    depth: MutableMapping[int, int] = field(default_factory=dict)  # hops from a start
+    # (module, definition) of top-level calls judged to run none of the reached code:
+    # asked again when the frontier runs out (indexer.select.deferral).
+    deferred_calls: list[tuple[int, int]] = field(default_factory=list)
+
+    def merge(self, other: Reach) -> None:
+        """Add what ``other`` reached and this did not; chains stay paths of real steps."""
+        for node_id, step in other.steps.items():
+            if node_id in self.steps:
+                continue
+            self.steps[node_id] = step
+            self.kind[node_id] = other.kind[node_id]
+            self.file_id[node_id] = other.file_id[node_id]
+            self.depth[node_id] = other.depth.get(node_id, 0)
+            self.origin[node_id] = other.origin[node_id]
+        for node_id in other.steps:
+            # A chain now runs through this walk's steps where the two meet: credit it
+            # to the entity it really starts from.
+            chain = self.chain(node_id)
+            start = chain[0].prev if chain else node_id
+            self.origin[node_id] = self.origin.get(start, self.origin[node_id])
+        self.import_live |= other.import_live
+
+    def graft(self, other: Reach, root: int) -> list[int]:
+        """Add what ``other``, a walk from ``root`` alone (a node reached here), reached
+        and this did not, as reached through ``root``; return the nodes added."""
+        whole = self.held_whole(other.module_names)
+        added = []
+        base, origin = self.depth.get(root, 0), self.origin[root]
+        for node_id, step in other.steps.items():  # in the order reached: prev first
+            if node_id in self.steps:
+                continue
+            self.steps[node_id] = step
+            self.kind[node_id] = other.kind[node_id]
+            self.file_id[node_id] = other.file_id[node_id]
+            self.depth[node_id] = base + other.depth.get(node_id, 0)
+            self.origin[node_id] = origin
+            added.append(node_id)
+        self.join_state(other.import_live, other.module_names, other.deferred_calls, whole)
+        return added
+
+    def held_whole(self, modules: Iterable[int]) -> set[int]:
+        """Of ``modules``, those reached here as fully affected (neither live nor for
+        some names only): asked before another walk's nodes are added."""
+        return {m for m in modules if m in self.steps and m not in self.module_names}
+
+    def join_state(
+        self,
+        import_live: Iterable[int],
+        module_names: Mapping[int, Iterable[str]],
+        deferred_calls: Iterable[tuple[int, int]],
+        whole: set[int],
+    ) -> None:
+        """Join what another walk left to more evidence (modules live or reached for
+        some names, deferred top-level calls), to be decided with everything this walk
+        reaches; ``whole``: this walk's fully affected modules (``held_whole``)."""
+        for module in import_live:
+            self.import_live.add(module)
+            self.module_names.pop(module, None)
+        for module, names in module_names.items():
+            if module not in self.import_live and module not in whole:
+                held = self.module_names.get(module, frozenset())
+                self.module_names[module] = held | frozenset(names)
+        self.deferred_calls += [d for d in deferred_calls if d[0] not in self.import_live]
+
+    def chain(self, node_id: int) -> list[Step]:
+        """The steps from a start node out to ``node_id``."""
+        steps: list[Step] = []
+        step = self.steps.get(node_id)
+        while step is not None:
+            steps.append(step)
+            step = self.steps.get(step.prev)
+        return steps[::-1]
+
+
+@dataclass
+class FileQuota:
+    """Stop a walk once it has reached ``count`` distinct files of ``files`` (the nearest,
+    as the walk is breadth-first): to ask *whether* a test is reached, or for an answer
+    that lists only so many."""
+
+    files: Container[int]
+    count: int
+    reached: set[int] = field(default_factory=set)
+
+    def add(self, file_id: int) -> bool:
+        """Count a reached node's file; True once the quota is full."""
+        if file_id in self.files:
+            self.reached.add(file_id)
+        return self.full
+
+    @property
+    def full(self) -> bool:
+        return len(self.reached) >= self.count
+
+
+class Overlay(MutableMapping):
+    """A walk's own dict laid over rows of another walk it takes whole, whose values are
+    made only when asked (``indexer.select.hub``: ~80,000 rows, of which a selection
+    reads a few thousand). Keys this walk holds win; new keys go to its own dict."""
+
+    def __init__(
+        self, own: dict, rows: Mapping[int, int], value: Callable[[int], Any], extra: int
+    ) -> None:
+        self.own = own
+        self.rows = rows  # key -> row, for the value
+        self.value = value
+        self._extra = extra  # how many keys of ``rows`` ``own`` lacks
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.own or key in self.rows
+
+    def __getitem__(self, key: int) -> Any:
+        if key in self.own:
+            return self.own[key]
+        return self.value(self.rows[key])
+
+    def get(self, key: int, default: Any = None) -> Any:
+        if key in self.own:
+            return self.own[key]
+        row = self.rows.get(key)
+        return default if row is None else self.value(row)
+
+    def __setitem__(self, key: int, value: Any) -> None:
+        if key not in self.own and key in self.rows:
+            self._extra -= 1
+        self.own[key] = value
+
+    def __delitem__(self, key: int) -> None:
+        raise TypeError("a walk's reach only grows")
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.own
+        own = self.own
+        yield from (key for key in self.rows if key not in own)
+
+    def items(self) -> Iterator[tuple[int, Any]]:  # type: ignore[override]
+        yield from self.own.items()
+        own, value = self.own, self.value
+        yield from ((key, value(row)) for key, row in self.rows.items() if key not in own)
+
+    def __len__(self) -> int:
+        return len(self.own) + self._extra

@@ -1,0 +1,144 @@
+"""Chains to the hub that earlier walks found, kept to be followed first.
+
+A walk that makes the hub live (``indexer.select.hub``) has found a chain of steps from
+a change to it: ``at::native::matmul`` -> ``aten::matmul`` -> ... -> ``NestedTensor`` ->
+``torch.nested`` -> ``torch``. Breadth first, finding it took ~10,000 nodes; a later walk
+that reaches a node of a kept chain follows the rest of it instead (a walk by the same
+rules restricted to the chain's nodes), and once the hub is live splices the hub's walk.
+A kept chain is only a lead: following it proves the hub live or fails, and a chain that
+fails is dropped. Nothing it says is taken on trust.
+
+Chains are kept by node identity (kind, qualified name, file), not by id, so they
+outlive an index update; in a sidecar next to the index, with the hash of the walking
+code (other rules, other chains), written to a temporary file and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from indexer.select.judgments import CODE_VERSION
+
+if TYPE_CHECKING:
+    from indexer.query.index import Index
+    from indexer.select.reach import Reach
+
+SUFFIX = ".witnesses"
+MAX_CHAINS = 1000  # the most recent are kept
+_BATCH = 900
+Key = tuple[str, str, str]  # (kind, qualified name, file path)
+
+
+class Witnesses:
+    """The kept chains of one index, resolved to its node ids when first asked."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.path = index.db_path.with_name(index.db_path.name + SUFFIX)
+        self._chains: list[list[Key]] = _read(self.path) if CODE_VERSION else []
+        self._changed = False
+        self._ids: list[list[int | None]] | None = None
+        self._through: dict[int, list[tuple[int, int]]] = {}  # node -> (chain, position)
+
+    def __bool__(self) -> bool:
+        return bool(self._chains)
+
+    def leads(self, node_id: int) -> list[list[int]]:
+        """The rest of each kept chain through ``node_id`` (node ids, the hub last), for
+        chains whose every node this index holds."""
+        self._resolve()
+        found = []
+        for chain, position in self._through.get(node_id, ()):
+            ids = self._ids[chain] if self._ids is not None else []
+            rest = ids[position + 1 :]
+            if rest and None not in rest:
+                found.append(rest)
+        return found
+
+    def drop(self, rest: list[int]) -> None:
+        """Forget the chains ending in ``rest``: following them failed."""
+        if self._ids is None:
+            return
+        kept = [i for i, ids in enumerate(self._ids) if ids[-len(rest) :] != rest]
+        if len(kept) < len(self._ids):
+            chains, ids = [self._chains[i] for i in kept], [self._ids[i] for i in kept]
+            self._keep(chains)
+            self._index(ids)
+
+    def record(self, reach: Reach, hub: int) -> None:
+        """Keep the chain by which ``reach`` made the hub live (unless kept already)."""
+        steps = reach.chain(hub)
+        if not steps:
+            return
+        ids = [steps[0].prev] + [s.src if s.prev == s.dst else s.dst for s in steps]
+        nodes = {node.id: node for node in self.index.nodes(ids)}
+        if any(node_id not in nodes for node_id in ids):
+            return
+        chain = [(nodes[n].kind, nodes[n].qualname, nodes[n].path) for n in ids]
+        if chain not in self._chains:
+            self._keep([*self._chains, chain][-MAX_CHAINS:])
+
+    def save(self) -> None:
+        if not self._changed or not CODE_VERSION:
+            return
+        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        try:
+            data = {"code": CODE_VERSION, "chains": self._chains}
+            tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return
+        self._changed = False
+
+    def _keep(self, chains: list[list[Key]]) -> None:
+        self._chains = chains
+        self._changed = True
+        self._ids = None
+        self._through = {}
+
+    def _resolve(self) -> None:
+        if self._ids is not None:
+            return
+        names = sorted({key[1] for chain in self._chains for key in chain})
+        found: dict[Key, int] = {}
+        for start in range(0, len(names), _BATCH):
+            batch = names[start : start + _BATCH]
+            for node_id, kind, qualname, path in self.index.conn.execute(
+                "SELECT n.id, n.kind, n.qualname, f.path FROM nodes n"
+                " JOIN files f ON f.id = n.file_id"
+                f" WHERE n.qualname IN ({','.join('?' * len(batch))})",
+                batch,
+            ):
+                found.setdefault((kind, qualname, path), node_id)
+        self._index([[found.get(tuple(key)) for key in chain] for chain in self._chains])
+
+    def _index(self, ids: list[list[int | None]]) -> None:
+        self._ids = ids
+        self._through = {}
+        for chain, chain_ids in enumerate(ids):
+            for position, node_id in enumerate(chain_ids[:-1]):
+                if node_id is not None:
+                    self._through.setdefault(node_id, []).append((chain, position))
+
+
+def _read(path: Path) -> list[list[Key]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
+        return []
+    chains = data.get("chains")
+    if not isinstance(chains, list):
+        return []
+    return [
+        [tuple(key) for key in chain]
+        for chain in chains
+        if isinstance(chain, list)
+        and chain
+        and all(isinstance(key, list) and len(key) == 3 for key in chain)
+    ]
