@@ -15,6 +15,7 @@ import pytest
 
 from indexer.build import build_lock
 from indexer.query.index import Index
+from indexer.select import hub
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import main
 
@@ -46,6 +47,22 @@ def test_build_creates_database_and_status_reports_it(
     paths = [row[0] for row in Index(Path(index["db_path"])).file_rows()]
     assert "aten/src/ATen/native/native_functions.yaml" in paths
     assert not any(p.startswith("/") or str(minitorch_repo) in p for p in paths)
+
+
+def test_build_keeps_the_hubs_walk_for_selections(
+    minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A built index answers central changes at once: the walk from the package every
+    test imports is made and kept by the build, not by the first selection."""
+    assert main(["index", "build", "--source", str(minitorch_repo), "--quiet"]) == 0
+    assert "walked from the hub for selections" in capsys.readouterr().out
+    index = Index(Workspace.resolve(minitorch_repo).db_path)
+    try:
+        kept = hub.load(index)
+        assert kept is not None and index.node(kept.hub).qualname == "minitorch"
+        assert kept.size > 20
+    finally:
+        index.close()
 
 
 def test_pytorch_source_is_an_alias(

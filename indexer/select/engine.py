@@ -12,6 +12,7 @@ from indexer.query.index import Index
 from indexer.select.diff import Diff, read_diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
+from indexer.select.hub import find_hub as hub_node
 from indexer.select.impact import ImpactWalker
 from indexer.select.indirect_uses import READS_PATH
 from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
@@ -248,6 +249,23 @@ def _reason(
             note = entity.reason  # the test itself is unchanged: it reads a changed file
         return Reason(entity.label, entity.evidence, note=note)
     return Reason(entity.label, entity.evidence, hops)
+
+
+def keep_hub_walk(workspace: Workspace) -> str | None:
+    """Walk from the hub of the workspace's index and keep that walk next to it, as the
+    first selection reaching the hub would: after ``torchtalk index build`` a central
+    change is answered at once. The index was just built from the tree, so the text the
+    walk reads is what it describes. None when no test file imports a package."""
+    index = Index(workspace.db_path)
+    try:
+        walker = ImpactWalker(index, workspace.source, splice_hub=True)
+        hub = hub_node(index)
+        if hub is None:
+            return None
+        walker.walk({hub: 0})
+        return walker.hub_use
+    finally:
+        index.close()
 
 
 def select_for_source(

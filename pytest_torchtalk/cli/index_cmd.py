@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from indexer.build import build_index
 from indexer.query.health import shortfalls
@@ -71,6 +72,12 @@ def run_build(args: argparse.Namespace) -> int:
         )
     for line in shortfalls(workspace.manifest, result.counts):
         print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
+    from indexer.select.engine import keep_hub_walk  # the selection engine, only here
+
+    started = time.perf_counter()
+    kept = keep_hub_walk(workspace)
+    if kept:
+        print(f"walked from the hub for selections: {kept} ({time.perf_counter() - started:.1f}s)")
     return 0
 
 
