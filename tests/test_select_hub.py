@@ -145,6 +145,8 @@ def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
     again = tree.select()
     assert "reached by a kept chain" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
+    # Resolved once in this index: kept with their ids, for the next selection.
+    assert "ids" in json.loads(_witnesses(tree).read_text(encoding="utf-8"))
     for selected in again.files.values():
         assert selected.reasons[0].entity == "minitorch.ops._OpNamespace.__init__"
 
@@ -159,8 +161,8 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
         ["python_function", "minitorch.ops._fused_gelu", OPS],
         ["python_module", "minitorch", "minitorch/__init__.py"],
     ]
-    data = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
-    _witnesses(tree).write_text(json.dumps({**data, "chains": [bogus]}), encoding="utf-8")
+    code = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["code"]
+    _witnesses(tree).write_text(json.dumps({"code": code, "chains": [bogus]}), encoding="utf-8")
     again = tree.select()
     assert "kept chain" not in again.index["hub_walk"]
     assert set(again.files) == set(plain.files)

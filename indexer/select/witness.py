@@ -9,7 +9,8 @@ A kept chain is only a lead: following it proves the hub live or fails, and a ch
 fails is dropped. Nothing it says is taken on trust.
 
 Chains are kept by node identity (kind, qualified name, file), not by id, so they
-outlive an index update; in a sidecar next to the index, with the hash of the walking
+outlive an index update (with their ids in the index they were last resolved in, so the
+same index needs no lookup); in a sidecar next to the index, with the hash of the walking
 code (other rules, other chains), written to a temporary file and renamed.
 """
 
@@ -20,6 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer.query.adjacency import index_key
 from indexer.select.judgments import CODE_VERSION
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from indexer.select.reach import Reach
 
 SUFFIX = ".witnesses"
-MAX_CHAINS = 1000  # the most recent are kept
+MAX_CHAINS = 200  # the most recent are kept
 _BATCH = 900
 Key = tuple[str, str, str]  # (kind, qualified name, file path)
 
@@ -38,10 +40,15 @@ class Witnesses:
     def __init__(self, index: Index) -> None:
         self.index = index
         self.path = index.db_path.with_name(index.db_path.name + SUFFIX)
-        self._chains: list[list[Key]] = _read(self.path) if CODE_VERSION else []
+        self._key = index_key(index.db_path, index.meta)
+        self._chains: list[list[Key]] = []
         self._changed = False
         self._ids: list[list[int | None]] | None = None
         self._through: dict[int, list[tuple[int, int]]] = {}  # node -> (chain, position)
+        if CODE_VERSION:
+            self._chains, ids = _read(self.path, self._key)
+            if ids is not None:
+                self._index(ids)
 
     def __bool__(self) -> bool:
         return bool(self._chains)
@@ -87,6 +94,8 @@ class Witnesses:
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:
             data = {"code": CODE_VERSION, "chains": self._chains}
+            if self._ids is not None:
+                data.update(index=self._key, ids=self._ids)
             tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError:
@@ -115,6 +124,7 @@ class Witnesses:
             ):
                 found.setdefault((kind, qualname, path), node_id)
         self._index([[found.get(tuple(key)) for key in chain] for chain in self._chains])
+        self._changed = True  # keep the ids for this index
 
     def _index(self, ids: list[list[int | None]]) -> None:
         self._ids = ids
@@ -125,20 +135,36 @@ class Witnesses:
                     self._through.setdefault(node_id, []).append((chain, position))
 
 
-def _read(path: Path) -> list[list[Key]]:
+def _read(path: Path, key: str) -> tuple[list[list[Key]], list[list[int | None]] | None]:
+    """(chains, their ids if resolved in the index of ``key``)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
+        return [], None
     if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
-        return []
+        return [], None
     chains = data.get("chains")
-    if not isinstance(chains, list):
-        return []
-    return [
-        [tuple(key) for key in chain]
-        for chain in chains
-        if isinstance(chain, list)
+    if not isinstance(chains, list) or not all(
+        isinstance(chain, list)
         and chain
-        and all(isinstance(key, list) and len(key) == 3 for key in chain)
-    ]
+        and all(
+            isinstance(k, list) and len(k) == 3 and all(isinstance(x, str) for x in k)
+            for k in chain
+        )
+        for chain in chains
+    ):
+        return [], None
+    kept = [[tuple(k) for k in chain] for chain in chains]
+    ids = data.get("ids")
+    resolved = (
+        data.get("index") == key
+        and isinstance(ids, list)
+        and len(ids) == len(kept)
+        and all(
+            isinstance(row, list)
+            and len(row) == len(chain)
+            and all(i is None or isinstance(i, int) for i in row)
+            for row, chain in zip(ids, kept, strict=False)
+        )
+    )
+    return kept, ids if resolved else None
