@@ -71,7 +71,11 @@ class Reach:
     def held_whole(self, modules: Iterable[int]) -> set[int]:
         """Of ``modules``, those reached here as fully affected (neither live nor for
         some names only): asked before another walk's nodes are added."""
-        return {m for m in modules if m in self.steps and m not in self.module_names}
+        return {
+            m
+            for m in modules
+            if m in self.steps and m not in self.module_names and m not in self.import_live
+        }
 
     def join_state(
         self,
