@@ -240,7 +240,8 @@ class ImpactWalker(Bridges, EdgeRows):
                 self._hub_walk = hub_walks.HubWalk.of(hub, self._walk({hub: 0}, None, None))
                 hub_walks.save(self.index, self._hub_walk)
         added = self._hub_walk.splice_into(reach)
-        self.hub_use = f"{added} nodes past the hub {hub}: {use}{self._lead}"
+        name = self.index.node(hub).qualname
+        self.hub_use = f"{added} nodes past the hub {name}: {use}{self._lead}"
         self._lead = ""
         self._witness_store().record(reach, hub)
         expanded = self._hub_walk.rows
@@ -266,7 +267,8 @@ class ImpactWalker(Bridges, EdgeRows):
             for rest in witnesses.leads(node_id):
                 followed = self._walk({node_id: 0}, None, None, only=frozenset(rest))
                 if hub in followed.import_live:
-                    self._lead = f"; reached by a kept chain ({len(rest)} hops from node {node_id})"
+                    name = self.index.node(node_id).qualname
+                    self._lead = f"; reached by a kept chain ({len(rest)} hops from {name})"
                     return reach.graft(followed, node_id)
                 witnesses.drop(rest)
         return []
