@@ -6,9 +6,12 @@ reach the tests that run it, and only those."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import pytest
 
 from indexer.build import build_index
+from indexer.select.impact import ImpactWalker
 from tests.helpers import commit_all, make_fixture_repo
 from tests.select_support import IndexedTree, indexed_tree, selected
 
@@ -114,3 +117,23 @@ def test_unrelated_tests_stay_out(fp8_change) -> None:
     _, selection = fp8_change
     assert "tests/test_utils.py" not in selected(selection)
     assert "tests/test_layernorm.py" not in selected(selection)
+
+
+def test_a_registration_counts_when_its_module_was_affected_first(shared, monkeypatch) -> None:
+    """fused.py changed at module level too: the module is affected whole from the start,
+    and the walk reaches fused_quant later. Its registration as an op still makes the op's
+    callers (quantize_blocks, through torch.ops) users of the kernel: the walk's answer
+    does not depend on which of the two it met first."""
+    tree = shared.use(monkeypatch)
+    shared.reset()  # the module's fp8_change, if it ran, left its edit
+    try:
+        tree.replace(FP8_KERNEL, *KERNEL_EDIT)
+        tree.replace("miniext/layers/fused.py", "FUSED_BLOCK = 128", "FUSED_BLOCK = 256")
+        selection = tree.select()
+        with closing(tree.index()) as index:
+            starts = {n: i for i, e in enumerate(selection.entities) for n in e.node_ids}
+            reach = ImpactWalker(index, tree.root).walk(starts)
+            reached = {node.qualname for node in index.nodes(reach.steps)}
+        assert "miniext.layers.fused.quantize_blocks" in reached
+    finally:
+        shared.reset()

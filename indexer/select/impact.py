@@ -217,11 +217,26 @@ class ImpactWalker(Bridges, EdgeRows):
         if kind != MODULE or step.kind != REFERENCES:
             return False
         if module not in reach.module_names:
-            return False  # already fully affected
+            # Already fully affected; but the statement may register the definition as
+            # an op, which runs wherever the op is called, whichever was reached first.
+            found += self._registered_at_top(step, file_id)
+            return False
         before = reach.module_names[module]
         found += self._module_use(reach, module, step, file_id)
         after = reach.module_names.get(module)
         return after is None or after != before
+
+    def _registered_at_top(self, step: Step, file_id: int) -> list[Found]:
+        """The callers of the op a top-level statement (at ``step.line``) registers the
+        reached definition ``step.dst`` as, if it does (``[python] op_registrars``)."""
+        path = self._path(file_id)
+        if not self.op_registrars or not self.statements.mentions(path, self.op_registrars):
+            return []
+        named = self.index.node(step.dst)
+        use = self.statements.use(
+            path, step.line, named.name, named.kind in COMPILED, self.op_registrars, lambda: True
+        )
+        return [] if use.op_name is None else self._registered_op_callers(step.dst, use.op_name)
 
     def _hub_node(self) -> int | None:
         if self._hub is None:
