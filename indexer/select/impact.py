@@ -43,7 +43,7 @@ from indexer.paths import under_any
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import judgments
-from indexer.select.bridges import Bridges, Found, Step
+from indexer.select.bridges import Bridges, Found, Step, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
 from indexer.select.module_scope import ModuleStatements, StatementUse
@@ -119,6 +119,7 @@ class ImpactWalker(Bridges, EdgeRows):
         self._test_dirs = [*tests.get("dirs", ()), *tests.get("utility_dirs", ())]
         self._test_side: frozenset[int] | None = None
         self._paths: dict[int, str] | None = None
+        self._registrars_in: frozenset[int] | None = None
 
     def _file_paths(self) -> dict[int, str]:
         if self._paths is None:
@@ -229,14 +230,31 @@ class ImpactWalker(Bridges, EdgeRows):
     def _registered_at_top(self, step: Step, file_id: int) -> list[Found]:
         """The callers of the op a top-level statement (at ``step.line``) registers the
         reached definition ``step.dst`` as, if it does (``[python] op_registrars``)."""
-        path = self._path(file_id)
-        if not self.op_registrars or not self.statements.mentions(path, self.op_registrars):
+        if file_id not in self._registrar_files():
             return []
+        path = self._path(file_id)
         named = self.index.node(step.dst)
         use = self.statements.use(
             path, step.line, named.name, named.kind in COMPILED, self.op_registrars, lambda: True
         )
         return [] if use.op_name is None else self._registered_op_callers(step.dst, use.op_name)
+
+    def _registrar_files(self) -> frozenset[int]:
+        """Files with a call naming one of the manifest's op registrars (read once)."""
+        if self._registrars_in is None:
+            names = sorted(self.op_registrars)
+            self._registrars_in = (
+                frozenset()
+                if not names
+                else frozenset(
+                    file_id
+                    for (file_id,) in self.index.conn.execute(
+                        f"SELECT DISTINCT file_id FROM refs WHERE target_key IN ({placeholders(names)})",
+                        names,
+                    )
+                )
+            )
+        return self._registrars_in
 
     def _hub_node(self) -> int | None:
         if self._hub is None:

@@ -390,11 +390,6 @@ class ModuleStatements:
                 found |= bound
         return StatementUse(False, frozenset(found))
 
-    def mentions(self, path: str, names: frozenset[str]) -> bool:
-        """Whether any of ``names`` appears in the file as an identifier."""
-        words = self._word_lines(path)
-        return any(name in words for name in names)
-
     def _word_lines(self, path: str) -> dict[str, list[int]]:
         """Each identifier of the file -> the lines it appears on, once per walker."""
         if path not in self._words:
