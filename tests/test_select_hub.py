@@ -166,5 +166,6 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
     again = tree.select()
     assert "kept chain" not in again.index["hub_walk"]
     assert set(again.files) == set(plain.files)
-    chains = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
-    assert bogus not in chains and chains  # the walk's own chain is kept instead
+    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
+    assert bogus not in kept["chains"] and kept["chains"]  # the walk's own chain instead
+    assert bogus in kept["failed"]  # and it is not kept again, should a walk find it

@@ -297,13 +297,13 @@ class ImpactWalker(Bridges, EdgeRows):
         for node_id in frontier:
             if reach.steps.get(node_id) is not None and reach.kind.get(node_id) in STATEFUL:
                 continue
-            for rest in witnesses.leads(node_id):
-                followed = self._walk({node_id: 0}, None, None, only=frozenset(rest))
+            for lead in witnesses.leads(node_id):
+                followed = self._walk({node_id: 0}, None, None, only=lead.only)
                 if hub in followed.import_live:
                     name = self.index.node(node_id).qualname
-                    self._lead = f"; reached by a kept chain ({len(rest)} hops from {name})"
+                    self._lead = f"; reached by a kept chain ({len(lead.chain)} nodes, from {name})"
                     return reach.graft(followed, node_id)
-                witnesses.drop(rest)
+                witnesses.drop(lead)
         return []
 
     def walk(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,9 +30,17 @@ if TYPE_CHECKING:
     from indexer.select.reach import Reach
 
 SUFFIX = ".witnesses"
-MAX_CHAINS = 200  # the most recent are kept
+MAX_CHAINS = 200  # the most recent are kept, and as many that failed are remembered
 _BATCH = 900
 Key = tuple[str, str, str]  # (kind, qualified name, file path)
+Chain = tuple[Key, ...]
+Ids = list[list[int]]  # per node of a chain, the ids its key names (overloads share one)
+
+
+@dataclass(frozen=True)
+class Lead:
+    chain: Chain  # the kept chain
+    only: frozenset[int]  # the ids of its nodes after the one it is followed from
 
 
 class Witnesses:
@@ -41,39 +50,41 @@ class Witnesses:
         self.index = index
         self.path = index.db_path.with_name(index.db_path.name + SUFFIX)
         self._key = index_key(index.db_path, index.meta)
-        self._chains: list[list[Key]] = []
+        self._chains: list[Chain] = []
+        self._failed: list[Chain] = []  # followed and found wanting: not kept again
         self._changed = False
-        self._ids: list[list[int | None]] | None = None
+        self._ids: list[Ids] | None = None
         self._through: dict[int, list[tuple[int, int]]] = {}  # node -> (chain, position)
         if CODE_VERSION:
-            self._chains, ids = _read(self.path, self._key)
+            self._chains, self._failed, ids = _read(self.path, self._key)
             if ids is not None:
                 self._index(ids)
 
     def __bool__(self) -> bool:
         return bool(self._chains)
 
-    def leads(self, node_id: int) -> list[list[int]]:
-        """The rest of each kept chain through ``node_id`` (node ids, the hub last), for
-        chains whose every node this index holds."""
+    def leads(self, node_id: int) -> list[Lead]:
+        """The rest of each kept chain through ``node_id``, for chains whose every node
+        this index holds."""
         self._resolve()
         found = []
         for chain, position in self._through.get(node_id, ()):
             ids = self._ids[chain] if self._ids is not None else []
             rest = ids[position + 1 :]
-            if rest and None not in rest:
-                found.append(rest)
+            if rest and all(rest):
+                only = frozenset(node for named in rest for node in named)
+                found.append(Lead(self._chains[chain], only))
         return found
 
-    def drop(self, rest: list[int]) -> None:
-        """Forget the chains ending in ``rest``: following them failed."""
-        if self._ids is None:
+    def drop(self, lead: Lead) -> None:
+        """Forget the chain of ``lead``: following it failed; and do not keep it again."""
+        if lead.chain not in self._chains or self._ids is None:
             return
-        kept = [i for i, ids in enumerate(self._ids) if ids[-len(rest) :] != rest]
-        if len(kept) < len(self._ids):
-            chains, ids = [self._chains[i] for i in kept], [self._ids[i] for i in kept]
-            self._keep(chains)
-            self._index(ids)
+        position = self._chains.index(lead.chain)
+        ids = self._ids[:position] + self._ids[position + 1 :]
+        self._failed = [*self._failed, lead.chain][-MAX_CHAINS:]
+        self._keep([c for c in self._chains if c != lead.chain])
+        self._index(ids)
 
     def record(self, reach: Reach, hub: int) -> None:
         """Keep the chain by which ``reach`` made the hub live (unless kept already)."""
@@ -84,8 +95,8 @@ class Witnesses:
         nodes = {node.id: node for node in self.index.nodes(ids)}
         if any(node_id not in nodes for node_id in ids):
             return
-        chain = [(nodes[n].kind, nodes[n].qualname, nodes[n].path) for n in ids]
-        if chain not in self._chains:
+        chain = tuple((nodes[n].kind, nodes[n].qualname, nodes[n].path) for n in ids)
+        if chain not in self._chains and chain not in self._failed:
             self._keep([*self._chains, chain][-MAX_CHAINS:])
 
     def save(self) -> None:
@@ -93,7 +104,7 @@ class Witnesses:
             return
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:
-            data = {"code": CODE_VERSION, "chains": self._chains}
+            data = {"code": CODE_VERSION, "chains": self._chains, "failed": self._failed}
             if self._ids is not None:
                 data.update(index=self._key, ids=self._ids)
             tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
@@ -103,7 +114,7 @@ class Witnesses:
             return
         self._changed = False
 
-    def _keep(self, chains: list[list[Key]]) -> None:
+    def _keep(self, chains: list[Chain]) -> None:
         self._chains = chains
         self._changed = True
         self._ids = None
@@ -113,7 +124,7 @@ class Witnesses:
         if self._ids is not None:
             return
         names = sorted({key[1] for chain in self._chains for key in chain})
-        found: dict[Key, int] = {}
+        found: dict[Key, list[int]] = {}
         for start in range(0, len(names), _BATCH):
             batch = names[start : start + _BATCH]
             for node_id, kind, qualname, path in self.index.conn.execute(
@@ -122,49 +133,59 @@ class Witnesses:
                 f" WHERE n.qualname IN ({','.join('?' * len(batch))})",
                 batch,
             ):
-                found.setdefault((kind, qualname, path), node_id)
-        self._index([[found.get(tuple(key)) for key in chain] for chain in self._chains])
+                found.setdefault((kind, qualname, path), []).append(node_id)
+        self._index([[found.get(key, []) for key in chain] for chain in self._chains])
         self._changed = True  # keep the ids for this index
 
-    def _index(self, ids: list[list[int | None]]) -> None:
+    def _index(self, ids: list[Ids]) -> None:
         self._ids = ids
         self._through = {}
         for chain, chain_ids in enumerate(ids):
-            for position, node_id in enumerate(chain_ids[:-1]):
-                if node_id is not None:
+            for position, named in enumerate(chain_ids[:-1]):
+                for node_id in named:
                     self._through.setdefault(node_id, []).append((chain, position))
 
 
-def _read(path: Path, key: str) -> tuple[list[list[Key]], list[list[int | None]] | None]:
-    """(chains, their ids if resolved in the index of ``key``)."""
+def _chains(value: object) -> list[Chain] | None:
+    if not isinstance(value, list):
+        return None
+    chains = []
+    for chain in value:
+        if not isinstance(chain, list) or not chain:
+            return None
+        if not all(
+            isinstance(k, list) and len(k) == 3 and all(isinstance(x, str) for x in k)
+            for k in chain
+        ):
+            return None
+        chains.append(tuple(tuple(k) for k in chain))
+    return chains
+
+
+def _read(path: Path, key: str) -> tuple[list[Chain], list[Chain], list[Ids] | None]:
+    """(chains, failed chains, the chains' ids if resolved in the index of ``key``)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return [], None
+        return [], [], None
     if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
-        return [], None
-    chains = data.get("chains")
-    if not isinstance(chains, list) or not all(
-        isinstance(chain, list)
-        and chain
-        and all(
-            isinstance(k, list) and len(k) == 3 and all(isinstance(x, str) for x in k)
-            for k in chain
-        )
-        for chain in chains
-    ):
-        return [], None
-    kept = [[tuple(k) for k in chain] for chain in chains]
+        return [], [], None
+    chains = _chains(data.get("chains"))
+    if chains is None:
+        return [], [], None
+    failed = _chains(data.get("failed", [])) or []
     ids = data.get("ids")
     resolved = (
         data.get("index") == key
         and isinstance(ids, list)
-        and len(ids) == len(kept)
+        and len(ids) == len(chains)
         and all(
             isinstance(row, list)
             and len(row) == len(chain)
-            and all(i is None or isinstance(i, int) for i in row)
-            for row, chain in zip(ids, kept, strict=False)
+            and all(
+                isinstance(named, list) and all(isinstance(i, int) for i in named) for named in row
+            )
+            for row, chain in zip(ids, chains, strict=False)
         )
     )
-    return kept, ids if resolved else None
+    return chains, failed, ids if resolved else None
