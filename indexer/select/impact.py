@@ -81,7 +81,8 @@ LIBRARY_PYTHON = frozenset(
 MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
-# Hops a walk that reached the hub by a kept chain goes on by itself before splicing.
+# Hops from the change within which a walk that reached the hub by a kept chain goes
+# on by itself before splicing.
 NEAR_DEPTH = 4
 # Kinds whose walk state is more than their being reached (see _follow_leads).
 STATEFUL = MODULE_KINDS | {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value}
@@ -364,8 +365,8 @@ class ImpactWalker(Bridges, EdgeRows):
                 for node_id in self._follow_leads(reach, frontier, hub):
                     held.setdefault(reach.depth[node_id], []).append(node_id)
                 # The nearest evidence first: what the change reaches within a few hops
-                # keeps its own chain, not one through the hub.
-                splice_at = depth + NEAR_DEPTH if held else 0
+                # of it keeps its own chain, not one through the hub.
+                splice_at = NEAR_DEPTH if held else 0
             frontier += held.pop(depth, [])
             if (
                 hub is not None
