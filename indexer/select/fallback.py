@@ -129,5 +129,5 @@ def apply_fallbacks(
             return
         first = len(selection.entities)
         selection.entities += added
-        reach.merge(walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids}))
-        credited |= {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
+        walked = walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids})
+        credited |= {reach.origin[n] for n in reach.merge(walked) if reach.file_id[n] in tests}

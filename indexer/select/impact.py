@@ -82,8 +82,10 @@ MODULE_KINDS = frozenset(
     {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
 )
 # Hops from the change within which a walk that reached the hub by a kept chain goes
-# on by itself before splicing.
+# on by itself before splicing, unless it has reached this many nodes (a header's
+# includers: the near evidence is there by then, and the rest costs seconds).
 NEAR_DEPTH = 4
+NEAR_NODES = 3000
 # Kinds whose walk state is more than their being reached (see _follow_leads).
 STATEFUL = MODULE_KINDS | {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value}
 _BATCH = 900
@@ -371,7 +373,7 @@ class ImpactWalker(Bridges, EdgeRows):
             if (
                 hub is not None
                 and hub in reach.import_live
-                and (depth >= splice_at or not frontier)
+                and (depth >= splice_at or not frontier or len(reach.steps) >= NEAR_NODES)
             ):
                 rest = [node_id for nodes in held.values() for node_id in nodes]
                 frontier = self._splice(reach, hub, frontier + rest)

@@ -32,23 +32,20 @@ class Reach:
     # asked again when the frontier runs out (indexer.select.deferral).
     deferred_calls: list[tuple[int, int]] = field(default_factory=list)
 
-    def merge(self, other: Reach) -> None:
-        """Add what ``other`` reached and this did not; chains stay paths of real steps."""
-        for node_id, step in other.steps.items():
-            if node_id in self.steps:
-                continue
+    def merge(self, other: Reach) -> list[int]:
+        """Add what ``other`` reached and this did not, and return it; chains stay paths
+        of real steps. Where the two walks meet, a chain of ``other``'s runs on through
+        this walk's steps: it is credited to the entity it really starts from."""
+        added = [node_id for node_id in other.steps if node_id not in self.steps]
+        for node_id in added:  # in the order reached: each one's prev comes before it
+            step = other.steps[node_id]
             self.steps[node_id] = step
             self.kind[node_id] = other.kind[node_id]
             self.file_id[node_id] = other.file_id[node_id]
             self.depth[node_id] = other.depth.get(node_id, 0)
-            self.origin[node_id] = other.origin[node_id]
-        for node_id in other.steps:
-            # A chain now runs through this walk's steps where the two meet: credit it
-            # to the entity it really starts from.
-            chain = self.chain(node_id)
-            start = chain[0].prev if chain else node_id
-            self.origin[node_id] = self.origin.get(start, self.origin[node_id])
+            self.origin[node_id] = other.origin[node_id] if step is None else self.origin[step.prev]
         self.import_live |= other.import_live
+        return added
 
     def graft(self, other: Reach, root: int) -> list[int]:
         """Add what ``other``, a walk from ``root`` alone (a node reached here), reached
