@@ -4,6 +4,8 @@ case."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import asdict
 
 import pytest
@@ -170,3 +172,21 @@ def test_stale_index_without_update_runs_everything(tree: IndexedTree) -> None:
     assert selection.everything[0].startswith("the index is stale (")
     assert kernel in selection.everything[0]
     assert selection.test_files_total > 0 and selection.files == {}
+
+
+def test_select_loads_no_other_commands_modules() -> None:
+    """CI runs ``torchtalk select`` on every change: it does not import the build
+    pipeline or snapshots, which only other commands use."""
+    code = (
+        "import sys\n"
+        "from pytest_torchtalk.cli import main\n"
+        "try:\n"
+        "    main(['select', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('indexer.build', 'indexer.snapshot') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -23,9 +23,13 @@ COMMAND_MODULES = (
     "pytest_torchtalk.cli.select_cmd",
 )
 # Commands other programs start, with the one module that defines each: an agent starts
-# `torchtalk mcp-serve` at every session, and its first answer should not wait for the
-# other commands' imports (the build pipeline, snapshots: ~50 ms).
-DIRECT_COMMANDS = {"mcp-serve": "pytest_torchtalk.cli.mcp_cmd"}
+# `torchtalk mcp-serve` at every session, a CI job `torchtalk select` on every change, and
+# neither should wait for the other commands' imports (the build pipeline, snapshots:
+# ~50 ms).
+DIRECT_COMMANDS = {
+    "mcp-serve": "pytest_torchtalk.cli.mcp_cmd",
+    "select": "pytest_torchtalk.cli.select_cmd",
+}
 
 
 class _Parser(argparse.ArgumentParser):
