@@ -14,7 +14,9 @@
    following only chains that earlier changes of the run found.
 
 Needs a built index of the tree (`torchtalk index build --source PATH`, under
-TORCHTALK_CACHE_DIR if set). Edits the tree and restores every file it touched.
+TORCHTALK_CACHE_DIR if set); an index built otherwise (a copy of the corpus tests' one)
+is first prepared as the build leaves it (the hub's walk, chains from the most used ops).
+Edits the tree and restores every file it touched.
 
     python bench/selection.py [--source PATH] [--samples 40] [--seed 6]
         [--function at::native::matmul] [--folder aten/src/ATen/native]
@@ -34,8 +36,8 @@ from collections import Counter
 from pathlib import Path
 
 from indexer.query.index import Index
-from indexer.select import witness
-from indexer.select.engine import select_tests
+from indexer.select import hub, witness
+from indexer.select.engine import keep_hub_walk, select_tests
 from indexer.workspace import Workspace
 
 DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
@@ -224,6 +226,10 @@ def main() -> int:
         f"tree {source}, index {workspace.db_path} ({os.path.getsize(workspace.db_path) >> 20} MiB)"
     )
     index = Index(workspace.db_path)
+    if hub.load(index) is None:  # not prepared as 'torchtalk index build' leaves it
+        started = time.perf_counter()
+        prepared = keep_hub_walk(workspace)
+        print(f"prepared as index build does: {prepared} ({time.perf_counter() - started:.1f} s)")
     chains = KeptChains(workspace)
     one_function_change(source, index, args.function, chains)
     sample_changes(source, index, args.samples, args.seed, args.folder, chains)

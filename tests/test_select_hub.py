@@ -169,3 +169,23 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
     kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
     assert bogus not in kept["chains"] and kept["chains"]  # the walk's own chain instead
     assert bogus in kept["failed"]  # and it is not kept again, should a walk find it
+
+
+def test_a_chain_to_the_hub_is_kept_without_walking_past_it(tree: IndexedTree) -> None:
+    """How ``torchtalk index build`` keeps chains from the most used ops: a walk that
+    stops once the hub is live, and keeps the chain that got there."""
+    _witnesses(tree).unlink(missing_ok=True)
+    tree.replace(OPS, *AT_IMPORT)
+    tree.select()  # the index is brought up to date with the change
+    _witnesses(tree).unlink(missing_ok=True)
+    with closing(tree.index()) as index:
+        start = index.conn.execute(
+            "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
+        ).fetchone()[0]
+        walker = ImpactWalker(index, tree.root, splice_hub=True)
+        assert walker.chain_to_hub(start)
+        assert walker.hub_use is None  # stopped at the hub: nothing past it was spliced
+        walker.save()
+    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
+    assert [chain[0][1] for chain in kept] == ["minitorch.ops._OpNamespace.__init__"]
+    assert kept[0][-1][1] == "minitorch"

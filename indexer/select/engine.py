@@ -251,11 +251,18 @@ def _reason(
     return Reason(entity.label, entity.evidence, hops)
 
 
+# Ops from which ``keep_hub_walk`` keeps chains to the hub, the most used first: a
+# central change's walk meets one within a few hops and follows it (indexer.select.witness).
+SEEDED_OPS = 400
+SEEDING_S = 30.0  # and no longer than this
+
+
 def keep_hub_walk(workspace: Workspace) -> str | None:
     """Walk from the hub of the workspace's index and keep that walk next to it, as the
-    first selection reaching the hub would: after ``torchtalk index build`` a central
-    change is answered at once. The index was just built from the tree, so the text the
-    walk reads is what it describes. None when no test file imports a package."""
+    first selection reaching the hub would, and keep chains to the hub from the most used
+    ops: after ``torchtalk index build`` a central change is answered at once. The index
+    was just built from the tree, so the text the walks read is what it describes. None
+    when no test file imports a package."""
     index = Index(workspace.db_path)
     try:
         walker = ImpactWalker(index, workspace.source, splice_hub=True)
@@ -263,9 +270,30 @@ def keep_hub_walk(workspace: Workspace) -> str | None:
         if hub is None:
             return None
         walker.walk({hub: 0})
-        return walker.hub_use
+        started = time.perf_counter()
+        tried = reached = 0
+        for op in _most_used_ops(index, SEEDED_OPS):
+            if time.perf_counter() - started > SEEDING_S:
+                break
+            tried += 1
+            reached += walker.chain_to_hub(op)
+        walker.save()
+        return f"{walker.hub_use}; chains to it kept from {reached} of the {tried} most used ops"
     finally:
         index.close()
+
+
+def _most_used_ops(index: Index, count: int) -> list[int]:
+    """Ops by how many edges lead into them (calls, references, dispatches), most first."""
+    return [
+        op
+        for (op,) in index.conn.execute(
+            "SELECT e.dst_id FROM edges e JOIN nodes d ON d.id = e.dst_id"
+            " WHERE d.kind = 'op' AND e.kind IN ('calls', 'references', 'dispatches')"
+            " GROUP BY e.dst_id ORDER BY COUNT(*) DESC, e.dst_id LIMIT ?",
+            (count,),
+        )
+    ]
 
 
 def select_for_source(

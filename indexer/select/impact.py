@@ -325,9 +325,20 @@ class ImpactWalker(Bridges, EdgeRows):
         try:
             return self._walk(starts, quota, max_depth, splice)
         finally:
-            self.judgments.save()
-            if self._witnesses is not None:
-                self._witnesses.save()
+            self.save()
+
+    def chain_to_hub(self, start: int) -> bool:
+        """Walk from ``start`` only until the hub goes live, and keep the chain that got
+        there (``indexer.select.witness``); whether it did. Nothing is saved: ``save``."""
+        reach = self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
+        hub = self._hub_node()
+        return hub is not None and hub in reach.import_live
+
+    def save(self) -> None:
+        """Write what this walker learnt for later ones: judgments, kept chains."""
+        self.judgments.save()
+        if self._witnesses is not None:
+            self._witnesses.save()
 
     def _walk(
         self,
@@ -336,9 +347,11 @@ class ImpactWalker(Bridges, EdgeRows):
         max_depth: int | None,
         splice: bool = False,
         only: frozenset[int] | None = None,
+        stop_at_hub: bool = False,
     ) -> Reach:
         """The walk; ``only``: the nodes it may reach besides the starts (following a
-        kept chain to the hub), None for all."""
+        kept chain to the hub), None for all; ``stop_at_hub``: return once the hub is
+        live, keeping the chain there (with ``splice``)."""
         reach = Reach()
         hub = self._hub_node() if splice else None
         for node_id, kind, file_id in self._node_rows(list(starts)):
@@ -370,6 +383,9 @@ class ImpactWalker(Bridges, EdgeRows):
                 # of it keeps its own chain, not one through the hub.
                 splice_at = NEAR_DEPTH if held else 0
             frontier += held.pop(depth, [])
+            if stop_at_hub and hub is not None and hub in reach.import_live:
+                self._witness_store().record(reach, hub)
+                return reach
             if (
                 hub is not None
                 and hub in reach.import_live

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from indexer.select.reach import Reach
 
 SUFFIX = ".witnesses"
-MAX_CHAINS = 200  # the most recent are kept, and as many that failed are remembered
+MAX_CHAINS = 1000  # the most recent are kept, and as many that failed are remembered
 _BATCH = 900
 Key = tuple[str, str, str]  # (kind, qualified name, file path)
 Chain = tuple[Key, ...]
