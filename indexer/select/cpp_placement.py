@@ -7,7 +7,6 @@ A mixin of :class:`indexer.select.placement.Placer`, which provides ``index``,
 
 from __future__ import annotations
 
-from indexer.extract.source import cpp_parser
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import is_header, language_of
 from indexer.query.index import Node
@@ -21,6 +20,7 @@ from indexer.select.placed import (
     innermost,
     new_span,
 )
+from indexer.select.tokens import cpp_tree
 
 # What a registration block's line makes: placed at it rather than at the block.
 REGISTERED_KINDS = frozenset(
@@ -65,7 +65,7 @@ class CppPlacement:
         if new_lines and new is not None:
             new_nodes = self.index.nodes_in_file(path)
             functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
-            tree = cpp_parser().parse(new)
+            tree = cpp_tree(new)
             broken = error_lines(tree, new)
             registered_at: dict[int, list[tuple[Node, int, str]]] = {}
             for line in new_lines:
@@ -92,7 +92,7 @@ class CppPlacement:
         if old_lines and old is not None:
             language = language_of(change.old_path or path)
             old_file = self._old_file(change, language, old)
-            old_tree = cpp_parser().parse(old)
+            old_tree = cpp_tree(old)
             broken = error_lines(old_tree, old)
             if old_file.error:
                 file_wide.append(f"the base version could not be extracted ({old_file.error})")
