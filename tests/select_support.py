@@ -99,6 +99,23 @@ def indexed_tree(tmp_path_factory: pytest.TempPathFactory, name: str) -> Indexed
     return IndexedTree(root, cache)
 
 
+def tree_fixtures(name: str):
+    """The fixtures of a test module selecting on one fixture repository: ``shared``, its
+    indexed tree (built once for the module), and ``tree``, the same tree for one test,
+    which may edit it freely and finds it restored after."""
+
+    @pytest.fixture(scope="module")
+    def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+        return indexed_tree(tmp_path_factory, name)
+
+    @pytest.fixture
+    def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
+        yield shared.use(monkeypatch)
+        shared.reset()
+
+    return shared, tree
+
+
 def selected(selection: Selection) -> set[str]:
     return set(selection.files)
 

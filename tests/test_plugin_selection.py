@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.select_support import IndexedTree, indexed_tree
+from tests.select_support import IndexedTree, tree_fixtures
 
 ADD_CU = "aten/src/ATen/native/cuda/BinaryAddKernel.cu"
 ADD_CPU = "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp"
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    return indexed_tree(tmp_path_factory, "minitorch")
-
-
-@pytest.fixture
-def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
-    yield shared.use(monkeypatch)
-    shared.reset()
+shared, tree = tree_fixtures("minitorch")
 
 
 def ran(output: str) -> set[str]:

@@ -8,12 +8,10 @@ import json
 from contextlib import closing
 from itertools import pairwise
 
-import pytest
-
 from indexer.query.index import Index
 from indexer.select import hub, witness
 from indexer.select.impact import ImpactWalker
-from tests.select_support import IndexedTree, indexed_tree
+from tests.select_support import IndexedTree, tree_fixtures
 
 OPS = "minitorch/ops.py"
 # ops.py builds its namespaces at import (``minitorch = _OpNamespace(...)``), and the
@@ -27,15 +25,7 @@ NOT_AT_IMPORT = (
 )
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    return indexed_tree(tmp_path_factory, "minitorch")
-
-
-@pytest.fixture
-def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
-    yield shared.use(monkeypatch)
-    shared.reset()
+shared, tree = tree_fixtures("minitorch")
 
 
 def _sidecar(tree: IndexedTree):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.select_support import IndexedTree, indexed_tree, labels, members, selected
+from tests.select_support import IndexedTree, labels, members, selected, tree_fixtures
 
 LINALG = "aten/src/ATen/native/LinearAlgebra.cpp"
 BLAS_CU = "aten/src/ATen/native/cuda/Blas.cu"
@@ -16,15 +16,7 @@ NATIVE = "aten/src/ATen/native/native_functions.yaml"
 DERIVATIVES = "tools/autograd/derivatives.yaml"
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    return indexed_tree(tmp_path_factory, "minitorch")
-
-
-@pytest.fixture
-def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
-    yield shared.use(monkeypatch)
-    shared.reset()
+shared, tree = tree_fixtures("minitorch")
 
 
 def test_line_in_a_cpp_function_is_that_function(tree: IndexedTree) -> None:

@@ -3,22 +3,12 @@ evidence chain (file:line at every hop) the selection carries."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.select_support import IndexedTree, chain_nodes, indexed_tree, selected
+from tests.select_support import IndexedTree, chain_nodes, selected, tree_fixtures
 
 LINALG = "aten/src/ATen/native/LinearAlgebra.cpp"
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    return indexed_tree(tmp_path_factory, "minitorch")
-
-
-@pytest.fixture
-def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
-    yield shared.use(monkeypatch)
-    shared.reset()
+shared, tree = tree_fixtures("minitorch")
 
 
 def _hops(selection, path: str) -> list[tuple[str, str, str]]:

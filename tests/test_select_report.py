@@ -8,11 +8,9 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-import pytest
-
 from indexer.select.report import SCHEMA, selection_from_dict, selection_to_dict
 from pytest_torchtalk.cli import main
-from tests.select_support import IndexedTree, indexed_tree
+from tests.select_support import IndexedTree, tree_fixtures
 
 ADD_CU = "aten/src/ATen/native/cuda/BinaryAddKernel.cu"
 
@@ -94,15 +92,7 @@ def conforms(value, spec, where="report") -> None:
         assert isinstance(value, spec), f"{where}: {type(value).__name__}"
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    return indexed_tree(tmp_path_factory, "minitorch")
-
-
-@pytest.fixture
-def tree(shared: IndexedTree, monkeypatch: pytest.MonkeyPatch):
-    yield shared.use(monkeypatch)
-    shared.reset()
+shared, tree = tree_fixtures("minitorch")
 
 
 def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
