@@ -65,6 +65,23 @@ def test_build_keeps_the_hubs_walk_for_selections(
         index.close()
 
 
+def test_a_build_that_cannot_be_prepared_still_succeeds(
+    minitorch_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preparing for selections is an extra: when it fails (here a disk error), the index
+    stands, the build says so in one line, and selections walk the hub themselves."""
+    from indexer.select import engine
+
+    def disk_error(workspace):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine, "keep_hub_walk", disk_error)
+    assert main(["index", "build", "--source", str(minitorch_repo), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "not prepared for selections" in err and "No space left" in err
+    assert Workspace.resolve(minitorch_repo).db_path.is_file()
+
+
 def test_pytorch_source_is_an_alias(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

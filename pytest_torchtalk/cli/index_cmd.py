@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 import time
 
@@ -75,7 +76,11 @@ def run_build(args: argparse.Namespace) -> int:
     from indexer.select.engine import keep_hub_walk  # the selection engine, only here
 
     started = time.perf_counter()
-    kept = keep_hub_walk(workspace)
+    try:
+        kept = keep_hub_walk(workspace)
+    except (OSError, sqlite3.Error) as exc:  # the index is built: selections walk it then
+        print(f"warning: not prepared for selections ({exc}); they will walk it", file=sys.stderr)
+        return 0
     if kept:
         print(f"walked from the hub for selections: {kept} ({time.perf_counter() - started:.1f}s)")
     return 0
