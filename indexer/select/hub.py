@@ -63,20 +63,21 @@ _ARRAYS = {
 
 def find_hub(index: Index) -> int | None:
     """The top-level package module the most test files import or cover (None when no
-    test file imports one)."""
-    row = index.conn.execute(
-        "SELECT e.dst_id, COUNT(DISTINCT s.file_id) AS files FROM edges e"
-        " JOIN nodes d ON d.id = e.dst_id JOIN nodes s ON s.id = e.src_id"
-        " WHERE d.kind = ? AND instr(d.qualname, '.') = 0 AND s.kind = ?"
-        " AND e.kind IN (?, ?) GROUP BY e.dst_id ORDER BY files DESC, e.dst_id LIMIT 1",
-        (
-            NodeKind.PYTHON_MODULE.value,
-            NodeKind.TEST_FILE.value,
-            EdgeKind.IMPORTS.value,
-            EdgeKind.COVERS.value,
-        ),
-    ).fetchone()
-    return row[0] if row else None
+    test file imports one). Asked of each top-level module through the edges into it:
+    a selection asks, and one query over every edge costs ~0.2 s on a cold cache."""
+    counts = []
+    for (module,) in index.conn.execute(
+        "SELECT id FROM nodes WHERE kind = ? AND instr(qualname, '.') = 0",
+        (NodeKind.PYTHON_MODULE.value,),
+    ):
+        (files,) = index.conn.execute(
+            "SELECT COUNT(DISTINCT s.file_id) FROM edges e JOIN nodes s ON s.id = e.src_id"
+            " WHERE e.dst_id = ? AND e.kind IN (?, ?) AND s.kind = ?",
+            (module, EdgeKind.IMPORTS.value, EdgeKind.COVERS.value, NodeKind.TEST_FILE.value),
+        ).fetchone()
+        if files:
+            counts.append((-files, module))
+    return min(counts)[1] if counts else None
 
 
 @dataclass

@@ -261,7 +261,8 @@ class ImpactWalker(Bridges, EdgeRows):
 
     def _hub_node(self) -> int | None:
         if self._hub is None:
-            self._hub = hub_walks.find_hub(self.index) or -1
+            hub = hub_walks.find_hub(self.index)
+            self._hub = -1 if hub is None else hub
         return self._hub if self._hub >= 0 else None
 
     def _splice(self, reach: Reach, hub: int, frontier: list[int]) -> list[int]:
