@@ -5,6 +5,7 @@ The walk's call judgments (indexer.select.judgments) are kept by file content.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -248,6 +249,20 @@ def test_module_scope_judgments_are_kept_and_a_walk_from_them_parses_nothing(
         again = ImpactWalker(index, repo).walk({start: 0})
         assert set(again.steps) == set(first.steps)
         assert again.import_live == first.import_live
+
+        # Kept answers of the wrong shape (a damaged sidecar) are judged again.
+        monkeypatch.undo()
+        kept = json.loads(sidecar.read_text(encoding="utf-8"))
+        kept["answers"] = {
+            key: ([] if key.split(":", 1)[1].startswith(("use:", "derived:")) else "x")
+            if not isinstance(value, bool) or ":nested:" in key
+            else value
+            for key, value in kept["answers"].items()
+        }
+        sidecar.write_text(json.dumps(kept), encoding="utf-8")
+        damaged = ImpactWalker(index, repo).walk({start: 0})
+        assert set(damaged.steps) == set(first.steps)
+        assert damaged.import_live == first.import_live
     finally:
         sidecar.unlink(missing_ok=True)
         index.close()

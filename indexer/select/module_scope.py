@@ -66,6 +66,25 @@ def _as_list(use: StatementUse) -> list:
     return [use.run_at_import, sorted(use.names), use.op_name]
 
 
+def _is_use(kept: Any, fields: int) -> bool:
+    """Whether a kept value reads as the first ``fields`` fields of ``_as_list``."""
+    return (
+        isinstance(kept, list)
+        and len(kept) == fields
+        and isinstance(kept[0], bool)
+        and isinstance(kept[1], list)
+        and all(isinstance(name, str) for name in kept[1])
+        and (fields < 3 or kept[2] is None or isinstance(kept[2], str))
+    )
+
+
+def _is_plan(kept: Any) -> bool:
+    """Whether a kept value reads as ``_use_plan`` gives it: [calls, *_as_list]."""
+    return (
+        isinstance(kept, list) and bool(kept) and isinstance(kept[0], bool) and _is_use(kept[1:], 3)
+    )
+
+
 def _from_list(kept: list) -> StatementUse:
     return StatementUse(bool(kept[0]), frozenset(kept[1]), kept[2])
 
@@ -294,18 +313,22 @@ class ModuleStatements:
                 f"nested:{def_line}:{line}",
                 path,
                 lambda: self._nested(path, def_line, line),
+                lambda kept: isinstance(kept, bool),
             )
         return self._deferred[key]
 
-    def _kept(self, what: str, path: str, judge: Callable[[], Any]) -> Any:
+    def _kept(
+        self, what: str, path: str, judge: Callable[[], Any], valid: Callable[[Any], bool]
+    ) -> Any:
         """``judge()``, kept in the judgments by the content of ``path`` (and ``what``
-        is asked); asked afresh when the file cannot be read."""
+        is asked); asked afresh when the file cannot be read, or when what is kept is not
+        ``valid`` (a damaged sidecar is judged again, not trusted)."""
         digest = self.digest(path)
         if digest is None:
             return judge()
         key = f"{digest}:{what}"
         answer = self.judgments.get(key)
-        if answer is None:
+        if answer is None or not valid(answer):
             answer = judge()
             self.judgments.put(key, answer)
         return answer
@@ -364,6 +387,7 @@ class ModuleStatements:
                 f"derived:{','.join(sorted(names))}",
                 path,
                 lambda: _as_list(self._derive(path, names))[:2],
+                lambda kept: _is_use(kept, 2),
             )
             self._derived[key] = StatementUse(run, frozenset(found))
         return self._derived[key]
@@ -430,7 +454,10 @@ class ModuleStatements:
         """
         what = f"use:{line}:{name}:{int(compiled)}:{','.join(sorted(registrars))}"
         calls, *otherwise = self._kept(
-            what, path, lambda: self._use_plan(path, line, name, compiled, registrars)
+            what,
+            path,
+            lambda: self._use_plan(path, line, name, compiled, registrars),
+            _is_plan,
         )
         if calls and not deferred():
             return RUN
