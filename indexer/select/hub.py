@@ -39,6 +39,8 @@ from indexer.select.reach import Overlay
 from indexer.store import array_file
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from indexer.query.index import Index
     from indexer.select.reach import Reach
 
@@ -196,7 +198,7 @@ def sidecar_key(index: Index) -> str:
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()
 
 
-def sidecar_path(index: Index):
+def sidecar_path(index: Index) -> Path:
     return index.db_path.with_name(index.db_path.name + SUFFIX)
 
 
