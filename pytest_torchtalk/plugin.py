@@ -10,6 +10,7 @@ import pytest
 
 GROUP = "torchtalk"
 SELECTION_KEY = pytest.StashKey[object]()  # the AffectedSelection plugin, when selection is on
+RECORD_KEY = pytest.StashKey[object]()  # the RecordRun plugin, when recording is on
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,19 +52,62 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="harness manifest (default: detected; ini: torchtalk_harness)",
     )
+    group.addoption(
+        "--torchtalk-record",
+        metavar="PATH",
+        nargs="?",
+        const="",
+        default=None,
+        help="record the ops, Python functions and bindings each test executes, to PATH "
+        "(default: beside the index; ini: torchtalk_record = true or a path)",
+    )
     parser.addini("torchtalk_affected", "turn test selection on", type="bool", default=False)
     parser.addini("torchtalk_base", "base revision for the diff", default="")
     parser.addini("torchtalk_report", "path of the JSON selection report", default="")
     parser.addini("torchtalk_source", "indexed source tree", default="")
     parser.addini("torchtalk_harness", "harness manifest name", default="")
+    parser.addini("torchtalk_record", "record each test's execution: true, or a path", default="")
 
 
 SELECTION_PLUGIN = "torchtalk-affected"
+RECORD_PLUGIN = "torchtalk-record"
+
+
+def workspace_of(config: pytest.Config):
+    """The indexed tree and harness this run works on (--torchtalk-source, ini, rootdir)."""
+    from indexer.workspace import Workspace
+
+    # --torchtalk-source is relative to where pytest runs, the ini value to the rootdir.
+    option = config.getoption("--torchtalk-source")
+    if option:
+        source = str(config.invocation_params.dir / option)
+    else:
+        source = str(config.rootpath / (config.getini("torchtalk_source") or "."))
+    harness = config.getoption("--torchtalk-harness") or config.getini("torchtalk_harness")
+    return Workspace.resolve(source, harness or None)
+
+
+def _configure_recording(config: pytest.Config) -> None:
+    from indexer.errors import TorchTalkError
+    from pytest_torchtalk.recording import RecordRun, default_record_path, record_path_option
+
+    wanted = record_path_option(config)
+    if wanted is None or config.getoption("collectonly"):
+        return
+    try:
+        workspace = workspace_of(config)
+    except TorchTalkError as exc:
+        raise pytest.UsageError(f"torchtalk: {exc}") from None
+    path = config.invocation_params.dir / wanted if wanted else default_record_path(workspace)
+    plugin = RecordRun(config, workspace, path)
+    config.stash[RECORD_KEY] = plugin
+    config.pluginmanager.register(plugin, RECORD_PLUGIN)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--no-torchtalk"):
         return
+    _configure_recording(config)
     if not (config.getoption("--torchtalk-affected") or config.getini("torchtalk_affected")):
         return
     from pytest_torchtalk.selection import AffectedSelection

@@ -52,29 +52,53 @@ def write(
     return True
 
 
+class DamagedFile(ValueError):
+    """A sidecar that is not whole: wrong magic or key, truncated, or damaged in place."""
+
+
+def read_checked(
+    path: Path, magic: bytes, key: str, typecodes: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, array]]:
+    """(header, arrays) of a file written for ``key`` holding exactly the arrays of
+    ``typecodes`` (name -> typecode); :class:`DamagedFile` saying why otherwise (OSError
+    when it cannot be opened)."""
+    with open(path, "rb") as handle:
+        if handle.readline() != magic:
+            raise DamagedFile("not a file of this kind")
+        try:
+            header = json.loads(handle.readline())
+            if not isinstance(header, dict):
+                raise DamagedFile("its header is not an object")
+            if header.get("key") != key:
+                raise DamagedFile(f"written as {header.get('key')!r}, not {key!r}")
+            arrays: dict[str, array] = {}
+            for name, typecode, length in header["arrays"]:
+                if typecodes.get(name) != typecode:
+                    raise DamagedFile(f"unexpected array {name!r}")
+                values = array(typecode)
+                values.fromfile(handle, length)
+                arrays[name] = values
+        except EOFError:
+            raise DamagedFile("truncated") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, DamagedFile):
+                raise
+            raise DamagedFile(f"its header is damaged ({exc})") from None
+        if set(arrays) != set(typecodes):
+            raise DamagedFile("arrays are missing")
+        if handle.read(1):
+            raise DamagedFile("bytes follow its last array")
+    if header.get("digest") != digest(arrays):
+        raise DamagedFile("its checksum does not match (damaged in place)")
+    return header, arrays
+
+
 def read(
     path: Path, magic: bytes, key: str, typecodes: dict[str, str]
 ) -> tuple[dict[str, Any], dict[str, array]] | None:
     """(header, arrays) of a file written for ``key`` holding exactly the arrays of
     ``typecodes`` (name -> typecode), whole and undamaged; None otherwise."""
     try:
-        with open(path, "rb") as handle:
-            if handle.readline() != magic:
-                return None
-            header = json.loads(handle.readline())
-            if not isinstance(header, dict) or header.get("key") != key:
-                return None
-            arrays: dict[str, array] = {}
-            for name, typecode, length in header["arrays"]:
-                if typecodes.get(name) != typecode:
-                    return None
-                values = array(typecode)
-                values.fromfile(handle, length)
-                arrays[name] = values
-            if set(arrays) != set(typecodes) or handle.read(1):
-                return None
-    except (OSError, EOFError, ValueError, KeyError, TypeError):
+        return read_checked(path, magic, key, typecodes)
+    except (OSError, DamagedFile):
         return None
-    if header.get("digest") != digest(arrays):
-        return None  # damaged in place
-    return header, arrays

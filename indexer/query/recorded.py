@@ -1,0 +1,140 @@
+"""Queries over a recorded run: which tests executed what, and what a test executed.
+
+The record (``indexer.record``) is data of the index; everything that reads one (the
+selection, ``torchtalk record``, ``status``, the MCP tools) asks it through this class.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from indexer.record import storage
+from indexer.record.model import KINDS, Record, TestRun
+
+RECORD_FILE = "record.ttr"  # beside the index
+
+
+def record_path_for(db_path: Path) -> Path:
+    """Where the record of the index at ``db_path`` lives by default."""
+    return db_path.parent / RECORD_FILE
+
+
+class RecordedRuns:
+    """A record, opened once, with its inverted lookups built on first use."""
+
+    def __init__(self, record: Record, path: Path | None = None) -> None:
+        self.record = record
+        self.path = path
+        self._tests_of_segment: dict[int, list[int]] | None = None
+        self._by_name: dict[tuple[str, str], int] | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path) -> RecordedRuns:
+        """RecordError (one line, with the reason) when the record cannot be used."""
+        return cls(storage.read(path), path)
+
+    # --- lookups ----------------------------------------------------------------------
+
+    def _index(self) -> tuple[dict[int, list[int]], dict[tuple[str, str], int]]:
+        with self._lock:
+            if self._tests_of_segment is None or self._by_name is None:
+                tests_of: dict[int, list[int]] = defaultdict(list)
+                for index, test in enumerate(self.record.tests):
+                    for segment in test.segments:
+                        tests_of[segment].append(index)
+                self._tests_of_segment = dict(tests_of)
+                self._by_name = {name: i for i, name in enumerate(self.record.names)}
+            return self._tests_of_segment, self._by_name
+
+    def name_ids(self, names: Iterable[tuple[str, str]]) -> list[int]:
+        _, by_name = self._index()
+        return [by_name[name] for name in names if name in by_name]
+
+    def tests_executing(self, names: Iterable[tuple[str, str]]) -> dict[int, set[int]]:
+        """Test index -> the ids of ``names`` it executed (through any segment)."""
+        tests_of, _ = self._index()
+        wanted = set(self.name_ids(names))
+        found: dict[int, set[int]] = defaultdict(set)
+        if not wanted:
+            return found
+        for segment_id, segment in enumerate(self.record.segments):
+            hits = segment.names & wanted
+            if hits:
+                for test in tests_of.get(segment_id, ()):
+                    found[test] |= hits
+        return found
+
+    def matching_names(self, kind: str, pattern: str) -> list[tuple[str, str]]:
+        """Names of ``kind`` equal to ``pattern``, else those containing it (overloads of
+        an op, functions by qualname suffix)."""
+        exact = [(k, t) for k, t in self.record.names if k == kind and t == pattern]
+        if exact:
+            return exact
+        if kind == "op":
+            prefix = pattern + "."
+            return [(k, t) for k, t in self.record.names if k == kind and t.startswith(prefix)]
+        return [
+            (k, t) for k, t in self.record.names
+            if k == kind and (t.endswith(":" + pattern) or t.endswith("." + pattern))
+        ]  # fmt: skip
+
+    def test(self, nodeid: str) -> TestRun | None:
+        return next((t for t in self.record.tests if t.nodeid == nodeid), None)
+
+    def names_of(self, test: TestRun) -> dict[str, list[str]]:
+        """Kind -> sorted texts the test executed."""
+        by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
+        for name in self.record.names_of(test):
+            kind, text = self.record.names[name]
+            by_kind[kind].append(text)
+        return {kind: sorted(texts) for kind, texts in by_kind.items() if texts}
+
+    # --- summaries --------------------------------------------------------------------
+
+    def age_seconds(self) -> int | None:
+        created = self.record.meta.get("created_at")
+        try:
+            when = datetime.fromisoformat(str(created))
+        except ValueError:
+            return None
+        return int((datetime.now(timezone.utc) - when).total_seconds())
+
+    def summary(self) -> dict[str, Any]:
+        record = self.record
+        tests = record.tests
+        outcomes = Counter(t.outcome for t in tests)
+        kinds = Counter(kind for kind, _ in record.names)
+        return {
+            "path": str(self.path) if self.path else None,
+            "commit": record.meta.get("commit"),
+            "created_at": record.meta.get("created_at"),
+            "age_seconds": self.age_seconds(),
+            "tests": len(tests),
+            "test_files": len({t.file for t in tests}),
+            "complete_tests": sum(1 for t in tests if t.complete),
+            "unrecorded_tests": sum(1 for t in tests if t.unrecorded),
+            "outcomes": dict(sorted(outcomes.items())),
+            "names": dict(sorted(kinds.items())),
+            "ops": kinds.get("op", 0),
+            "torch": record.meta.get("torch"),
+            "devices": record.meta.get("devices", []),
+            "problems": record.meta.get("problems", []),
+            "bytes": storage.size_on_disk(self.path) if self.path else None,
+        }
+
+    def per_test_counts(self, kind: str) -> list[int]:
+        """How many names of ``kind`` each test executed (for stats)."""
+        counts = []
+        for test in self.record.tests:
+            names = self.record.names_of(test)
+            counts.append(sum(1 for n in names if self.record.names[n][0] == kind))
+        return counts
+
+    def files_executing(self, names: Iterable[tuple[str, str]]) -> set[str]:
+        return {self.record.tests[t].file for t in self.tests_executing(names)}

@@ -1,0 +1,78 @@
+"""One record from several: xdist workers of one run, or the shards of a CI job.
+
+Merging is a union that does not depend on order: segments of the same kind and label
+(a file's collection, seen by every worker; one module fixture set up by two workers) are
+one segment holding what either saw, and a test recorded twice (a re-run shard) keeps
+everything both runs executed, with the worse outcome, so that neither run's evidence is
+lost. The result is canonical (``storage.canonical``), so the same inputs give the same
+bytes in any order.
+"""
+
+from __future__ import annotations
+
+from indexer.record.model import OUTCOMES, Record, TestRun
+from indexer.record.storage import RecordError, canonical
+
+# Worse first: a test that failed in one shard and passed in another is not one whose
+# record can be trusted to show everything it does.
+_WORSE_FIRST = ("error", "failed", "skipped", "xfailed", "xpassed", "passed")
+_SEVERITY = {outcome: rank for rank, outcome in enumerate(_WORSE_FIRST)}
+assert set(_SEVERITY) == set(OUTCOMES)
+
+
+def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record:
+    """The union of ``records``; RecordError when they were made at different commits
+    (unless allowed: the merged record then names no single commit)."""
+    if not records:
+        raise RecordError("nothing to merge")
+    commits = sorted({str(r.meta.get("commit")) for r in records})
+    if len(commits) > 1 and not allow_mixed_commits:
+        raise RecordError(
+            f"records of different commits ({', '.join(c[:12] for c in commits)}); "
+            "pass --allow-mixed-commits to merge them anyway"
+        )
+    meta = _merged_meta(records, mixed=len(commits) > 1)
+    out = Record(meta=meta)
+    by_nodeid: dict[str, TestRun] = {}
+    for record in records:
+        remap = {}
+        for index, segment in enumerate(record.segments):
+            new = out.add_segment(segment.kind, segment.label)
+            out.segments[new].names = {out.name_id(*record.names[n]) for n in segment.names}
+            remap[index] = new
+        for test in record.tests:
+            segments = [remap[s] for s in test.segments]
+            seen = by_nodeid.get(test.nodeid)
+            if seen is None:
+                by_nodeid[test.nodeid] = TestRun(
+                    test.nodeid, test.file, test.outcome, test.duration, segments, test.unrecorded
+                )
+                continue
+            seen.segments.extend(segments)
+            if _SEVERITY[test.outcome] < _SEVERITY[seen.outcome]:
+                seen.outcome = test.outcome
+            seen.duration = max(seen.duration, test.duration)
+            problems = sorted({p for p in (seen.unrecorded, test.unrecorded) if p})
+            seen.unrecorded = "; ".join(problems)
+        for path, content in record.files.items():
+            known = out.files.setdefault(path, content)
+            if known != content:
+                out.files[path] = ""  # recorded at two contents: neither can be trusted
+    out.files = {p: h for p, h in out.files.items() if h}
+    out.tests = list(by_nodeid.values())
+    return canonical(out)
+
+
+def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
+    metas = [r.meta for r in records]
+    meta = dict(sorted(metas, key=lambda m: str(m.get("created_at", "")))[-1])
+    meta["created_at"] = max(str(m.get("created_at", "")) for m in metas)
+    meta["started_at"] = min(str(m.get("started_at", m.get("created_at", ""))) for m in metas)
+    meta["devices"] = sorted({d for m in metas for d in m.get("devices", [])})
+    meta["parts"] = sum(int(m.get("parts", 1)) for m in metas)
+    if mixed:
+        meta["commit"] = None
+        meta["commits"] = sorted({str(m.get("commit")) for m in metas})
+    for key in ("problems",):
+        meta[key] = sorted({p for m in metas for p in m.get(key, [])})
+    return meta

@@ -1,0 +1,92 @@
+"""A recorded run: what each test really executed, as data of the index.
+
+What a test executes is kept by *segment*, a unit of work done once: a test's own
+setup, call and teardown; a class-, module- or session-scoped fixture's setup (done once,
+used by many tests); a test file's collection (its imports); the session's start. A test
+lists the segments it depends on, so the work of a shared fixture is recorded once and
+still counts for every test that used it.
+
+A segment holds *names*, each a (kind, text) pair interned once per record:
+
+==========  ==========================================================================
+kind        text
+==========  ==========================================================================
+op          a dispatcher operator with its overload: ``aten::mm``, ``aten::add.Tensor``
+backward    an autograd node its backward pass ran: ``MmBackward0``
+function    a Python function of the tree: ``torch/nn/functional.py:linear``
+module      a module of the tree whose body ran (it was imported): ``torch/nn/functional.py``
+binding     a compiled function called from Python that is not an op: ``torch._C._nn.foo``
+kernel      a CUDA kernel it launched (recorded only where a GPU is present)
+==========  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("op", "backward", "function", "module", "binding", "kernel")
+SEGMENT_KINDS = ("test", "fixture", "file", "session")
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+# Outcomes whose record shows everything the test does: a test that failed or was skipped
+# stopped early, so what it did not reach is unknown.
+COMPLETE_OUTCOMES = frozenset({"passed", "xpassed"})
+
+
+@dataclass
+class Segment:
+    kind: str  # one of SEGMENT_KINDS
+    label: str  # node id, 'fixture NAME @ BASEID', 'file PATH', 'session'
+    names: set[int] = field(default_factory=set)  # ids into Record.names
+
+
+@dataclass
+class TestRun:
+    nodeid: str
+    file: str  # repo-relative path of the test file
+    outcome: str  # one of OUTCOMES
+    duration: float  # seconds: setup, call and teardown
+    segments: list[int] = field(default_factory=list)  # ids into Record.segments
+    unrecorded: str = ""  # why what it executed is not (fully) known; '' when it is
+
+    @property
+    def complete(self) -> bool:
+        """Whether the record holds everything this test executes."""
+        return not self.unrecorded and self.outcome in COMPLETE_OUTCOMES
+
+
+@dataclass
+class Record:
+    meta: dict  # commit, created_at, torch/python versions, devices, mechanisms...
+    names: list[tuple[str, str]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    tests: list[TestRun] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # repo path -> content hash
+    _ids: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    def name_id(self, kind: str, text: str) -> int:
+        """The id of (kind, text), interned on first use."""
+        key = (kind, text)
+        found = self._ids.get(key)
+        if found is None and len(self._ids) != len(self.names):  # names set from outside
+            self._ids = {name: index for index, name in enumerate(self.names)}
+            found = self._ids.get(key)
+        if found is None:
+            found = len(self.names)
+            self.names.append(key)
+            self._ids[key] = found
+        return found
+
+    def add_segment(self, kind: str, label: str) -> int:
+        self.segments.append(Segment(kind, label))
+        return len(self.segments) - 1
+
+    def names_of(self, test: TestRun) -> set[int]:
+        """Every name the test executed, through all its segments."""
+        names: set[int] = set()
+        for segment in test.segments:
+            names |= self.segments[segment].names
+        return names
+
+    @property
+    def commit(self) -> str | None:
+        return self.meta.get("commit")

@@ -1,0 +1,108 @@
+"""The recorder's compiled half (``native_recorder.cpp``): built on first use, then reused.
+
+A RecordFunction callback must be compiled against the very torch it observes, so the
+library is built here, once per (torch build, Python, source of the recorder), with the
+C++ compiler and torch's own headers, and kept in the cache (written to a temporary file
+and renamed). It is loaded with ``ctypes.PyDLL``: its functions take and return Python
+objects and run with the GIL held. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+
+from indexer.errors import TorchTalkError
+from indexer.locations import cache_dir
+
+SOURCE = Path(__file__).with_name("native_recorder.cpp")
+_lock = threading.Lock()
+_loaded: ctypes.PyDLL | None = None
+
+
+class NativeUnavailable(TorchTalkError):
+    """The compiled recorder cannot be built or loaded here (no compiler, no torch...)."""
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX", ""), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _build_key(torch) -> str:
+    digest = hashlib.blake2b(digest_size=10)
+    for part in (
+        SOURCE.read_bytes(),
+        torch.__version__.encode(),
+        str(Path(torch.__file__).resolve()).encode(),
+        sys.version.encode(),
+        str(torch._C._GLIBCXX_USE_CXX11_ABI).encode(),
+    ):
+        digest.update(part + b"\0")
+    return digest.hexdigest()
+
+
+def _compile(torch, target: Path) -> None:
+    compiler = _compiler()
+    if compiler is None:
+        raise NativeUnavailable("no C++ compiler (c++, g++ or clang++) on PATH")
+    torch_dir = Path(torch.__file__).resolve().parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    errors = ""
+    for standard in ("c++20", "c++17"):  # torch 2.6 builds with 17, newer headers want 20
+        command = [
+            compiler, f"-std={standard}", "-O2", "-shared", "-fPIC", "-w",
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            f"-I{torch_dir / 'include'}", f"-I{sysconfig.get_paths()['include']}",
+            str(SOURCE), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
+            f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", str(tmp),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            os.replace(tmp, target)
+            return
+        errors = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        errors = errors[0]
+    tmp.unlink(missing_ok=True)
+    raise NativeUnavailable(f"the recorder did not compile with {compiler}: {errors}")
+
+
+def load() -> ctypes.PyDLL:
+    """The loaded library (built first if needed); NativeUnavailable saying why not."""
+    global _loaded
+    with _lock:
+        if _loaded is not None:
+            return _loaded
+        try:
+            import torch
+        except ImportError:
+            raise NativeUnavailable("torch is not importable in this environment") from None
+        directory = cache_dir() / "recorder"
+        target = directory / f"recorder-{_build_key(torch)}.so"
+        if not target.is_file():
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise NativeUnavailable(f"cannot create {directory}: {exc}") from None
+            _compile(torch, target)
+        try:
+            library = ctypes.PyDLL(str(target))
+        except OSError as exc:
+            raise NativeUnavailable(f"cannot load {target}: {exc}") from None
+        for name in ("tt_close_epoch", "tt_drain_codes", "tt_drain_cfuncs"):
+            getattr(library, name).restype = ctypes.py_object
+        library.tt_observe_thread.argtypes = [ctypes.py_object]
+        library.tt_observe_thread.restype = None
+        library.tt_stop_thread.restype = None
+        _loaded = library
+        return library

@@ -1,0 +1,215 @@
+// The recorder's compiled half: what the dispatcher and the interpreter run, per test.
+//
+// Two observers, both cheap enough to stay on for a whole suite:
+//  - a *global* RecordFunction callback (at::addGlobalCallback). It sees every operator
+//    call the dispatcher makes, on every thread (the autograd engine's included), nested
+//    calls of composite ops, ops called from other ops' C++ code, custom ops, and the
+//    autograd nodes of a backward pass. Unlike a profiler it never clashes with a test
+//    that starts a profiler of its own.
+//  - a C profile function (PyEval_SetProfile): every Python function entered and every
+//    C function called from Python, without a Python-level callback per call.
+//
+// A test is an *epoch*: each name seen stores the current epoch in its slot, and the
+// Python side reads the names whose slot holds the epoch it is closing. Names are interned
+// once, process-wide, under a mutex; the hot path takes no lock (a thread-local cache
+// from the name's pointer to its id, checked against the interned text because pointers
+// of freed schemas can be reused by other ops).
+#include <ATen/record_function.h>
+#include <Python.h>
+#include <frameobject.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace {
+
+constexpr uint32_t kCapacity = 1u << 18;  // distinct names per process
+
+std::atomic<uint32_t> g_epoch{1};
+std::atomic<uint32_t> g_count{0};
+std::atomic<bool> g_overflow{false};
+std::atomic<uint32_t> g_seen[kCapacity];
+const char* g_names[kCapacity];  // "op\0name.overload" style: kind byte then text
+std::mutex g_intern_mutex;
+std::unordered_map<std::string, uint32_t>* g_ids = nullptr;
+bool g_registered = false;
+at::CallbackHandle g_handle = 0;
+
+struct CacheKey {
+  const char* name;
+  const char* overload;
+  bool operator==(const CacheKey& other) const {
+    return name == other.name && overload == other.overload;
+  }
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& key) const {
+    return std::hash<const void*>()(key.name) ^ (std::hash<const void*>()(key.overload) << 1);
+  }
+};
+
+// kind: 'o' an operator (name.overload), 'b' an autograd node of a backward pass.
+uint32_t intern(char kind, const char* name, const char* overload) {
+  std::string text(1, kind);
+  text += name;
+  if (overload != nullptr && overload[0] != '\0') {
+    text += '.';
+    text += overload;
+  }
+  std::lock_guard<std::mutex> lock(g_intern_mutex);
+  if (g_ids == nullptr) g_ids = new std::unordered_map<std::string, uint32_t>();
+  auto found = g_ids->find(text);
+  if (found != g_ids->end()) return found->second;
+  uint32_t id = g_count.load(std::memory_order_relaxed);
+  if (id >= kCapacity) {
+    g_overflow.store(true);
+    return kCapacity;
+  }
+  char* copy = new char[text.size() + 1];
+  std::memcpy(copy, text.c_str(), text.size() + 1);
+  g_names[id] = copy;
+  (*g_ids)[text] = id;
+  g_count.store(id + 1, std::memory_order_release);
+  return id;
+}
+
+bool same_text(uint32_t id, char kind, const char* name, const char* overload) {
+  const char* stored = g_names[id];
+  if (stored[0] != kind) return false;
+  size_t length = std::strlen(name);
+  if (std::strncmp(stored + 1, name, length) != 0) return false;
+  const char* rest = stored + 1 + length;
+  if (overload == nullptr || overload[0] == '\0') return rest[0] == '\0';
+  return rest[0] == '.' && std::strcmp(rest + 1, overload) == 0;
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  const char kind = fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 'b' : 'o';
+  const char* name = fn.name();
+  const char* overload = kind == 'o' ? fn.overload_name() : "";
+  if (name == nullptr) return nullptr;
+  thread_local std::unordered_map<CacheKey, uint32_t, CacheKeyHash> cache;
+  CacheKey key{name, overload};
+  auto hit = cache.find(key);
+  uint32_t id;
+  if (hit != cache.end() && same_text(hit->second, kind, name, overload)) {
+    id = hit->second;
+  } else {
+    id = intern(kind, name, overload);
+    if (id >= kCapacity) return nullptr;
+    cache[key] = id;
+  }
+  g_seen[id].store(g_epoch.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  return nullptr;
+}
+
+// The interpreter's side. Every structure below is touched only with the GIL held.
+std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (strong refs)
+// C functions called, one object per method definition: a bound builtin method is a new
+// object at every attribute access, its PyMethodDef is not.
+std::unordered_map<const void*, PyObject*>* g_cfuncs = nullptr;
+PyObject* g_profile_token = nullptr;  // what sys.getprofile() returns while we observe
+
+int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
+  if (what == PyTrace_CALL) {
+    PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
+    if (!g_codes->insert(code).second) Py_DECREF(code);
+  } else if (what == PyTrace_C_CALL && PyCFunction_Check(arg)) {
+    const void* definition = reinterpret_cast<PyCFunctionObject*>(arg)->m_ml;
+    if (g_cfuncs->emplace(definition, arg).second) Py_INCREF(arg);
+  }
+  return 0;
+}
+
+template <typename Set, typename Item>
+PyObject* drain(Set* set, Item item_of) {
+  PyObject* list = PyList_New(0);
+  if (list == nullptr || set == nullptr) return list;
+  for (auto& entry : *set) {
+    PyObject* item = item_of(entry);
+    PyList_Append(list, item);
+    Py_DECREF(item);
+  }
+  set->clear();
+  return list;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Starts observing operators (once per process). Returns 0, or -1 when the callback
+// could not be registered.
+int tt_start_ops() {
+  if (g_registered) return 0;
+  try {
+    g_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(on_enter)
+            .needsInputs(false)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  } catch (...) {
+    return -1;
+  }
+  g_registered = true;
+  return 0;
+}
+
+// Observes the calling thread's Python functions; `token` is what sys.getprofile()
+// answers while the observation is in place.
+void tt_observe_thread(PyObject* token) {
+  if (g_codes == nullptr) {
+    g_codes = new std::unordered_set<PyObject*>();
+    g_cfuncs = new std::unordered_map<const void*, PyObject*>();
+  }
+  if (g_profile_token == nullptr) {
+    Py_INCREF(token);
+    g_profile_token = token;
+  }
+  PyEval_SetProfile(on_python_event, g_profile_token);
+}
+
+void tt_stop_thread() { PyEval_SetProfile(nullptr, nullptr); }
+
+// Closes the current epoch: a list of the operator names seen in it, each a kind letter
+// ('o' operator, 'b' backward node) followed by the name.
+PyObject* tt_close_epoch() {
+  uint32_t closing = g_epoch.fetch_add(1);
+  uint32_t count = g_count.load(std::memory_order_acquire);
+  PyObject* names = PyList_New(0);
+  if (names == nullptr) return nullptr;
+  for (uint32_t id = 0; id < count; ++id) {
+    if (g_seen[id].load(std::memory_order_relaxed) == closing) {
+      PyObject* text = PyUnicode_FromString(g_names[id]);
+      if (text == nullptr) {
+        Py_DECREF(names);
+        return nullptr;
+      }
+      PyList_Append(names, text);
+      Py_DECREF(text);
+    }
+  }
+  return names;
+}
+
+// What the interpreter ran since the last drain: code objects, and C functions.
+PyObject* tt_drain_codes() {
+  return drain(g_codes, [](PyObject* code) { return code; });
+}
+PyObject* tt_drain_cfuncs() {
+  return drain(g_cfuncs, [](const auto& entry) { return entry.second; });
+}
+
+// Observes operators again after something removed every callback
+// (torch._C._clear_callbacks); returns 0, or -1 when it cannot.
+int tt_restart_ops() {
+  g_registered = false;
+  return tt_start_ops();
+}
+int tt_overflowed() { return g_overflow.load() ? 1 : 0; }
+int tt_ops_registered() { return g_registered ? 1 : 0; }
+
+}  // extern "C"

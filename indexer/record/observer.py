@@ -1,0 +1,155 @@
+"""Observing one process: which ops, Python functions and bindings ran since the last look.
+
+The observer turns what the compiled recorder saw (operator names, code objects, C
+functions) into record names (``indexer.record.model``), keeping only what belongs to the
+indexed tree: functions whose file is in the tree, or in the installed copy of one of the
+tree's packages (PyTorch's tests run against a wheel: ``site-packages/torch/nn/functional.py``
+is the tree's ``torch/nn/functional.py``), and bindings of those packages' compiled modules.
+
+Its one promise is honesty: when something a test did disturbed the observation (a test
+that replaced the profile function, or removed every RecordFunction callback), the segment
+says so, and the test is then unrecorded rather than recorded as doing less.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType, ModuleType
+
+from indexer.record import native
+
+# RecordFunction names the autograd engine gives the nodes it evaluates; the node itself
+# is recorded (as a backward name) from its own RecordFunction.
+_ENGINE_PREFIX = "autograd::engine::evaluate_function: "
+CANARY_OP = "aten::empty.memory_format"  # what torch.empty(0) dispatches
+
+
+@dataclass
+class Observed:
+    names: set[tuple[str, str]] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)  # why the observation is incomplete
+
+
+def tree_packages(root: Path) -> dict[str, str]:
+    """Top-level Python packages of the tree -> the directory (absolute, with a trailing
+    slash) their modules are imported from when it is not the tree itself."""
+    packages: dict[str, str] = {}
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return packages
+    for entry in entries:
+        if not (entry / "__init__.py").is_file():
+            continue
+        try:
+            spec = importlib.util.find_spec(entry.name)
+        except (ImportError, ValueError):
+            spec = None
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        packages[entry.name] = str(Path(locations[0]).resolve()) + "/" if locations else ""
+    return packages
+
+
+class Observer:
+    """The process's observation of ops and Python; one per process (the compiled
+    recorder's state is process-wide)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._prefix = str(self.root) + "/"
+        self.packages = tree_packages(self.root)
+        # absolute directory of an installed tree package -> its path in the tree
+        self._installed = {
+            where: f"{name}/" for name, where in self.packages.items()
+            if where and not where.startswith(self._prefix)
+        }  # fmt: skip
+        self._code_names: dict[CodeType, tuple[str, str] | None] = {}
+        self._lib = native.load()  # NativeUnavailable when it cannot be built or loaded
+        self._token = object()  # what sys.getprofile() returns while we observe
+        if self._lib.tt_start_ops() != 0:
+            raise native.NativeUnavailable("RecordFunction refused the recorder's callback")
+        self._lib.tt_observe_thread(self._token)
+        threading.setprofile(self._observe_new_thread)
+        self._torch = sys.modules.get("torch")
+
+    def _observe_new_thread(self, frame, event, arg) -> None:
+        # Called once in each new thread: hand the thread to the compiled profile function.
+        self._lib.tt_observe_thread(self._token)
+
+    def stop(self) -> None:
+        threading.setprofile(None)
+        self._lib.tt_stop_thread()
+
+    def close(self) -> Observed:
+        """What ran since the previous close, with what disturbed the observation."""
+        observed = Observed()
+        ops = self._lib.tt_close_epoch()
+        for text in ops:
+            kind, name = text[0], text[1:]
+            if kind == "b":
+                observed.names.add(("backward", name))
+            elif not name.startswith(_ENGINE_PREFIX):
+                observed.names.add(("op", name))
+        for code in self._lib.tt_drain_codes():
+            name = self._code_names.get(code, False)
+            if name is False:
+                name = self._code_names[code] = self._name_of_code(code)
+            if name is not None:
+                observed.names.add(name)
+        for function in self._lib.tt_drain_cfuncs():
+            binding = self._binding_name(function)
+            if binding:
+                observed.names.add(("binding", binding))
+        if self._lib.tt_overflowed():
+            observed.problems.append("more distinct op names than the recorder holds")
+        if sys.getprofile() is not self._token:
+            observed.problems.append("the profile function was replaced (sys.setprofile)")
+            self._lib.tt_observe_thread(self._token)
+        return observed
+
+    def check_ops(self) -> str:
+        """'' when ops are still observed; else why not (and observation restarts).
+        Run between tests: the canary op lands in the gap, which belongs to no test."""
+        torch = self._torch or sys.modules.get("torch")
+        if torch is None:
+            return ""
+        self._torch = torch
+        torch.empty(0)
+        seen = {text[1:] for text in self._lib.tt_close_epoch()}
+        if CANARY_OP in seen:
+            return ""
+        self._lib.tt_restart_ops()
+        return "RecordFunction callbacks were removed (torch._C._clear_callbacks?)"
+
+    def _relative(self, filename: str) -> str | None:
+        if filename.startswith(self._prefix):
+            return filename[len(self._prefix) :]
+        for where, tree_dir in self._installed.items():
+            if filename.startswith(where):
+                return tree_dir + filename[len(where) :]
+        return None
+
+    def _name_of_code(self, code: CodeType) -> tuple[str, str] | None:
+        relative = self._relative(code.co_filename)
+        if relative is None or not relative.endswith(".py"):
+            return None
+        if code.co_name == "<module>":
+            return ("module", relative)
+        qualname = getattr(code, "co_qualname", code.co_name)  # 3.10 has no co_qualname
+        return ("function", f"{relative}:{qualname}")
+
+    def _binding_name(self, function) -> str | None:
+        module = getattr(function, "__module__", None)
+        owner = getattr(function, "__self__", None)
+        if module is None and owner is not None and not isinstance(owner, ModuleType):
+            module = getattr(type(owner), "__module__", None)
+        if not isinstance(module, str) or module.split(".", 1)[0] not in self.packages:
+            return None
+        qualname = getattr(function, "__qualname__", None) or getattr(function, "__name__", "")
+        if not isinstance(qualname, str) or not qualname or qualname.startswith("pybind11_"):
+            return None
+        return f"{module}.{qualname}"

@@ -1,0 +1,148 @@
+"""`torchtalk record ...`: merge records of CI shards, show what tests executed, stats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from indexer.errors import UsageError
+from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record import storage
+from indexer.record.merge import merge
+from indexer.workspace import Workspace
+from pytest_torchtalk.cli import add_source_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "record", help="recorded runs: merge shards, show what tests executed, stats"
+    )
+    actions = parser.add_subparsers(dest="record_command", metavar="ACTION")
+    actions.required = True
+
+    merging = actions.add_parser("merge", help="merge records (xdist parts, CI shards) into one")
+    merging.add_argument("inputs", nargs="+", metavar="RECORD", type=Path)
+    merging.add_argument("-o", "--output", required=True, type=Path, metavar="OUT")
+    merging.add_argument(
+        "--allow-mixed-commits",
+        action="store_true",
+        help="merge records made at different commits (the result names no commit)",
+    )
+    merging.set_defaults(handler=run_merge)
+
+    show = actions.add_parser("show", help="what a test executed, or which tests executed X")
+    _record_arguments(show)
+    which = show.add_mutually_exclusive_group(required=True)
+    which.add_argument("--test", metavar="NODEID", help="what this test executed")
+    which.add_argument("--op", metavar="NAME", help="tests that executed this op (aten::mm)")
+    which.add_argument(
+        "--function", metavar="QUALNAME", help="tests that entered this Python function"
+    )
+    show.set_defaults(handler=run_show)
+
+    stats = actions.add_parser("stats", help="what the record holds")
+    _record_arguments(stats)
+    stats.set_defaults(handler=run_stats)
+
+
+def _record_arguments(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser)
+    parser.add_argument(
+        "--record", type=Path, metavar="PATH", help="record file (default: beside the index)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _open(args: argparse.Namespace) -> RecordedRuns:
+    path = args.record
+    if path is None:
+        path = record_path_for(Workspace.resolve(args.source, args.harness).db_path)
+    return RecordedRuns.open(path)
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    if args.output.is_dir():
+        raise UsageError(f"--output {args.output} is a directory")
+    records = [storage.read(path) for path in args.inputs]
+    merged = merge(records, allow_mixed_commits=args.allow_mixed_commits)
+    storage.write(merged, args.output)
+    print(
+        f"merged {len(records)} records: {len(merged.tests)} tests, "
+        f"{len(merged.names)} names -> {args.output}"
+    )
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    runs = _open(args)
+    if args.test:
+        test = runs.test(args.test)
+        if test is None:
+            raise UsageError(f"no test {args.test!r} in the record {runs.path}")
+        names = runs.names_of(test)
+        result = {
+            "nodeid": test.nodeid, "outcome": test.outcome, "duration": test.duration,
+            "unrecorded": test.unrecorded, "executed": names,
+        }  # fmt: skip
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return 0
+        print(f"{test.nodeid}: {test.outcome}, {test.duration:.2f} s")
+        if test.unrecorded:
+            print(f"  unrecorded: {test.unrecorded}")
+        for kind, texts in names.items():
+            print(f"  {kind} ({len(texts)}):")
+            for text in texts:
+                print(f"    {text}")
+        return 0
+    kind, pattern = ("op", args.op) if args.op else ("function", args.function)
+    names = runs.matching_names(kind, pattern)
+    hits = runs.tests_executing(names)
+    tests = sorted(runs.record.tests[t].nodeid for t in hits)
+    if args.json:
+        print(json.dumps({"names": [t for _, t in names], "tests": tests}, indent=2))
+        return 0
+    if not names:
+        print(f"no test in the record {runs.path} executed {kind} {pattern!r}")
+        return 1
+    files = {nodeid.split("::", 1)[0] for nodeid in tests}
+    print(
+        f"{kind} {', '.join(t for _, t in names)}: executed by {_count(len(tests), 'test')} "
+        f"in {_count(len(files), 'file')}"
+    )
+    for nodeid in tests:
+        print(f"  {nodeid}")
+    return 0
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    runs = _open(args)
+    summary = runs.summary()
+    ops = runs.per_test_counts("op")
+    summary["ops_per_test"] = {
+        "median": statistics.median(ops) if ops else 0, "max": max(ops, default=0),
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    print(f"record:   {summary['path']} ({summary['bytes']} bytes)")
+    print(f"commit:   {summary['commit'] or '-'}, made {summary['created_at']}")
+    print(
+        f"tests:    {summary['tests']} in {_count(summary['test_files'], 'file')}; "
+        f"{summary['complete_tests']} complete, {summary['unrecorded_tests']} unrecorded"
+    )
+    print("outcomes: " + ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items()))
+    print("names:    " + ", ".join(f"{k} {v}" for k, v in summary["names"].items()))
+    print(
+        f"ops per test: median {summary['ops_per_test']['median']}, "
+        f"max {summary['ops_per_test']['max']}"
+    )
+    for problem in summary["problems"]:
+        print(f"problem:  {problem}")
+    return 0
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

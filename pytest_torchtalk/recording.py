@@ -1,0 +1,297 @@
+"""``pytest --torchtalk-record[=PATH]``: record what each test really executes.
+
+Each test is observed from the start of its setup to the end of its teardown. Work that
+is done once for many tests is cut out into its own segment and linked to every test that
+depends on it: a class-, module- or session-scoped fixture's setup (to each test whose
+fixture closure holds it), a test file's collection (its imports, to each of its tests)
+and the session's start (to all). So a test that runs second in a module is not recorded
+as doing less than the first.
+
+Under pytest-xdist each worker records its own tests into a part file the controller
+names; the controller merges the parts into one record when the workers are done.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from indexer.errors import TorchTalkError
+from indexer.query.recorded import record_path_for
+from indexer.record import native, storage
+from indexer.record.files import content_hashes
+from indexer.record.merge import merge
+from indexer.record.model import Record, TestRun
+from indexer.record.observer import Observed, Observer
+from indexer.snapshot.fingerprint import full_commit
+from indexer.workspace import Workspace
+
+WORKER_INPUT = "torchtalk_record_part"
+SESSION_LABEL = "session"
+
+
+def record_path_option(config: pytest.Config) -> str | None:
+    """The record path asked for ('' for the default), or None when recording is off."""
+    value = config.getoption("--torchtalk-record")
+    if value is not None:
+        return value
+    ini = str(config.getini("torchtalk_record") or "").strip()
+    if not ini or ini.lower() in ("0", "false", "no", "off"):
+        return None
+    return "" if ini.lower() in ("1", "true", "yes", "on") else ini
+
+
+def default_record_path(workspace: Workspace) -> Path:
+    return record_path_for(workspace.db_path)
+
+
+class _Outcome:
+    def __init__(self) -> None:
+        self.outcome = "passed"
+        self.duration = 0.0
+
+    def update(self, report: pytest.TestReport) -> None:
+        self.duration += report.duration
+        wasxfail = hasattr(report, "wasxfail")
+        if report.failed:
+            self.outcome = "failed" if report.when == "call" else "error"
+        elif report.skipped and self.outcome == "passed":
+            self.outcome = "xfailed" if wasxfail else "skipped"
+        elif report.passed and wasxfail and report.when == "call":
+            self.outcome = "xpassed"
+
+
+class RecordRun:
+    """The plugin object registered by ``pytest_torchtalk.plugin`` when recording is on."""
+
+    def __init__(self, config: pytest.Config, workspace: Workspace, path: Path) -> None:
+        self.config = config
+        self.workspace = workspace
+        self.root = workspace.source
+        self.path = path
+        worker_input = getattr(config, "workerinput", None)
+        self.part = worker_input.get(WORKER_INPUT) if worker_input else None
+        self.is_worker = worker_input is not None
+        self.is_controller = False  # known at session start, once xdist has configured
+        self.parts_dir: Path | None = None
+        self.record = Record(meta={})
+        self.observer: Observer | None = None
+        self.unavailable = ""
+        self.problems: list[str] = []
+        self._session = self.record.add_segment("session", SESSION_LABEL)
+        self._files: dict[str, int] = {}  # test file -> its collection segment
+        self._fixtures: dict[int, list[int]] = defaultdict(list)  # id(fixturedef) -> segments
+        self._stack: list[int] = []  # segments being recorded, innermost last
+        self._problems: dict[int, list[str]] = defaultdict(list)  # segment -> problems
+        self._outcomes: dict[str, _Outcome] = {}
+        self._started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    # --- start and stop ---------------------------------------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.is_controller = session.config.pluginmanager.hasplugin("dsession")
+        if self.is_controller:
+            self.parts_dir = Path(tempfile.mkdtemp(prefix="torchtalk-record-"))
+            return
+        try:
+            self.observer = Observer(self.root)
+        except native.NativeUnavailable as exc:
+            self.unavailable = f"recorder unavailable: {exc}"
+
+    def _take(self, segment: int) -> None:
+        """Add what ran since the last look to ``segment``."""
+        if self.observer is None:
+            return
+        observed: Observed = self.observer.close()
+        names = self.record.segments[segment].names
+        for name in observed.names:
+            names.add(self.record.name_id(*name))
+        self._problems[segment].extend(observed.problems)
+
+    # --- collection: a test file's imports --------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        if self.observer is None or not isinstance(collector, pytest.Module):
+            return (yield)
+        self._take(self._session)
+        try:
+            return (yield)
+        finally:
+            file = self._relative(Path(collector.path))
+            segment = self._files.get(file)
+            if segment is None:
+                segment = self._files[file] = self.record.add_segment("file", f"file {file}")
+            self._take(segment)
+
+    # --- tests and the fixtures they share --------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        if self.observer is None:
+            self._outcomes.setdefault(item.nodeid, _Outcome())
+            return (yield)
+        first = not self._outcomes
+        if first:
+            self._take(self._session)
+        else:
+            self.observer.close()  # the gap between two tests is no test's work
+        lost = self.observer.check_ops()
+        own = self.record.add_segment("test", item.nodeid)
+        if lost:
+            self._problems[own].append(f"before this test, {lost}")
+        self._outcomes.setdefault(item.nodeid, _Outcome())
+        self._stack = [own]
+        try:
+            return (yield)
+        finally:
+            self._take(own)
+            self._stack = []
+            self._finish(item, own)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if self.observer is None or fixturedef.scope == "function" or not self._stack:
+            return (yield)
+        self._take(self._stack[-1])
+        param = getattr(request, "param", None)
+        label = f"fixture {fixturedef.argname} @ {fixturedef.baseid or '(session)'}"
+        if param is not None:
+            label += f" [{param!r}]"
+        segment = self.record.add_segment("fixture", label)
+        self._fixtures[id(fixturedef)].append(segment)
+        self._stack.append(segment)
+        try:
+            return (yield)
+        finally:
+            self._take(segment)
+            self._stack.pop()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        outcome = self._outcomes.get(report.nodeid)
+        if outcome is not None and not self.is_controller:
+            outcome.update(report)
+
+    def _finish(self, item: pytest.Item, own: int) -> None:
+        file = self._relative(Path(item.path))
+        segments = [self._session, own]
+        if file in self._files:
+            segments.append(self._files[file])
+        info = getattr(item, "_fixtureinfo", None)
+        for definitions in getattr(info, "name2fixturedefs", {}).values():
+            for definition in definitions:
+                segments.extend(self._fixtures.get(id(definition), ()))
+        problems = [p for s in segments for p in self._problems.get(s, ())]
+        outcome = self._outcomes[item.nodeid]
+        self.record.tests.append(
+            TestRun(
+                nodeid=item.nodeid,
+                file=file,
+                outcome=outcome.outcome,
+                duration=round(outcome.duration, 4),
+                segments=segments,
+                unrecorded="; ".join(sorted(set(problems))),
+            )
+        )
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    # --- xdist ------------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        assert self.parts_dir is not None
+        node.workerinput[WORKER_INPUT] = str(self.parts_dir / f"part-{node.gateway.id}.ttr")
+
+    # --- the record -------------------------------------------------------------------
+
+    def _meta(self) -> dict:
+        torch = sys.modules.get("torch")
+        meta = {
+            "commit": full_commit(self.root),
+            "started_at": self._started,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "harness": self.workspace.harness,
+            "python": ".".join(map(str, sys.version_info[:3])),
+            "torch": getattr(torch, "__version__", None),
+            "devices": ["cpu"],
+            "mechanisms": {
+                "ops": "RecordFunction global callback",
+                "python": "C profile function (PyEval_SetProfile)",
+                "cuda_kernels": "off: no CUDA device",
+            },
+            "parts": 1,
+            "problems": [self.unavailable] if self.unavailable else [],
+        }
+        return meta
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_controller:
+            self._merge_parts()
+            return
+        if self.observer is not None:
+            self.observer.stop()
+        if self.unavailable:
+            for test in self.record.tests:
+                test.unrecorded = self.unavailable
+        self._add_unobserved(session)
+        self.record.meta = self._meta()
+        self.record.files = content_hashes(self.root, self.record)
+        target = Path(self.part) if self.part else self.path
+        try:
+            storage.write(self.record, target)
+        except TorchTalkError as exc:
+            self.problems.append(str(exc))
+
+    def _add_unobserved(self, session: pytest.Session) -> None:
+        # Without the compiled recorder no test went through the protocol hook's recording.
+        if self.observer is not None:
+            return
+        for item in session.items:
+            outcome = self._outcomes.get(item.nodeid)
+            if outcome is not None:
+                self._finish(item, self.record.add_segment("test", item.nodeid))
+
+    def _merge_parts(self) -> None:
+        assert self.parts_dir is not None
+        try:
+            parts = [storage.read(p) for p in sorted(self.parts_dir.glob("part-*.ttr"))]
+            if not parts:
+                self.problems.append("no worker wrote a record")
+                return
+            storage.write(merge(parts), self.path)
+            self.record = storage.read(self.path)
+        except TorchTalkError as exc:
+            self.problems.append(str(exc))
+        finally:
+            shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config) -> None:
+        if self.is_worker:
+            return
+        terminalreporter.section("torchtalk record")
+        for problem in self.problems:
+            terminalreporter.write_line(f"torchtalk: record not written: {problem}", red=True)
+        if self.problems:
+            return
+        tests = self.record.tests
+        unrecorded = sum(1 for t in tests if t.unrecorded)
+        line = f"recorded {len(tests)} test{'s' if len(tests) != 1 else ''} to {self.path}"
+        if unrecorded:
+            line += f" ({unrecorded} unrecorded: {_first_reason(tests)})"
+        terminalreporter.write_line(line)
+
+
+def _first_reason(tests: list[TestRun]) -> str:
+    return next(t.unrecorded for t in tests if t.unrecorded)
