@@ -129,6 +129,10 @@ class RecordRun:
             if segment is None:
                 segment = self._files[file] = self.record.add_segment("file", f"file {file}")
             self._take(segment)
+            module = getattr(collector, "_obj", None)
+            if module is not None:
+                names = self.record.segments[segment].names
+                names.update(self.record.name_id(*n) for n in self.observer.imported_by(module))
 
     # --- tests and the fixtures they share --------------------------------------------
 
@@ -137,15 +141,11 @@ class RecordRun:
         if self.observer is None:
             self._outcomes.setdefault(item.nodeid, _Outcome())
             return (yield)
-        first = not self._outcomes
-        if first:
+        if not self._outcomes:
             self._take(self._session)
         else:
             self.observer.close()  # the gap between two tests is no test's work
-        lost = self.observer.check_ops()
         own = self.record.add_segment("test", item.nodeid)
-        if lost:
-            self._problems[own].append(f"before this test, {lost}")
         self._outcomes.setdefault(item.nodeid, _Outcome())
         self._stack = [own]
         try:
@@ -153,6 +153,9 @@ class RecordRun:
         finally:
             self._take(own)
             self._stack = []
+            lost = self.observer.check_ops()
+            if lost:
+                self._problems[own].append(lost)
             self._finish(item, own)
 
     @pytest.hookimpl(wrapper=True)

@@ -51,7 +51,9 @@ def _build_key(torch) -> str:
     return digest.hexdigest()
 
 
-def _compile(torch, target: Path) -> None:
+def compile_against_torch(torch, source: Path, target: Path) -> None:
+    """Compile ``source`` into the shared library ``target`` against ``torch``'s headers
+    and libraries (written to a temporary file, then renamed)."""
     compiler = _compiler()
     if compiler is None:
         raise NativeUnavailable("no C++ compiler (c++, g++ or clang++) on PATH")
@@ -64,7 +66,7 @@ def _compile(torch, target: Path) -> None:
             compiler, f"-std={standard}", "-O2", "-shared", "-fPIC", "-w",
             f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
             f"-I{torch_dir / 'include'}", f"-I{sysconfig.get_paths()['include']}",
-            str(SOURCE), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
+            str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu",
             f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", str(tmp),
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -74,7 +76,7 @@ def _compile(torch, target: Path) -> None:
         errors = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         errors = errors[0]
     tmp.unlink(missing_ok=True)
-    raise NativeUnavailable(f"the recorder did not compile with {compiler}: {errors}")
+    raise NativeUnavailable(f"{source.name} did not compile with {compiler}: {errors}")
 
 
 def load() -> ctypes.PyDLL:
@@ -94,7 +96,7 @@ def load() -> ctypes.PyDLL:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise NativeUnavailable(f"cannot create {directory}: {exc}") from None
-            _compile(torch, target)
+            compile_against_torch(torch, SOURCE, target)
         try:
             library = ctypes.PyDLL(str(target))
         except OSError as exc:

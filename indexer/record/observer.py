@@ -125,6 +125,23 @@ class Observer:
         self._lib.tt_restart_ops()
         return "RecordFunction callbacks were removed (torch._C._clear_callbacks?)"
 
+    def imported_by(self, module: ModuleType) -> set[tuple[str, str]]:
+        """The tree's modules ``module`` imports directly (``import x``, ``from x import
+        y``), read from its namespace: unlike the module bodies that run while a file is
+        collected, this does not depend on which file happened to import them first."""
+        names: set[tuple[str, str]] = set()
+        for value in list(vars(module).values()):
+            if isinstance(value, ModuleType):
+                source = value
+            else:
+                owner = getattr(value, "__module__", None)
+                source = sys.modules.get(owner) if isinstance(owner, str) else None
+            filename = getattr(source, "__file__", None)
+            relative = self._relative(filename) if isinstance(filename, str) else None
+            if relative is not None and relative.endswith(".py"):
+                names.add(("module", relative))
+        return names
+
     def _relative(self, filename: str) -> str | None:
         if filename.startswith(self._prefix):
             return filename[len(self._prefix) :]

@@ -1,0 +1,72 @@
+"""Running real tests under the recorder: torch, a compiler, and the recext fixture.
+
+Everything here runs for real: the recorder is compiled against the installed torch, the
+fixture extension's C++ op library is compiled and loaded, and pytest runs in a child
+process. Tests skip, saying why, where torch or a C++ compiler is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FIXTURES, commit_all, git
+
+
+def require_torch():
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("recording needs torch (pip install torch==2.13.0)")
+    from indexer.record.native import _compiler
+
+    if _compiler() is None:
+        pytest.skip("recording needs a C++ compiler (c++, g++ or clang++)")
+    return torch
+
+
+def build_recext_library(cache: Path) -> Path:
+    """The fixture extension's op library, compiled once per content of its source."""
+    from indexer.record.native import NativeUnavailable, compile_against_torch
+
+    torch = require_torch()
+    source = FIXTURES / "recext" / "csrc" / "ops.cpp"
+    key = hashlib.blake2b(source.read_bytes() + torch.__version__.encode(), digest_size=8)
+    target = cache / f"recext-{key.hexdigest()}.so"
+    if not target.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        try:
+            compile_against_torch(torch, source, target)
+        except NativeUnavailable as exc:
+            pytest.skip(f"the fixture extension does not build here: {exc}")
+    return target
+
+
+def make_recext_repo(dest: Path) -> Path:
+    shutil.copytree(
+        FIXTURES / "recext", dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    git(dest, "init", "-q", "-b", "main")
+    commit_all(dest, "recext fixture")
+    return dest
+
+
+def run_pytest(
+    repo: Path, *args: str, env: dict[str, str], check_codes: tuple[int, ...] = (0, 1)
+) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *args],
+        cwd=repo,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode in check_codes, done.stdout + done.stderr
+    return done

@@ -1,0 +1,147 @@
+"""pytest --torchtalk-record on a real extension: its C++ ops compiled, its tests run.
+
+What the record holds is checked against what the fixture's tests really do: the ops the
+dispatcher saw (a composite and the ops it decomposes into, an op called from another
+op's C++, custom ops of C++ and of Python, backward ops), the Python functions entered
+(one reached only by getattr), the modules imported, work of a module fixture counted
+for every test that uses it, outcomes, and a test that disturbed the recorder marked
+unrecorded rather than recorded as doing less.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from indexer.record import storage
+from indexer.record.merge import merge
+from indexer.record.model import Record
+from tests.record_support import build_recext_library, make_recext_repo, run_pytest
+
+pytestmark = pytest.mark.xdist_group("recorded-runs")
+
+
+@pytest.fixture(scope="module")
+def recext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    base = tmp_path_factory.mktemp("recext")
+    library = build_recext_library(base / "lib")
+    repo = make_recext_repo(base / "recext")
+    env = {
+        "RECEXT_LIBRARY": str(library),
+        "PYTHONPATH": str(repo),
+        "TORCHTALK_CACHE_DIR": str(base / "cache"),
+        "TORCHTALK_CONFIG_DIR": str(base / "config"),
+    }
+    return repo, env
+
+
+@pytest.fixture(scope="module")
+def serial(recext) -> Record:
+    repo, env = recext
+    run_pytest(repo, "--torchtalk-record=serial.ttr", env=env)
+    return storage.read(repo / "serial.ttr")
+
+
+def executed(record: Record, nodeid: str) -> set[tuple[str, str]]:
+    test = next(t for t in record.tests if t.nodeid == nodeid)
+    return {record.names[n] for n in record.names_of(test)}
+
+
+def ops(record: Record, nodeid: str) -> set[str]:
+    return {text for kind, text in executed(record, nodeid) if kind == "op"}
+
+
+def test_a_composite_op_and_the_ops_it_decomposes_into(serial: Record) -> None:
+    ran = ops(serial, "tests/test_shift.py::test_twice_backward")
+    assert {"aten::matmul", "aten::mm", "aten::sigmoid"} <= ran
+
+
+def test_ops_called_from_inside_other_ops_cpp(serial: Record) -> None:
+    # recext::scale's kernel calls at::mul; torch.sort's kernel calls sort.stable.
+    assert any(op.startswith("aten::mul") for op in ops(serial, "tests/test_scale.py::test_scale"))
+    assert {"aten::sort", "aten::sort.stable"} <= ops(serial, "tests/test_shift.py::test_sorted")
+
+
+def test_custom_ops_of_cpp_and_of_python(serial: Record) -> None:
+    assert "recext::scale" in ops(serial, "tests/test_scale.py::test_scale")
+    assert "recext::shift" in ops(serial, "tests/test_shift.py::test_shift")
+    assert "recext::twice" in ops(serial, "tests/test_shift.py::test_twice_backward")
+    assert "recext::scale" not in ops(serial, "tests/test_shift.py::test_shift")
+
+
+def test_the_backward_pass(serial: Record) -> None:
+    ran = executed(serial, "tests/test_shift.py::test_twice_backward")
+    assert {("backward", "SigmoidBackward0"), ("backward", "MmBackward0")} <= ran
+    assert ("op", "aten::sigmoid_backward") in ran
+    assert not any(
+        kind == "backward" for kind, _ in executed(serial, "tests/test_shift.py::test_shift")
+    )
+
+
+def test_python_functions_and_imports(serial: Record) -> None:
+    by_name = executed(serial, "tests/test_scale.py::test_scale_by_name")
+    # reached through getattr(recext, "sca" + name): no static reference names it
+    assert ("function", "recext/__init__.py:scale") in by_name
+    assert ("function", "recext/lookup.py:by_name") in by_name
+    assert ("function", "recext/__init__.py:shift") not in by_name
+    for nodeid in ("tests/test_scale.py::test_scale", "tests/test_shift.py::test_shift"):
+        # imported by each test file, whichever file imported recext first
+        assert ("module", "recext/__init__.py") in executed(serial, nodeid)
+    assert ("module", "recext/lookup.py") in by_name
+    assert ("module", "recext/lookup.py") not in executed(serial, "tests/test_shift.py::test_shift")
+
+
+def test_module_fixture_work_counts_for_every_test_using_it(serial: Record) -> None:
+    # `base` (scope=module) runs torch.sigmoid once, during the first test's setup.
+    for nodeid in (
+        "tests/test_scale.py::test_scale",
+        "tests/test_scale.py::test_reuses_module_fixture",
+    ):
+        assert "aten::sigmoid" in ops(serial, nodeid)
+    assert "aten::sigmoid" not in ops(serial, "tests/test_scale.py::test_scale_by_name")
+
+
+def test_outcomes_and_tests_that_are_not_recorded(serial: Record) -> None:
+    tests = {t.nodeid.split("::")[-1]: t for t in serial.tests}
+    assert tests["test_scale"].outcome == "passed" and tests["test_scale"].complete
+    assert tests["test_failing"].outcome == "failed" and not tests["test_failing"].complete
+    assert tests["test_skipped"].outcome == "skipped"
+    assert tests["test_expected_failure"].outcome == "xfailed"
+    disturbed = tests["test_replaces_the_profile_function"]
+    assert "profile function was replaced" in disturbed.unrecorded and not disturbed.complete
+    assert not tests["test_sorted"].unrecorded  # the recorder came back for the next test
+
+
+def test_the_record_knows_its_commit_and_file_contents(serial: Record, recext) -> None:
+    repo, _ = recext
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert serial.meta["commit"] == head
+    assert {"tests/test_scale.py", "recext/__init__.py", "recext/lookup.py"} <= set(serial.files)
+
+
+def _as_compared(record: Record) -> dict[str, tuple]:
+    return {
+        t.nodeid: (t.outcome, t.unrecorded, frozenset(record.names[n] for n in record.names_of(t)))
+        for t in record.tests
+    }
+
+
+def test_xdist_and_merged_shards_give_the_serial_record(recext, serial: Record) -> None:
+    repo, env = recext
+    run_pytest(repo, "-n", "2", "--torchtalk-record=xdist.ttr", env=env)
+    distributed = storage.read(repo / "xdist.ttr")
+    assert _as_compared(distributed) == _as_compared(serial)
+    run_pytest(repo, "--torchtalk-record=a.ttr", "tests/test_scale.py", env=env)
+    run_pytest(
+        repo, "--torchtalk-record=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py", env=env
+    )
+    shards = [storage.read(repo / "b.ttr"), storage.read(repo / "a.ttr")]
+    assert _as_compared(merge(shards)) == _as_compared(serial)
+    one, other = repo / "m1.ttr", repo / "m2.ttr"
+    storage.write(merge(shards), one)
+    storage.write(merge(shards[::-1]), other)
+    assert one.read_bytes() == other.read_bytes()  # order-independent, byte for byte
