@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from indexer.errors import TorchTalkError
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index
+from indexer.query.recorded import record_line, record_status
 from mcp_server.state import COMPONENT_TEXT, COMPONENTS, NotReady, ServerState
 
 # --- the shape of every answer ---------------------------------------------------------
@@ -282,13 +283,19 @@ class Tools:
                     f"the tree is at commit {head[:12]} but the index was built at "
                     f"{index_info['git_commit'][:12]}; run 'torchtalk index build' to refresh"
                 )
+        record = record_status(self.state.full_path)
+        if record is not None:
+            answer.items.append(Item(record_line(record), data={"record": record}))
         if stale:
             answer.notes.insert(0, stale)
         if not ready and not snap["error"]:
             answer.notes.append(
                 "tools answer now from what is ready and say when a part they need is missing"
             )
-        answer.data = {**snap, "ready": ready, "index": index_info, "stale": stale is not None}
+        answer.data = {
+            **snap, "ready": ready, "index": index_info, "stale": stale is not None,
+            "record": record,
+        }  # fmt: skip
         return reply(answer)
 
     def trace(

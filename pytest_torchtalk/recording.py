@@ -27,7 +27,7 @@ from indexer.query.recorded import record_path_for
 from indexer.record import native, storage
 from indexer.record.files import content_hashes
 from indexer.record.merge import merge
-from indexer.record.model import Record, TestRun
+from indexer.record.model import Record, RecordedTest
 from indexer.record.observer import Observed, Observer
 from indexer.snapshot.fingerprint import full_commit
 from indexer.workspace import Workspace
@@ -193,7 +193,7 @@ class RecordRun:
         problems = [p for s in segments for p in self._problems.get(s, ())]
         outcome = self._outcomes[item.nodeid]
         self.record.tests.append(
-            TestRun(
+            RecordedTest(
                 nodeid=item.nodeid,
                 file=file,
                 outcome=outcome.outcome,
@@ -245,10 +245,10 @@ class RecordRun:
             return
         if self.observer is not None:
             self.observer.stop()
+        self._add_unobserved(session)
         if self.unavailable:
             for test in self.record.tests:
                 test.unrecorded = self.unavailable
-        self._add_unobserved(session)
         self.record.meta = self._meta()
         self.record.files = content_hashes(self.root, self.record)
         target = Path(self.part) if self.part else self.path
@@ -296,5 +296,5 @@ class RecordRun:
         terminalreporter.write_line(line)
 
 
-def _first_reason(tests: list[TestRun]) -> str:
+def _first_reason(tests: list[RecordedTest]) -> str:
     return next(t.unrecorded for t in tests if t.unrecorded)

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from indexer.record import storage
-from indexer.record.model import KINDS, Record, TestRun
+from indexer.record.model import KINDS, Record, RecordedTest
 
 RECORD_FILE = "record.ttr"  # beside the index
+_cache_lock = threading.Lock()
+_cache: dict[str, tuple[tuple[int, int], RecordedRuns]] = {}  # path -> (mtime, size), runs
 
 
 def record_path_for(db_path: Path) -> Path:
@@ -38,6 +40,21 @@ class RecordedRuns:
     def open(cls, path: Path) -> RecordedRuns:
         """RecordError (one line, with the reason) when the record cannot be used."""
         return cls(storage.read(path), path)
+
+    @classmethod
+    def cached(cls, path: Path) -> RecordedRuns:
+        """Like :meth:`open`, reusing the last opening while the file is unchanged (a
+        server asks on every call; a record is read whole)."""
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        with _cache_lock:
+            known = _cache.get(str(path))
+            if known is not None and known[0] == stamp:
+                return known[1]
+        runs = cls.open(path)
+        with _cache_lock:
+            _cache[str(path)] = (stamp, runs)
+        return runs
 
     # --- lookups ----------------------------------------------------------------------
 
@@ -84,10 +101,10 @@ class RecordedRuns:
             if k == kind and (t.endswith(":" + pattern) or t.endswith("." + pattern))
         ]  # fmt: skip
 
-    def test(self, nodeid: str) -> TestRun | None:
+    def test(self, nodeid: str) -> RecordedTest | None:
         return next((t for t in self.record.tests if t.nodeid == nodeid), None)
 
-    def names_of(self, test: TestRun) -> dict[str, list[str]]:
+    def names_of(self, test: RecordedTest) -> dict[str, list[str]]:
         """Kind -> sorted texts the test executed."""
         by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
         for name in self.record.names_of(test):
@@ -138,3 +155,35 @@ class RecordedRuns:
 
     def files_executing(self, names: Iterable[tuple[str, str]]) -> set[str]:
         return {self.record.tests[t].file for t in self.tests_executing(names)}
+
+
+def record_status(db_path: Path) -> dict[str, Any] | None:
+    """The record beside the index at ``db_path``, for status answers: its summary, or
+    {"path", "error"} when it cannot be used, or None when there is none."""
+    path = record_path_for(db_path)
+    try:
+        return RecordedRuns.cached(path).summary()
+    except FileNotFoundError:
+        return None
+    except (storage.RecordError, OSError) as exc:
+        return {"path": str(path), "error": str(exc)}
+
+
+def record_line(record: dict[str, Any] | None) -> str:
+    """One line on the record for `torchtalk status` and MCP `get_status`."""
+    if record is None:
+        return "record:   none (pytest --torchtalk-record makes one beside the index)"
+    if "error" in record:
+        return f"record:   unusable: {record['error']}"
+    age = record["age_seconds"]
+    ago = "?"
+    if age is not None:
+        ago = next(
+            (f"{age // size}{unit}" for unit, size in (("d", 86400), ("h", 3600), ("m", 60))
+             if age >= size), f"{age}s",
+        )  # fmt: skip
+    return (
+        f"record:   {record['tests']} tests in {record['test_files']} files, "
+        f"{record['ops']} ops, commit {(record['commit'] or '-')[:12]}, "
+        f"made {record['created_at']} ({ago} ago)"
+    )

@@ -10,7 +10,7 @@ bytes in any order.
 
 from __future__ import annotations
 
-from indexer.record.model import OUTCOMES, Record, TestRun
+from indexer.record.model import OUTCOMES, Record, RecordedTest
 from indexer.record.storage import RecordError, canonical
 
 # Worse first: a test that failed in one shard and passed in another is not one whose
@@ -33,7 +33,7 @@ def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record
         )
     meta = _merged_meta(records, mixed=len(commits) > 1)
     out = Record(meta=meta)
-    by_nodeid: dict[str, TestRun] = {}
+    by_nodeid: dict[str, RecordedTest] = {}
     for record in records:
         remap = {}
         for index, segment in enumerate(record.segments):
@@ -44,7 +44,7 @@ def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record
             segments = [remap[s] for s in test.segments]
             seen = by_nodeid.get(test.nodeid)
             if seen is None:
-                by_nodeid[test.nodeid] = TestRun(
+                by_nodeid[test.nodeid] = RecordedTest(
                     test.nodeid, test.file, test.outcome, test.duration, segments, test.unrecorded
                 )
                 continue

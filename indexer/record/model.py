@@ -40,7 +40,7 @@ class Segment:
 
 
 @dataclass
-class TestRun:
+class RecordedTest:
     nodeid: str
     file: str  # repo-relative path of the test file
     outcome: str  # one of OUTCOMES
@@ -59,9 +59,9 @@ class Record:
     meta: dict  # commit, created_at, torch/python versions, devices, mechanisms...
     names: list[tuple[str, str]] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
-    tests: list[TestRun] = field(default_factory=list)
+    tests: list[RecordedTest] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # repo path -> content hash
-    _ids: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    _ids: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
 
     def name_id(self, kind: str, text: str) -> int:
         """The id of (kind, text), interned on first use."""
@@ -80,7 +80,7 @@ class Record:
         self.segments.append(Segment(kind, label))
         return len(self.segments) - 1
 
-    def names_of(self, test: TestRun) -> set[int]:
+    def names_of(self, test: RecordedTest) -> set[int]:
         """Every name the test executed, through all its segments."""
         names: set[int] = set()
         for segment in test.segments:

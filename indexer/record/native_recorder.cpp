@@ -13,7 +13,8 @@
 // Python side reads the names whose slot holds the epoch it is closing. Names are interned
 // once, process-wide, under a mutex; the hot path takes no lock (a thread-local cache
 // from the name's pointer to its id, checked against the interned text because pointers
-// of freed schemas can be reused by other ops).
+// of freed schemas can be reused by other ops). It uses only what torch 2.6 and later
+// declare alike.
 #include <ATen/record_function.h>
 #include <Python.h>
 #include <frameobject.h>
@@ -38,19 +39,6 @@ std::mutex g_intern_mutex;
 std::unordered_map<std::string, uint32_t>* g_ids = nullptr;
 bool g_registered = false;
 at::CallbackHandle g_handle = 0;
-
-struct CacheKey {
-  const char* name;
-  const char* overload;
-  bool operator==(const CacheKey& other) const {
-    return name == other.name && overload == other.overload;
-  }
-};
-struct CacheKeyHash {
-  size_t operator()(const CacheKey& key) const {
-    return std::hash<const void*>()(key.name) ^ (std::hash<const void*>()(key.overload) << 1);
-  }
-};
 
 // kind: 'o' an operator (name.overload), 'b' an autograd node of a backward pass.
 uint32_t intern(char kind, const char* name, const char* overload) {
@@ -77,31 +65,35 @@ uint32_t intern(char kind, const char* name, const char* overload) {
   return id;
 }
 
-bool same_text(uint32_t id, char kind, const char* name, const char* overload) {
+// Whether the interned name `id` is (kind, name) with any overload: a cached pointer is
+// trusted only while the text behind it is still the op's.
+bool same_text(uint32_t id, char kind, const char* name) {
   const char* stored = g_names[id];
   if (stored[0] != kind) return false;
   size_t length = std::strlen(name);
   if (std::strncmp(stored + 1, name, length) != 0) return false;
-  const char* rest = stored + 1 + length;
-  if (overload == nullptr || overload[0] == '\0') return rest[0] == '\0';
-  return rest[0] == '.' && std::strcmp(rest + 1, overload) == 0;
+  return stored[1 + length] == '\0' || stored[1 + length] == '.';
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   const char kind = fn.scope() == at::RecordScope::BACKWARD_FUNCTION ? 'b' : 'o';
   const char* name = fn.name();
-  const char* overload = kind == 'o' ? fn.overload_name() : "";
   if (name == nullptr) return nullptr;
-  thread_local std::unordered_map<CacheKey, uint32_t, CacheKeyHash> cache;
-  CacheKey key{name, overload};
-  auto hit = cache.find(key);
+  // Keyed by the name's pointer: each overload's schema holds its own copy of the name.
+  thread_local std::unordered_map<const char*, uint32_t> cache;
+  auto hit = cache.find(name);
   uint32_t id;
-  if (hit != cache.end() && same_text(hit->second, kind, name, overload)) {
+  if (hit != cache.end() && same_text(hit->second, kind, name)) {
     id = hit->second;
   } else {
-    id = intern(kind, name, overload);
+    std::string overload;
+    if (kind == 'o') {
+      auto op = fn.operator_name();  // copies: only when a name is first seen here
+      if (op.has_value()) overload = op->overload_name;
+    }
+    id = intern(kind, name, overload.c_str());
     if (id >= kCapacity) return nullptr;
-    cache[key] = id;
+    cache[name] = id;
   }
   g_seen[id].store(g_epoch.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return nullptr;

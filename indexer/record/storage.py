@@ -21,7 +21,7 @@ from array import array
 from pathlib import Path
 
 from indexer.errors import TorchTalkError
-from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, Segment, TestRun
+from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, RecordedTest, Segment
 from indexer.store import array_file
 
 MAGIC = b"torchtalk-record\n"
@@ -91,7 +91,9 @@ def canonical(record: Record) -> Record:
     for test in sorted(record.tests, key=lambda t: t.nodeid):
         segments = sorted({new_segment[segment_key[s]] for s in test.segments})
         out.tests.append(
-            TestRun(test.nodeid, test.file, test.outcome, test.duration, segments, test.unrecorded)
+            RecordedTest(
+                test.nodeid, test.file, test.outcome, test.duration, segments, test.unrecorded
+            )
         )
     return out
 
@@ -201,7 +203,7 @@ def _decode(header: dict, arrays: dict[str, array]) -> Record:
         if any(s >= len(segments) for s in own):
             raise ValueError("a test names a segment that does not exist")
         record.tests.append(
-            TestRun(
+            RecordedTest(
                 nodeid=nodeid,
                 file=files[arrays["test_files"][index]],
                 outcome=OUTCOMES[arrays["test_outcomes"][index]],

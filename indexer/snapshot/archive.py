@@ -28,12 +28,14 @@ from indexer.snapshot.names import validate_name
 from indexer.snapshot.store import (
     DB_FILE,
     META_FILE,
+    RECORD_FILE,
     SnapshotError,
     SnapshotInfo,
     check_name_free,
     db_of,
     install_dir,
     read_info,
+    record_summary,
     snapshot_dir,
     staging_dir,
     store_lock,
@@ -41,10 +43,14 @@ from indexer.snapshot.store import (
 from indexer.store.db import SCHEMA_VERSION, connect_readonly, read_meta
 
 SUMS_FILE = "SHA256SUMS"
-MEMBERS = (SUMS_FILE, META_FILE, DB_FILE)
+MEMBERS = (SUMS_FILE, META_FILE, DB_FILE, RECORD_FILE)
+REQUIRED = (SUMS_FILE, META_FILE, DB_FILE)  # the record is there only when one was made
 # Upper bounds per member: a description or checksum list is tiny; an index of the
-# largest trees is a few GiB.
-MAX_BYTES = {SUMS_FILE: 64 * 1024, META_FILE: 1024 * 1024, DB_FILE: 64 * 1024**3}
+# largest trees is a few GiB, a record of a whole suite less.
+MAX_BYTES = {
+    SUMS_FILE: 64 * 1024, META_FILE: 1024 * 1024, DB_FILE: 64 * 1024**3,
+    RECORD_FILE: 16 * 1024**3,
+}  # fmt: skip
 COMPRESS_LEVEL = 6
 _CHUNK = 1 << 20
 _SYNC_EVERY = 64 << 20
@@ -78,10 +84,13 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
     info = read_info(name)
     directory = snapshot_dir(name)
     db_path = db_of(name)
+    record_path = directory / RECORD_FILE
+    has_record = record_path.is_file()
     meta_bytes = (directory / META_FILE).read_bytes()
     sums = (
         f"{hashlib.sha256(meta_bytes).hexdigest()}  {META_FILE}\n"
         f"{_sha256_file(db_path)}  {DB_FILE}\n"
+        + (f"{_sha256_file(record_path)}  {RECORD_FILE}\n" if has_record else "")
     ).encode()
     output = Path(output) if output else Path.cwd() / default_archive_name(info.name)
     if output.is_dir():
@@ -99,6 +108,9 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
             tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
             with open(db_path, "rb") as db:
                 tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
+            if has_record:
+                with open(record_path, "rb") as record:
+                    tar.addfile(_member(RECORD_FILE, record_path.stat().st_size, now), record)
         os.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -214,10 +226,10 @@ def _parse_sums(path: Path) -> dict[str, str]:
     sums: dict[str, str] = {}
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         match = _SUM_LINE.match(line.strip())
-        if not match or match.group(2) not in (META_FILE, DB_FILE) or match.group(2) in sums:
+        if not match or match.group(2) not in MEMBERS[1:] or match.group(2) in sums:
             raise SnapshotError(f"{SUMS_FILE} has a malformed line: {line[:80]!r}")
         sums[match.group(2)] = match.group(1)
-    if set(sums) != {META_FILE, DB_FILE}:
+    if not {META_FILE, DB_FILE} <= set(sums):
         raise SnapshotError(f"{SUMS_FILE} must list {META_FILE} and {DB_FILE}")
     return sums
 
@@ -233,12 +245,17 @@ def _unpack(archive: Path, staged: Path) -> None:
             padding = -member.size % tarfile.BLOCKSIZE
             if len(stream.read(padding)) != padding:
                 raise SnapshotError(f"archive member {member.name!r} is truncated")
-    missing = [name for name in MEMBERS if name not in seen]
+    missing = [name for name in REQUIRED if name not in seen]
     if missing:
         raise SnapshotError(f"archive lacks {', '.join(missing)}")
-    for name, expected in _parse_sums(staged / SUMS_FILE).items():
+    sums = _parse_sums(staged / SUMS_FILE)
+    if set(sums) != seen - {SUMS_FILE}:
+        raise SnapshotError(f"{SUMS_FILE} does not list exactly the archive's members")
+    for name, expected in sums.items():
         if hashes[name] != expected:
             raise SnapshotError(f"checksum mismatch for {name}: the archive is corrupt")
+    if RECORD_FILE in seen:
+        record_summary(staged / RECORD_FILE)
     (staged / SUMS_FILE).unlink()
 
 

@@ -24,6 +24,9 @@ from typing import Any
 from indexer.build import build_lock
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.locations import cache_dir
+from indexer.query.recorded import RECORD_FILE as RECORD_NAME
+from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record.storage import RecordError
 from indexer.snapshot.fingerprint import (
     content_fingerprint,
     full_commit,
@@ -36,6 +39,7 @@ from indexer.workspace import Workspace
 
 DB_FILE = "index.sqlite"
 META_FILE = "snapshot.json"
+RECORD_FILE = RECORD_NAME  # the recorded run beside the index, when there is one
 FORMAT = 1  # of snapshot.json
 
 
@@ -58,6 +62,7 @@ class SnapshotInfo:
     manifest: str = ""  # hash of the harness manifest the index was built with
     counts: dict[str, Any] = field(default_factory=dict)
     db_bytes: int = 0
+    record: dict[str, Any] = field(default_factory=dict)  # its commit, age, tests; {} if none
     format: int = FORMAT
 
     def to_json(self) -> str:
@@ -244,6 +249,7 @@ def save_snapshot(workspace: Workspace, name: str, *, force: bool = False) -> Sn
                     counts=counts,
                     db_bytes=(staged / DB_FILE).stat().st_size,
                 )
+                info.record = _stage_record(record_path_for(db_path), staged / RECORD_FILE)
                 (staged / META_FILE).write_text(info.to_json(), encoding="utf-8")
                 install_dir(staged, name, replace=True)
             finally:
@@ -251,6 +257,26 @@ def save_snapshot(workspace: Workspace, name: str, *, force: bool = False) -> Sn
         return info
     finally:
         conn.close()
+
+
+def record_summary(path: Path) -> dict[str, Any]:
+    """What a snapshot says of its record: SnapshotError when the record is unusable."""
+    try:
+        summary = RecordedRuns.open(path).summary()
+    except RecordError as exc:
+        raise SnapshotError(str(exc)) from None
+    keys = ("commit", "created_at", "tests", "test_files", "ops", "torch")
+    return {key: summary[key] for key in keys}
+
+
+def _stage_record(record: Path, staged: Path) -> dict[str, Any]:
+    """Copy the workspace's record (checked first) into a snapshot being made."""
+    if not record.is_file():
+        return {}
+    summary = record_summary(record)
+    shutil.copyfile(record, staged)
+    _fsync(staged)
+    return summary
 
 
 def delete_snapshot(name: str) -> None:
@@ -325,11 +351,28 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
             finally:
                 conn.close()
             _fsync(tmp)
+            _install_record(snapshot_dir(info.name) / RECORD_FILE, record_path_for(db_path))
             os.replace(tmp, db_path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
     return db_path
+
+
+def _install_record(record: Path, target: Path) -> None:
+    """The snapshot's record becomes the workspace's (checked, then renamed into place);
+    a snapshot without one leaves the workspace's own record as it is."""
+    if not record.is_file():
+        return
+    record_summary(record)
+    tmp = target.with_name(f"{target.name}.loading-{os.getpid()}")
+    try:
+        shutil.copyfile(record, tmp)
+        _fsync(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def snapshot_for_update(workspace: Workspace, name: str) -> Path:

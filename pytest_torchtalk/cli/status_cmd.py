@@ -9,6 +9,7 @@ from indexer.errors import IndexMissingError
 from indexer.locations import cache_dir, config_path
 from indexer.query.health import shortfalls
 from indexer.query.index import Index
+from indexer.query.recorded import record_line, record_status
 from indexer.query.status import index_status
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
@@ -42,10 +43,12 @@ def run(args: argparse.Namespace) -> int:
             workspace.manifest, report["index"]["counts"]
         )
         index.close()
+    report["record"] = record_status(workspace.db_path)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0 if report["index"] else 1
     _print_text(report)
+    print(record_line(report["record"]))
     return 0 if report["index"] else 1
 
 

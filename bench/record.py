@@ -1,0 +1,156 @@
+"""Recording PyTorch's own tests: the cost of `pytest --torchtalk-record`, and what it sees.
+
+Samples test files of the PyTorch 2.6 tree at random (seeded), runs each with the
+wheel's Python twice, without and with recording (in alternating order, so that drift of
+a shared machine falls on both), and reports: the suite's wall and CPU time both ways and
+their ratio (target: at most 1.3x), the record's size per 1,000 tests, ops per test, and
+for a few ops how many of the recorded files execute each. The per-file records are
+merged into one (`torchtalk record merge`), which bench/selection.py can select from.
+
+Needs the tree (../shared/corpora/get-pytorch --git) and a venv with torch 2.6.0 and this
+project (see ../shared/corpora/README.md):
+
+    python bench/record.py --source ~/.cache/torchtalk-corpora/pytorch-2.6 \
+        --python /path/to/venv/bin/python --files 40 --seed 0 --out /tmp/record-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from indexer.query.recorded import RecordedRuns
+from indexer.record import storage
+from indexer.record.merge import merge
+
+# Directories that need a build tree or a device, and device-named files
+# (../shared/corpora/README.md).
+EXCLUDED_DIRS = {"cpp", "cpp_extensions", "custom_operator", "custom_backend", "distributed"}
+DEVICE_WORDS = ("cuda", "mps", "xpu", "vulkan")
+OPS = ("matmul", "mm", "addmm", "sigmoid", "sort", "embedding_dense_backward")
+
+
+def eligible(source: Path) -> list[str]:
+    files = []
+    for path in sorted((source / "test").rglob("test_*.py")):
+        rel = path.relative_to(source / "test")
+        if rel.parts[0] in EXCLUDED_DIRS or any(w in path.name for w in DEVICE_WORDS):
+            continue
+        files.append(rel.as_posix())
+    return files
+
+
+def run(python: str, source: Path, file: str, extra: list[str], timeout: float) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    command = [python, "-m", "pytest", file, "-q", "-p", "no:cacheprovider", *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, cwd=source / "test", env=env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+        code = done.returncode
+        tail = (done.stdout.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        code, tail = None, "timeout"
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"code": code, "wall": wall, "cpu": cpu, "tail": tail}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", type=Path, required=True)
+    parser.add_argument("--python", required=True, help="Python of a venv with torch 2.6.0")
+    parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "records").mkdir(exist_ok=True)
+    candidates = eligible(args.source)
+    random.Random(args.seed).shuffle(candidates)
+    results, dropped = [], []
+    warm = run(args.python, args.source, candidates[0], ["--co"], args.timeout)  # build once
+    print(f"warm-up (recorder build, caches): {warm['wall']:.1f} s", flush=True)
+    for file in candidates:
+        if len(results) >= args.files:
+            break
+        record_path = args.out / "records" / (file.replace("/", "__") + ".ttr")
+        recorded_args = [f"--torchtalk-record={record_path}"]
+        order = ("plain", "recorded") if len(results) % 2 == 0 else ("recorded", "plain")
+        runs = {}
+        for which in order:
+            extra = recorded_args if which == "recorded" else []
+            runs[which] = run(args.python, args.source, file, extra, args.timeout)
+        plain, recorded = runs["plain"], runs["recorded"]
+        if plain["code"] not in (0, 1, 5) or recorded["code"] not in (0, 1, 5):
+            dropped.append({"file": file, "plain": plain["tail"], "recorded": recorded["tail"]})
+            print(f"dropped {file}: {plain['tail']} / {recorded['tail']}", flush=True)
+            continue
+        results.append({"file": file, "plain": plain, "recorded": recorded})
+        print(
+            f"{len(results):2} {file}: {plain['wall']:.1f} s -> {recorded['wall']:.1f} s "
+            f"(cpu {plain['cpu']:.1f} -> {recorded['cpu']:.1f}) {recorded['tail']}",
+            flush=True,
+        )
+    records = [storage.read(p) for p in sorted((args.out / "records").glob("*.ttr"))
+               if any(p.name.startswith(r["file"].replace("/", "__")) for r in results)]  # fmt: skip
+    merged_path = args.out / "record.ttr"
+    storage.write(merge(records), merged_path)
+    runs = RecordedRuns.open(merged_path)
+    summary = runs.summary()
+    ops = runs.per_test_counts("op")
+    plain_wall = sum(r["plain"]["wall"] for r in results)
+    recorded_wall = sum(r["recorded"]["wall"] for r in results)
+    plain_cpu = sum(r["plain"]["cpu"] for r in results)
+    recorded_cpu = sum(r["recorded"]["cpu"] for r in results)
+    files_total = summary["test_files"]
+    per_op = {}
+    for op in OPS:
+        names = runs.matching_names("op", f"aten::{op}")
+        per_op[op] = len(runs.files_executing(names))
+    with_ops = {test.file for test, count in zip(runs.record.tests, ops, strict=True) if count}
+    no_ops = sum(1 for r in results if f"test/{r['file']}" not in with_ops)
+    report = {
+        "seed": args.seed,
+        "files": len(results),
+        "dropped": dropped,
+        "tests": summary["tests"],
+        "wall_plain_s": round(plain_wall, 1),
+        "wall_recorded_s": round(recorded_wall, 1),
+        "wall_ratio": round(recorded_wall / plain_wall, 3) if plain_wall else None,
+        "cpu_plain_s": round(plain_cpu, 1),
+        "cpu_recorded_s": round(recorded_cpu, 1),
+        "cpu_ratio": round(recorded_cpu / plain_cpu, 3) if plain_cpu else None,
+        "record_bytes": summary["bytes"],
+        "bytes_per_1000_tests": round(summary["bytes"] * 1000 / max(1, summary["tests"])),
+        "ops_per_test_median": statistics.median(ops) if ops else 0,
+        "ops_per_test_max": max(ops, default=0),
+        "recorded_test_files": files_total,
+        "files_executing": per_op,
+        "outcomes": summary["outcomes"],
+        "unrecorded_tests": summary["unrecorded_tests"],
+        "files_without_ops": no_ops,
+        "per_file": results,
+    }
+    (args.out / "report.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k != "per_file"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
