@@ -45,6 +45,7 @@ class Counts:
     selected: int = 0
     deselected: int = 0
     explicit: int = 0  # kept only because they were named on the command line
+    by_record: int = 0  # selected or deselected as a recorded run decided
     from_workers: bool = False
     workers_handed: int = 0  # xdist workers that used the controller's selection
 
@@ -54,6 +55,7 @@ class Counts:
             "selected": self.selected,
             "deselected": self.deselected,
             "explicitly_named": self.explicit,
+            "decided_by_record": self.by_record,
         }
         if self.from_workers:
             counts["xdist_workers_given_the_selection"] = self.workers_handed
@@ -171,6 +173,7 @@ class AffectedSelection:
                 kept.append(item)  # outside the indexed tree: not ours to judge
                 continue
             verdict = self.matcher.verdict(path, item.nodeid.split("::")[1:])
+            counts.by_record += verdict.decided_by == "record"
             if verdict.keep:
                 kept.append(item)
             elif any(named.names(item) for named in explicit):
@@ -189,6 +192,7 @@ class AffectedSelection:
                 "selected": counts.selected,
                 "deselected": counts.deselected,
                 "explicit": counts.explicit,
+                "by_record": counts.by_record,
                 "handed": self.handed,
             }
 
@@ -230,6 +234,12 @@ class AffectedSelection:
             "torchtalk_tests_selected": counts["selected"],
             "torchtalk_tests_deselected": counts["deselected"],
             "torchtalk_changed_entities": len(selection.entities),
+            "torchtalk_tests_decided_by_record": counts["decided_by_record"],
+            "torchtalk_record": (selection.record.get("label") or "none")
+            if selection.record.get("used", False)
+            else "not used"
+            if selection.record
+            else "none",
         }
         for name, value in properties.items():
             xml.add_global_property(name, value)
@@ -242,6 +252,8 @@ class AffectedSelection:
             terminalreporter.write_line(line)
         counts = self.counts
         line = f"tests: {counts.selected} selected, {counts.deselected} deselected"
+        if counts.by_record:
+            line += f" ({counts.by_record} of them decided by the record)"
         if counts.explicit:
             line += f" ({counts.explicit} kept because named on the command line)"
         terminalreporter.write_line(line)

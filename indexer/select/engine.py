@@ -18,6 +18,7 @@ from indexer.select.indirect_uses import READS_PATH
 from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
 from indexer.select.reach import Reach
+from indexer.select.record_join import RecordAnswer, consult_record
 from indexer.select.staleness import check_freshness, try_update
 from indexer.workspace import Workspace
 
@@ -145,7 +146,14 @@ def _select(
     if selection.everything:
         return
     phase = time.perf_counter()
+    answer = consult_record(workspace, index, diff, selection.entities)
+    if answer is not None:
+        selection.record = answer.summary
+        selection.notes += answer.notes
+    selection.timings["record_s"] = time.perf_counter() - phase
+    phase = time.perf_counter()
     # The index describes the tree (``_ensure_fresh``): the hub's kept walk may be used.
+    # With a record, this walk answers for the tests the record does not decide.
     walker = ImpactWalker(index, workspace.source, splice_hub=True)
     reach = walker.walk(_starts(selection.entities))
     apply_fallbacks(index, walker, reach, placer, selection, set(tests))
@@ -156,13 +164,45 @@ def _select(
         return
     phase = time.perf_counter()
     _collect(index, reach, selection, direct, tests)
+    if answer is not None and answer.used:
+        _apply_record(walker, selection, answer, direct, tests)
     selection.timings["granularity_s"] = time.perf_counter() - phase
 
 
-def _starts(entities: list[Entity]) -> dict[int, int]:
+def _apply_record(
+    walker: ImpactWalker,
+    selection: Selection,
+    answer: RecordAnswer,
+    direct: dict[str, str],
+    tests: dict[int, str],
+) -> None:
+    """Lay the record's decisions over the static selection: the static evidence of an
+    entity the record answers applies only to the tests the record does not decide."""
+    others = [i for i in range(len(selection.entities)) if i not in answer.answered]
+    if not answer.answered:
+        return  # every entity is the static walk's, for every test
+    static_all: set[str] = set(direct)
+    if others:
+        starts = _starts(selection.entities, others)
+        reached = walker.walk(starts)
+        static_all |= {tests[f] for f in reached.file_id.values() if f in tests}
+    for path, selected in selection.files.items():
+        selected.static_for = "all" if path in static_all else "unrecorded"
+        selected.decided = answer.decided.get(path, set())
+    for path, chosen in answer.selected.items():
+        selected = selection.files.get(path)
+        if selected is None:
+            selected = selection.files[path] = SelectedFile(path, static_for=None)
+            selected.decided = answer.decided.get(path, set())
+        selected.recorded = dict(sorted(chosen.items()))
+    selection.files = dict(sorted(selection.files.items()))
+
+
+def _starts(entities: list[Entity], positions: list[int] | None = None) -> dict[int, int]:
+    """node id -> position of the first entity holding it (of ``positions``, else all)."""
     starts: dict[int, int] = {}
-    for position, entity in enumerate(entities):
-        for node_id in entity.node_ids:
+    for position in range(len(entities)) if positions is None else positions:
+        for node_id in entities[position].node_ids:
             starts.setdefault(node_id, position)
     return starts
 

@@ -59,6 +59,7 @@ def scope_matches(scope: TestScope, cls: str | None, function: str, device: str 
 class Verdict:
     keep: bool
     why: str
+    decided_by: str = "static"  # or 'record'
 
 
 class ItemMatcher:
@@ -71,6 +72,13 @@ class ItemMatcher:
         selected: SelectedFile | None = self.selection.files.get(path)
         if selected is None:
             return Verdict(False, "file not affected")
+        key = "::".join(parts)
+        if key in selected.recorded:
+            return Verdict(True, "recorded executing changed code", "record")
+        if selected.static_for is None or (
+            selected.static_for == "unrecorded" and key in selected.decided
+        ):
+            return Verdict(False, "recorded executing none of the changed code", "record")
         cls, function = split_item(parts)
         generic, device = split_device_class(cls) if cls else (None, None)
         narrowed_device = selected.devices and cls and device and generic in selected.device_classes

@@ -48,6 +48,7 @@ class Reason:
     evidence: str  # where it changed
     chain: list[Hop] = field(default_factory=list)  # from the changed entity out to the test
     note: str = ""  # for reasons that are not a walk: 'the test file itself changed'
+    source: str = "static"  # what decided it: the static graph, or a recorded run ('record')
 
 
 @dataclass
@@ -77,6 +78,14 @@ class SelectedFile:
     # changed; None for every device.
     devices: list[str] | None = None
     device_classes: list[str] = field(default_factory=list)  # generic names they apply to
+    # The static part (reasons, tests, devices) applies to every test of the file ('all'),
+    # only to tests a record does not decide ('unrecorded'), or to none (None: the file is
+    # selected by the record alone).
+    static_for: str | None = "all"
+    # Node-id parts after the file ('TestFoo::test_bar[x]') of the tests a record decides,
+    # and of those it selects, each with its reason.
+    decided: set[str] = field(default_factory=set)
+    recorded: dict[str, Reason] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +112,7 @@ class Selection:
     test_files_total: int = 0
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    record: dict = field(default_factory=dict)  # the record used (or why not); {} without one
 
     @property
     def run_everything(self) -> bool:

@@ -17,6 +17,7 @@ from indexer.select.model import (
 )
 
 SCHEMA = "torchtalk.selection/1"
+EXECUTED = "executed"  # the kind of a record reason's last hop: test -> op it executed
 
 
 def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None) -> dict:
@@ -51,7 +52,11 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
         },
         "notes": list(selection.notes),
         "timings": {k: round(v, 4) for k, v in selection.timings.items()},
+        "record": dict(selection.record),
     }
+    data["counts"]["tests_selected_by_record"] = sum(
+        len(f.recorded) for f in selection.files.values()
+    )
     return data
 
 
@@ -60,19 +65,34 @@ def selected_to_dict(selected: SelectedFile) -> dict[str, Any]:
     chains of ~15 hops, and asdict's recursive deep copy takes 0.1 s of a selection."""
     return {
         "path": selected.path,
-        "reasons": [
-            {
-                "entity": reason.entity,
-                "evidence": reason.evidence,
-                "chain": [dict(vars(hop)) for hop in reason.chain],
-                "note": reason.note,
-            }
-            for reason in selected.reasons
-        ],
+        "reasons": [_reason_to_dict(reason) for reason in selected.reasons],
         "tests": None if selected.tests is None else [asdict(t) for t in selected.tests],
         "devices": None if selected.devices is None else list(selected.devices),
         "device_classes": list(selected.device_classes),
+        "static_for": selected.static_for,
+        "selected_tests": [
+            {"nodeid": f"{selected.path}::{parts}", **_reason_to_dict(reason)}
+            for parts, reason in selected.recorded.items()
+        ],
+        "decided_by_record": sorted(selected.decided),
     }
+
+
+def _reason_to_dict(reason: Reason) -> dict[str, Any]:
+    return {
+        "entity": reason.entity,
+        "evidence": reason.evidence,
+        "chain": [dict(vars(hop)) for hop in reason.chain],
+        "note": reason.note,
+        "decided_by": reason.source,
+    }
+
+
+def _reason_from_dict(raw: dict) -> Reason:
+    chain = [Hop(**hop) for hop in raw["chain"]]
+    return Reason(
+        raw["entity"], raw["evidence"], chain, raw["note"], raw.get("decided_by", "static")
+    )
 
 
 def selection_from_dict(data: dict) -> Selection:
@@ -89,18 +109,22 @@ def selection_from_dict(data: dict) -> Selection:
     for raw in data["selected"]:
         selected = SelectedFile(
             raw["path"],
-            [
-                Reason(r["entity"], r["evidence"], [Hop(**h) for h in r["chain"]], r["note"])
-                for r in raw["reasons"]
-            ],
+            [_reason_from_dict(r) for r in raw["reasons"]],
             None if raw["tests"] is None else [TestScope(**t) for t in raw["tests"]],
             raw["devices"],
             list(raw.get("device_classes") or []),
+            raw.get("static_for", "all"),
+            set(raw.get("decided_by_record") or ()),
+            {
+                t["nodeid"].split("::", 1)[1]: _reason_from_dict(t)
+                for t in raw.get("selected_tests") or ()
+            },
         )
         selection.files[selected.path] = selected
     selection.test_files_total = data["counts"]["test_files_total"]
     selection.notes = list(data["notes"])
     selection.timings = dict(data.get("timings", {}))
+    selection.record = dict(data.get("record") or {})
     return selection
 
 
@@ -110,6 +134,10 @@ def chain_text(reason: Reason) -> str:
         return reason.note or f"{reason.entity} changed @ {reason.evidence}"
     parts = [f"{reason.entity} changed @ {reason.evidence}"]
     for hop in reason.chain:
+        if hop.kind == EXECUTED:  # the record's hop: a test ran the op
+            parts.append(f"{hop.dst_kind} {hop.dst} @ {hop.evidence}")
+            parts.append(f"executed by {hop.src} ({reason.note})")
+            continue
         src, dst = hop.src, hop.dst
         if src == dst:  # 'derivative aten::mm derives op aten::mm'
             src, dst = f"{hop.src_kind} {src}".strip(), f"{hop.dst_kind} {dst}".strip()
@@ -147,17 +175,49 @@ def summary_lines(selection: Selection, limit: int = 20) -> list[str]:
         lines.append(f"  ... {len(selection.entities) - limit} more changed entities")
     for reason in selection.everything:
         lines.append(f"run everything: {reason}")
+    lines += record_lines(selection)
     if not selection.run_everything:
         lines.append(f"selected {len(selection.files)} of {selection.test_files_total} test files")
         for selected in list(selection.files.values())[:limit]:
-            why = chain_text(selected.reasons[0]) if selected.reasons else ""
-            lines.append(f"  {selected.path}{_scope_text(selected)}: {why}")
+            lines.append(f"  {selected.path}{_scope_text(selected)}: {_file_why(selected)}")
         if len(selection.files) > limit:
             lines.append(f"  ... {len(selection.files) - limit} more test files")
     if selection.empty_reason:
         lines.append(f"nothing to run: {selection.empty_reason}")
     lines.extend(f"note: {note}" for note in selection.notes[:limit])
     return lines
+
+
+def record_lines(selection: Selection) -> list[str]:
+    """What the record decided, or why none was used."""
+    record = selection.record
+    if not record:
+        return []
+    if not record.get("used"):
+        return [f"record: not used: {record.get('why_not', '?')}"]
+    untrusted = sum(record.get("untrusted_tests", {}).values())
+    chosen = sum(len(f.recorded) for f in selection.files.values())
+    line = (
+        f"record: {record['label']}: decides {record.get('trusted_tests', 0)} tests, selects "
+        f"{chosen} of them"
+    )
+    if untrusted:
+        reasons = ", ".join(f"{n} {why}" for why, n in record["untrusted_tests"].items())
+        line += f"; {untrusted} recorded tests left to static evidence ({reasons})"
+    return [line]
+
+
+def _file_why(selected: SelectedFile) -> str:
+    """A file's first reason: the record's tests, then its static chain."""
+    bits = []
+    if selected.recorded:
+        first = next(iter(selected.recorded.values()))
+        count = len(selected.recorded)
+        bits.append(f"{count} test{'s' if count != 1 else ''} by the record: {chain_text(first)}")
+    if selected.reasons and selected.static_for:
+        scope = "" if selected.static_for == "all" else " (tests the record does not decide)"
+        bits.append(f"static{scope}: {chain_text(selected.reasons[0])}")
+    return "; ".join(bits)
 
 
 def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -> str:
@@ -172,14 +232,14 @@ def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -
     out += [line + ".", ""]
     for reason in selection.everything:
         out.append(f"- **run everything**: {_md(reason)}")
+    out += [f"- {_md(line)}" for line in record_lines(selection)]
     if selection.empty_reason:
         out.append(f"- nothing to run: {_md(selection.empty_reason)}")
     if selection.files and not selection.run_everything:
         out += ["", "| test file | scope | reason |", "| --- | --- | --- |"]
         for selected in selection.files.values():
-            why = chain_text(selected.reasons[0]) if selected.reasons else ""
             scope = _scope_text(selected).strip(" ()") or "all"
-            out.append(f"| `{selected.path}` | {_md(scope)} | {_md(why)} |")
+            out.append(f"| `{selected.path}` | {_md(scope)} | {_md(_file_why(selected))} |")
     return "\n".join(out) + "\n"
 
 

@@ -60,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
                     f"    only {'/'.join(selected.devices)} variants of "
                     f"{', '.join(selected.device_classes)}"
                 )
-            for reason in selected.reasons[:3]:
-                print(f"    because {chain_text(reason)}")
+            for parts, reason in list(selected.recorded.items())[:5]:
+                print(f"    test {parts} (record): {chain_text(reason)}")
+            if len(selected.recorded) > 5:
+                print(f"    ... {len(selected.recorded) - 5} more tests selected by the record")
+            scope = "" if selected.static_for == "all" else ", for tests the record does not decide"
+            for reason in selected.reasons[:3] if selected.static_for else []:
+                print(f"    because (static{scope}) {chain_text(reason)}")
     return 0

@@ -1,0 +1,119 @@
+"""From changed native code to the ops and bindings whose execution reaches it.
+
+The record says which tests executed which ops; the static graph says which ops reach a
+changed line. This walk is the static half of that join, and only the C++ side of it:
+backwards along ``calls``, ``launches``, ``dispatches`` (op -> kernel, stub -> kernel),
+``binds`` and ``derives`` (a formula's helper -> its derivative entry), forwards along
+``implements`` (a structured kernel -> its op) and ``derives`` (a derivative entry -> its
+op). It never enters Python: which Python runs an op is what the record observed.
+
+It stops at an op: a C++ caller of ``at::mm`` reaches it through the dispatcher, which
+the record sees, so the tests that executed the caller's op are among those that executed
+``aten::mm``. Except where a caller's code changed after the record was made (``drifted``
+files, where a new call the record could not see may be), the walk goes on through them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from indexer.graph.vocabulary import EdgeKind, NodeKind
+from indexer.query.index import Edge, Index
+
+BACKWARD = (
+    EdgeKind.CALLS.value,
+    EdgeKind.LAUNCHES.value,
+    EdgeKind.DISPATCHES.value,
+    EdgeKind.BINDS.value,
+    EdgeKind.DERIVES.value,
+)
+FORWARD = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
+NATIVE = frozenset(
+    {
+        NodeKind.CPP_FUNCTION.value,
+        NodeKind.CPP_CLASS.value,
+        NodeKind.CUDA_KERNEL.value,
+        NodeKind.DISPATCH_STUB.value,
+        NodeKind.OP.value,
+        NodeKind.BINDING.value,
+        NodeKind.REGISTRATION.value,
+        NodeKind.DERIVATIVE.value,
+    }
+)
+OP = NodeKind.OP.value
+BINDING = NodeKind.BINDING.value
+DERIVATIVE = NodeKind.DERIVATIVE.value
+
+
+@dataclass
+class NativeReach:
+    """What the walk reached: each node with the edge it was reached by (None: a start)."""
+
+    steps: dict[int, Edge | None] = field(default_factory=dict)
+    origin: dict[int, int] = field(default_factory=dict)  # node -> the start it came from
+    ops: list[int] = field(default_factory=list)  # in the order reached
+    bindings: list[int] = field(default_factory=list)
+
+    def chain(self, node_id: int) -> list[Edge]:
+        """Edges from ``node_id`` back to its start, each from the user to the used."""
+        hops: list[Edge] = []
+        edge = self.steps.get(node_id)
+        while edge is not None:
+            hops.append(edge)
+            back = edge.dst if edge.src == node_id else edge.src
+            node_id = back
+            edge = self.steps.get(node_id)
+        return hops
+
+
+def walk_native(index: Index, starts: list[int], drifted: frozenset[str]) -> NativeReach:
+    """The ops and bindings reaching ``starts`` through native code; ``drifted``: the
+    repo paths changed since the record was made."""
+    reach = NativeReach()
+    kinds = {node.id: node.kind for node in index.nodes(starts)}
+    queue: deque[int] = deque()
+    for start in starts:
+        if start not in reach.steps and kinds.get(start) in NATIVE:
+            reach.steps[start] = None
+            reach.origin[start] = start
+            queue.append(start)
+    while queue:
+        node_id = queue.popleft()
+        kind = kinds[node_id]
+        if kind == OP:
+            reach.ops.append(node_id)
+        elif kind == BINDING:
+            reach.bindings.append(node_id)
+            continue  # Python calls it: the record saw who
+        for edge in index.in_edges(node_id, BACKWARD):
+            if kind == OP and not (edge.kind == EdgeKind.CALLS.value and edge.path in drifted):
+                continue
+            _reach(index, reach, kinds, queue, node_id, edge.src, edge)
+        for edge in index.out_edges(node_id, FORWARD):
+            if edge.kind == EdgeKind.DERIVES.value and kind != DERIVATIVE:
+                continue
+            _reach(index, reach, kinds, queue, node_id, edge.dst, edge)
+    return reach
+
+
+def _reach(
+    index: Index,
+    reach: NativeReach,
+    kinds: dict[int, str],
+    queue: deque[int],
+    prev: int,
+    node_id: int,
+    edge: Edge,
+) -> None:
+    if node_id in reach.steps:
+        return
+    if node_id not in kinds:
+        kinds[node_id] = index.node(node_id).kind
+    if kinds[node_id] not in NATIVE:
+        return  # Python, tests: the record answers for them
+    if kinds[prev] == DERIVATIVE and edge.kind == EdgeKind.DERIVES.value and kinds[node_id] != OP:
+        return  # a derivative's formulas use its helpers; the helpers do not use it
+    reach.steps[node_id] = edge
+    reach.origin[node_id] = reach.origin[prev]
+    queue.append(node_id)

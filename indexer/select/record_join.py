@@ -1,0 +1,299 @@
+"""Selection from a recorded run: changed code -> ops (static C++ graph) -> tests (record).
+
+Three steps, each with its own source of truth:
+
+1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
+   (it passed, nothing disturbed the recorder), whose test file and every file of the tree
+   it ran are unchanged since the record's commit. The rest are left to the static walk:
+   tests that failed, errored or were skipped when recorded (a CUDA test skipped on a CPU
+   recorder ran nothing, it was not shown to run nothing), tests of changed files, tests
+   that ran code changed since, and tests the record does not hold at all (new tests,
+   new parametrizations, unrecorded files).
+2. **Which ops and functions reach the change?** (``indexer.select.native_reach``) For a
+   C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
+   for a change inside a Python function's body, that function itself. Module-level and
+   class-level Python changes, and everything else, are the static walk's.
+3. **Who executed them?** The trusted tests whose record holds one of them. An op matches
+   by name with any overload (``aten::add`` for ``aten::add.Tensor``): a functional op's
+   kernel runs its structured ``out`` kernel without dispatching the ``out`` overload.
+
+A record that cannot be used at all (damaged, of another tree or branch, older than the
+manifest's ``[record] max_age_days``) is not used, and the selection says why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from indexer.graph.vocabulary import NodeKind
+from indexer.query.index import Index, Node
+from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record.files import path_of_name
+from indexer.record.storage import RecordError
+from indexer.select.diff import Diff
+from indexer.select.model import Entity, Hop, Reason
+from indexer.select.native_reach import NATIVE, walk_native
+from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
+from indexer.workspace import Workspace
+
+DEFAULT_MAX_AGE_DAYS = 30
+PY_FUNCTION = NodeKind.PYTHON_FUNCTION.value
+TEST_UTILITY = NodeKind.TEST_UTILITY.value
+MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
+
+
+@dataclass
+class RecordAnswer:
+    """What the record decides for one selection."""
+
+    summary: dict  # path, commit, age, used, why not, trusted / untrusted counts
+    # test file -> node-id parts after the file ('TestFoo::test_bar[x]') of the tests the
+    # record decides: each runs only if `selected` holds it (or static evidence for an
+    # entity the record does not answer selects it)
+    decided: dict[str, set[str]] = field(default_factory=dict)
+    selected: dict[str, dict[str, Reason]] = field(default_factory=dict)
+    answered: set[int] = field(default_factory=set)  # positions of the entities it answers
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def used(self) -> bool:
+        return bool(self.summary.get("used"))
+
+
+def consult_record(
+    workspace: Workspace, index: Index, diff: Diff, entities: list[Entity]
+) -> RecordAnswer | None:
+    """The record's answer for ``entities``; None when there is no record."""
+    path = record_path_for(workspace.db_path)
+    try:
+        runs = RecordedRuns.cached(path)
+    except FileNotFoundError:
+        return None
+    except (RecordError, OSError) as exc:
+        return _unused({"path": str(path)}, f"the record cannot be used: {exc}")
+    record = runs.record
+    summary = {
+        "path": str(path),
+        "commit": record.meta.get("commit"),
+        "created_at": record.meta.get("created_at"),
+        "age_seconds": runs.age_seconds(),
+        "tests": len(record.tests),
+    }
+    why_not = _unusable(workspace, diff, runs)
+    if why_not:
+        return _unused(summary, why_not)
+    drift = _drift(workspace.source, record.meta["commit"], diff)
+    if drift is None:
+        return _unused(summary, "git cannot tell what changed since the record's commit")
+    trusted, untrusted = trusted_tests(runs, drift.to_base)
+    answer = RecordAnswer(summary={**summary, "used": True})
+    for test in trusted:
+        answer.decided.setdefault(test.file, set()).add(_parts(test.nodeid))
+    answer.summary["trusted_tests"] = len(trusted)
+    answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
+    label = f"record of {short_commit(record.meta['commit'])}, {_age(runs.age_seconds())} old"
+    answer.summary["label"] = label
+    trusted_ids = {id(test) for test in trusted}
+    for position, entity in enumerate(entities):
+        names, chains = _recorded_names(index, entity, drift, runs)
+        if names is None:
+            continue  # the static walk answers it
+        answer.answered.add(position)
+        for test_index, hits in runs.tests_executing(names).items():
+            test = runs.record.tests[test_index]
+            if id(test) not in trusted_ids:
+                continue
+            name = runs.record.names[min(hits)]
+            hops, (kind, text, where) = chains.get(name, ([], (name[0], name[1], "")))
+            executed = Hop("executed", test.nodeid, text, where or "record", "test", kind)
+            reason = Reason(entity.label, entity.evidence, [*hops, executed], label, "record")
+            answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
+    return answer
+
+
+def _unused(summary: dict, why: str) -> RecordAnswer:
+    return RecordAnswer(summary={**summary, "used": False, "why_not": why}, notes=[why])
+
+
+def _unusable(workspace: Workspace, diff: Diff, runs: RecordedRuns) -> str:
+    meta = runs.record.meta
+    commit = meta.get("commit")
+    if not commit:
+        return "the record names no single commit (merged from several): not used"
+    if meta.get("harness") not in (None, workspace.harness):
+        return (
+            f"the record was made with harness {meta.get('harness')!r}, not {workspace.harness!r}"
+        )
+    base = diff.base.merge_base
+    if commit != base and not is_ancestor(workspace.source, commit, base):
+        return (
+            f"the record's commit {short_commit(commit)} is not in the history of the base "
+            f"{short_commit(base)} (another tree or branch): not used"
+        )
+    limit = workspace.manifest.get("record", "max_age_days", DEFAULT_MAX_AGE_DAYS)
+    age = runs.age_seconds()
+    if age is None:
+        return "the record says not when it was made: not used"
+    if age > limit * 86400:
+        return f"the record is {_age(age)} old, over the {limit} days of [record] max_age_days"
+    return ""
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What changed after the record was made."""
+
+    to_base: frozenset[str]  # paths changed from the record's commit to the base
+    with_change: frozenset[str]  # those, and the paths the change itself touches
+
+
+def _drift(source: Path, commit: str, diff: Diff) -> Drift | None:
+    out = git(source, "diff", "--name-only", "--no-renames", "--relative", "-z", commit,
+              diff.base.merge_base, "--")  # fmt: skip
+    if out is None:
+        return None
+    to_base = frozenset(n.decode("utf-8", "surrogateescape") for n in out.split(b"\0") if n)
+    change = {c.path for c in diff.files} | {c.old_path for c in diff.files if c.old_path}
+    return Drift(to_base, to_base | change)
+
+
+def trusted_tests(runs: RecordedRuns, drifted: frozenset[str]) -> tuple[list, Counter]:
+    """(the tests the record can speak for, why the others cannot: reason -> count)."""
+    record = runs.record
+    stale_names = [
+        name for name in record.names
+        if (path := path_of_name(*name)) is not None and path in drifted
+    ]  # fmt: skip
+    ran_stale = runs.tests_executing(stale_names)
+    trusted, untrusted = [], Counter()
+    for index, test in enumerate(record.tests):
+        if test.unrecorded:
+            untrusted["not recorded whole (the recorder was disturbed)"] += 1
+        elif not test.complete:
+            untrusted[f"{test.outcome} when recorded"] += 1
+        elif test.file in drifted:
+            untrusted["its test file changed since the record"] += 1
+        elif index in ran_stale:
+            untrusted["it ran code changed since the record"] += 1
+        else:
+            trusted.append(test)
+    return trusted, untrusted
+
+
+Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
+
+
+def _recorded_names(
+    index: Index, entity: Entity, drift: Drift, runs: RecordedRuns
+) -> tuple[list[tuple[str, str]] | None, Chains]:
+    """The record names whose execution means the test ran ``entity``'s changed code,
+    with the chain to each; (None, {}) when the record cannot answer for it."""
+    nodes = index.nodes(entity.node_ids)
+    if not nodes:
+        return None, {}
+    if all(node.kind in NATIVE for node in nodes):
+        return _native_names(index, nodes, drift.with_change, runs)
+    # A function whose file changed since the record may be new, or called from new code.
+    if (
+        len(nodes) == 1
+        and _in_function_body(nodes[0], entity)
+        and nodes[0].path not in drift.to_base
+    ):
+        name = _function_name(index, nodes[0])
+        if name is not None:
+            return [name], {name: ([], ("function", name[1], f"{nodes[0].path}:{nodes[0].line}"))}
+    return None, {}
+
+
+def _native_names(
+    index: Index, nodes: list[Node], since_record: frozenset[str], runs: RecordedRuns
+) -> tuple[list[tuple[str, str]], Chains]:
+    """The recorded ops and bindings reaching ``nodes``: each with the hops from the
+    change out to it, and (kind, name, where it is defined)."""
+    reach = walk_native(index, [node.id for node in nodes], since_record)
+    ops = index.nodes(reach.ops + reach.bindings)
+    names: list[tuple[str, str]] = []
+    chains: Chains = {}
+    labels = {}
+    for node in ops:
+        kind = "op" if node.kind == NodeKind.OP.value else "binding"
+        if kind == "op":
+            matched = runs.matching_names("op", node.qualname.split(".", 1)[0])
+        else:
+            matched = [
+                n
+                for n in runs.record.names
+                if n[0] == "binding" and _same_binding(n[1], node.qualname)
+            ]
+        hops = _hops(index, reach.chain(node.id)[::-1], labels)
+        for name in matched:
+            names.append(name)
+            chains.setdefault(name, (hops, (kind, name[1], f"{node.path}:{node.line}")))
+    return names, chains
+
+
+def _same_binding(recorded: str, qualname: str) -> bool:
+    """'recext._C.fn' recorded, 'recext._C.fn' or '_C.fn' indexed: the same binding when
+    one is the other's dotted suffix."""
+    return (
+        recorded == qualname
+        or recorded.endswith("." + qualname)
+        or qualname.endswith("." + recorded)
+    )
+
+
+def _hops(index: Index, edges: list, labels: dict[int, Node]) -> list[Hop]:
+    wanted = {e.src for e in edges} | {e.dst for e in edges}
+    missing = [n for n in wanted if n not in labels]
+    for node in index.nodes(missing):
+        labels[node.id] = node
+    hops = []
+    for edge in edges:
+        src, dst = labels.get(edge.src), labels.get(edge.dst)
+        hops.append(
+            Hop(
+                edge.kind,
+                src.qualname if src else str(edge.src),
+                dst.qualname if dst else str(edge.dst),
+                edge.evidence,
+                src.kind if src else "",
+                dst.kind if dst else "",
+            )
+        )
+    return hops
+
+
+def _in_function_body(node: Node, entity: Entity) -> bool:
+    """A change inside a function's body, not on its header (defaults and decorators run
+    when the module is imported: the static walk answers for those)."""
+    is_function = node.kind == PY_FUNCTION or (
+        node.kind == TEST_UTILITY and node.attrs.get("py_kind") in ("function", "method")
+    )
+    line = entity.evidence.rsplit(":", 1)[-1]
+    return is_function and line.isdigit() and int(line) > node.line
+
+
+def _function_name(index: Index, node: Node) -> tuple[str, str] | None:
+    """The record's name of a Python function node: ('function', 'path:Class.method')."""
+    modules = [n for n in index.nodes_in_file(node.path) if n.kind in MODULE_KINDS]
+    qualname = node.attrs.get("pyname") or node.qualname
+    for module in modules:
+        prefix = (module.attrs.get("module") or module.qualname) + "."
+        if qualname.startswith(prefix):
+            return ("function", f"{node.path}:{qualname[len(prefix) :]}")
+    return None
+
+
+def _parts(nodeid: str) -> str:
+    return nodeid.split("::", 1)[1] if "::" in nodeid else ""
+
+
+def _age(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
