@@ -66,6 +66,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "never_affects": _STR_LIST,
         "import_every_module": _STR_LIST,
     },
+    "record": {"max_age_days": _INT},
     "expected_minimums": _INT_TABLE,
 }
 

@@ -23,6 +23,7 @@ manifest's ``[record] max_age_days``) is not used, and the selection says why.
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,7 @@ def consult_record(
     answer.summary["label"] = label
     trusted_ids = {id(test) for test in trusted}
     for position, entity in enumerate(entities):
-        names, chains = _recorded_names(index, entity, drift, runs)
+        names, chains = _recorded_names(index, entity, drift, runs, diff)
         if names is None:
             continue  # the static walk answers it
         answer.answered.add(position)
@@ -186,7 +187,7 @@ Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
 
 
 def _recorded_names(
-    index: Index, entity: Entity, drift: Drift, runs: RecordedRuns
+    index: Index, entity: Entity, drift: Drift, runs: RecordedRuns, diff: Diff
 ) -> tuple[list[tuple[str, str]] | None, Chains]:
     """The record names whose execution means the test ran ``entity``'s changed code,
     with the chain to each; (None, {}) when the record cannot answer for it."""
@@ -196,11 +197,7 @@ def _recorded_names(
     if all(node.kind in NATIVE for node in nodes):
         return _native_names(index, nodes, drift.with_change, runs)
     # A function whose file changed since the record may be new, or called from new code.
-    if (
-        len(nodes) == 1
-        and _in_function_body(nodes[0], entity)
-        and nodes[0].path not in drift.to_base
-    ):
+    if len(nodes) == 1 and nodes[0].path not in drift.to_base and _in_function_body(nodes[0], diff):
         name = _function_name(index, nodes[0])
         if name is not None:
             return [name], {name: ([], ("function", name[1], f"{nodes[0].path}:{nodes[0].line}"))}
@@ -265,14 +262,39 @@ def _hops(index: Index, edges: list, labels: dict[int, Node]) -> list[Hop]:
     return hops
 
 
-def _in_function_body(node: Node, entity: Entity) -> bool:
-    """A change inside a function's body, not on its header (defaults and decorators run
-    when the module is imported: the static walk answers for those)."""
+def _in_function_body(node: Node, diff: Diff) -> bool:
+    """Whether every change to ``node`` is inside its body, not on its header (defaults
+    and decorators run when the module is imported: the static walk answers for those)."""
     is_function = node.kind == PY_FUNCTION or (
         node.kind == TEST_UTILITY and node.attrs.get("py_kind") in ("function", "method")
     )
-    line = entity.evidence.rsplit(":", 1)[-1]
-    return is_function and line.isdigit() and int(line) > node.line
+    change = next((c for c in diff.files if c.path == node.path), None)
+    if not is_function or change is None or not change.exists_after:
+        return False
+    text = diff.new_side(change)
+    try:
+        tree = ast.parse(text or b"")
+    except (SyntaxError, ValueError):
+        return False
+    body_start = next(
+        (
+            definition.body[0].lineno
+            for definition in ast.walk(tree)
+            if isinstance(definition, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.line in (definition.lineno, *(d.lineno for d in definition.decorator_list))
+        ),
+        None,
+    )
+    if body_start is None:
+        return False
+    for hunk in change.hunks:
+        first = hunk.new_start
+        last = hunk.new_start + max(hunk.new_count, 1) - 1
+        if last < node.line or first > node.end_line:
+            continue  # another definition's change
+        if first < body_start:
+            return False
+    return True
 
 
 def _function_name(index: Index, node: Node) -> tuple[str, str] | None:

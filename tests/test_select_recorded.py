@@ -1,0 +1,221 @@
+"""Selection from a recorded run, on the recext extension: compiled, recorded, indexed.
+
+The record decides the tests it speaks for, test by test; what it cannot speak for (tests
+that failed or were skipped when recorded, new or changed test files, module-level
+changes, a record of another history or too old) is left to the static walk, and the
+selection says which. Every run here is real: the op library is compiled, the tests run
+under the recorder, the index is built from the sources.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from indexer.query.recorded import record_path_for
+from indexer.record import storage
+from indexer.select.engine import select_tests
+from indexer.select.matching import ItemMatcher
+from indexer.workspace import Workspace
+from tests.helpers import commit_all, git
+from tests.record_support import build_recext_library, make_recext_repo, run_pytest
+
+pytestmark = pytest.mark.xdist_group("recorded-runs")
+TESTS = {
+    "tests/test_scale.py": [
+        "test_scale", "test_scale_by_name", "test_reuses_module_fixture", "test_scale_then_fail",
+    ],
+    "tests/test_shift.py": ["test_shift", "test_twice_backward", "test_sorted"],
+    "tests/test_outcomes.py": [
+        "test_failing", "test_skipped", "test_expected_failure",
+        "test_replaces_the_profile_function",
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory):
+    """(repo, env): the recext repo with an index and a record beside it."""
+    base = tmp_path_factory.mktemp("recorded")
+    library = build_recext_library(base / "lib")
+    repo = make_recext_repo(base / "recext")
+    env = {
+        "RECEXT_LIBRARY": str(library),
+        "PYTHONPATH": str(repo),
+        "TORCHTALK_CACHE_DIR": str(base / "cache"),
+        "TORCHTALK_CONFIG_DIR": str(base / "config"),
+    }
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        from indexer.build import build_index
+
+        build_index(Workspace.resolve(repo), show_progress=False)
+        run_pytest(repo, "--torchtalk-record", env=env)
+        yield repo, env
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def repo(recorded, monkeypatch: pytest.MonkeyPatch):
+    """The recorded repo, its cache in the environment; put back as it was after."""
+    path, env = recorded
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield path
+    git(path, "checkout", "-q", "-f", "main")
+    git(path, "reset", "-q", "--hard", "main_recorded")
+    git(path, "clean", "-qfdx")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _mark_recorded(recorded):
+    git(recorded[0], "tag", "main_recorded")
+
+
+def kept(repo: Path) -> dict[str, str]:
+    """node id -> 'record'/'static' for every fixture test the selection keeps."""
+    selection = select_tests(Workspace.resolve(repo))
+    assert not selection.run_everything, selection.everything
+    matcher = ItemMatcher(selection)
+    out = {}
+    for path, names in TESTS.items():
+        for name in names:
+            verdict = matcher.verdict(path, [name])
+            if verdict.keep:
+                out[f"{path}::{name}"] = verdict.decided_by
+    return out
+
+
+def edit(repo: Path, path: str, old: str, new: str) -> None:
+    target = repo / path
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new, 1))
+
+
+def test_a_kernel_change_selects_exactly_the_tests_that_ran_its_op(repo: Path) -> None:
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    # test_scale_by_name reaches the op only through getattr: no static chain finds it;
+    # test_scale_then_fail failed when recorded: what it would run past the failure is
+    # unknown, so the static walk decides it; test_reuses_module_fixture ran no scale.
+    assert kept(repo) == {
+        "tests/test_scale.py::test_scale": "record",
+        "tests/test_scale.py::test_scale_by_name": "record",
+        "tests/test_scale.py::test_scale_then_fail": "static",
+    }
+
+
+def test_a_helper_reached_through_a_kernel_selects_that_ops_tests(repo: Path) -> None:
+    edit(repo, "csrc/ops.cpp", "  return offset;", "  return offset + 0.0;")
+    selected = kept(repo)
+    assert selected.get("tests/test_shift.py::test_shift") == "record"
+    assert "tests/test_scale.py::test_scale" not in selected
+    assert "tests/test_shift.py::test_sorted" not in selected
+
+
+def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    selection = select_tests(Workspace.resolve(repo))
+    reason = selection.files["tests/test_scale.py"].recorded["test_scale"]
+    from indexer.select.report import chain_text
+
+    text = chain_text(reason)
+    assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
+    assert "op recext::scale @ csrc/ops.cpp:" in text
+    assert "executed by tests/test_scale.py::test_scale (record of " in text
+    assert selection.record["used"] and selection.record["trusted_tests"] == 6
+
+
+def test_a_python_function_change_selects_the_tests_that_entered_it(repo: Path) -> None:
+    edit(repo, "recext/__init__.py", "return torch.ops.recext.scale(x, factor)",
+         "return torch.ops.recext.scale(x, factor * 1)")  # fmt: skip
+    selected = kept(repo)
+    assert selected["tests/test_scale.py::test_scale"] == "record"
+    assert selected["tests/test_scale.py::test_scale_by_name"] == "record"
+    assert "tests/test_shift.py::test_shift" not in selected
+    assert "tests/test_scale.py::test_reuses_module_fixture" not in selected
+
+
+def test_a_module_level_change_selects_the_importers(repo: Path) -> None:
+    edit(repo, "recext/__init__.py", "import torch\n", "import torch\n\nLIMIT = 3\n")
+    selected = kept(repo)
+    for nodeid in (
+        "tests/test_scale.py::test_reuses_module_fixture",
+        "tests/test_shift.py::test_sorted",
+    ):
+        assert selected.get(nodeid) == "static"
+
+
+def test_a_new_test_file_and_a_changed_test_file_fall_back_to_static(repo: Path) -> None:
+    (repo / "tests" / "test_new.py").write_text(
+        "import recext\n\n\ndef test_new():\n    assert recext.scale\n"
+    )
+    edit(repo, "tests/test_shift.py", "def test_sorted():", "def test_sorted():  # changed")
+    selection = select_tests(Workspace.resolve(repo))
+    matcher = ItemMatcher(selection)
+    assert matcher.verdict("tests/test_new.py", ["test_new"]).keep
+    verdict = matcher.verdict("tests/test_shift.py", ["test_sorted"])
+    assert verdict.keep and verdict.decided_by == "static"
+
+
+def test_a_record_of_another_history_is_not_used_and_says_why(repo: Path) -> None:
+    git(repo, "checkout", "-q", "--orphan", "elsewhere")
+    commit_all(repo, "another history")
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    selection = select_tests(Workspace.resolve(repo), "elsewhere")
+    assert selection.record["used"] is False
+    assert "not in the history of the base" in selection.record["why_not"]
+    assert all(not f.recorded for f in selection.files.values())
+
+
+def test_a_record_older_than_the_age_limit_is_not_used(repo: Path) -> None:
+    path = record_path_for(Workspace.resolve(repo).db_path)
+    saved = path.read_bytes()
+    record = storage.read(path)
+    record.meta["created_at"] = (datetime.now(timezone.utc) - timedelta(days=40)).isoformat()
+    try:
+        storage.write(record, path)
+        edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+        selection = select_tests(Workspace.resolve(repo))
+        assert selection.record["used"] is False
+        assert "40d old, over the 30 days of [record] max_age_days" in selection.record["why_not"]
+    finally:
+        path.write_bytes(saved)
+
+
+def test_a_damaged_record_is_refused_not_read_as_running_nothing(repo: Path) -> None:
+    path = record_path_for(Workspace.resolve(repo).db_path)
+    saved = path.read_bytes()
+    try:
+        path.write_bytes(saved[: len(saved) // 2])
+        edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+        selection = select_tests(Workspace.resolve(repo))
+        assert selection.record["used"] is False and "cannot be used" in selection.record["why_not"]
+        assert "tests/test_scale.py" in selection.files  # the static walk answers
+    finally:
+        path.write_bytes(saved)
+
+
+def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path, recorded) -> None:
+    _, env = recorded
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    report = repo.parent / "report.json"
+    done = run_pytest(
+        repo, "--torchtalk-affected", "-n", "2", f"--torchtalk-report={report}", "-rA", env=env
+    )
+    counts = json.loads(report.read_text())["counts"]
+    assert "PASSED tests/test_scale.py::test_scale_by_name" in done.stdout
+    assert "test_reuses_module_fixture" not in done.stdout.split("short test summary")[-1]
+    assert counts["collected"] == 11 and counts["selected"] == 3 and counts["deselected"] == 8
+    assert counts["decided_by_record"] == 3  # 2 selected and 1 deselected in test_scale.py
+    assert counts["tests_selected_by_record"] == 2
