@@ -17,10 +17,11 @@ project (see ../shared/corpora/README.md):
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import random
-import resource
+import re
 import statistics
 import subprocess
 import sys
@@ -50,23 +51,34 @@ def eligible(source: Path) -> list[str]:
     return files
 
 
+# Each run goes through this wrapper, whose children are that run alone: its CPU time is
+# then the run's, also while other files are measured at the same time.
+_WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(f'TTCPU {usage.ru_utime + usage.ru_stime:.3f}', file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
 def run(python: str, source: Path, file: str, extra: list[str], timeout: float) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     command = [python, "-m", "pytest", file, "-q", "-p", "no:cacheprovider", *extra]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
+    cpu = 0.0
     try:
         done = subprocess.run(
-            command, cwd=source / "test", env=env, capture_output=True, text=True,
-            timeout=timeout,
+            [sys.executable, "-c", _WRAPPER, *command], cwd=source / "test", env=env,
+            capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
         code = done.returncode
         tail = (done.stdout.strip().splitlines() or [""])[-1]
+        found = re.findall(r"^TTCPU (\S+)$", done.stderr, re.M)
+        cpu = float(found[-1]) if found else 0.0
     except subprocess.TimeoutExpired:
         code, tail = None, "timeout"
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"code": code, "wall": wall, "cpu": cpu, "tail": tail}
 
 
@@ -78,35 +90,76 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--jobs", type=int, default=1,
+        help="files measured at once (each file's two runs stay back to back); the CPU-time "
+        "ratio is the figure to read when the machine is shared",
+    )  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "records").mkdir(exist_ok=True)
     candidates = eligible(args.source)
     random.Random(args.seed).shuffle(candidates)
-    results, dropped = [], []
+    results_dir = args.out / "results"
+    results_dir.mkdir(exist_ok=True)
     warm = run(args.python, args.source, candidates[0], ["--co"], args.timeout)  # build once
     print(f"warm-up (recorder build, caches): {warm['wall']:.1f} s", flush=True)
-    for file in candidates:
-        if len(results) >= args.files:
-            break
+
+    def measure(position: int, file: str) -> dict:
+        """Both runs of one file (kept in results/ so that a rerun resumes)."""
+        saved = results_dir / (file.replace("/", "__") + ".json")
+        if saved.is_file():
+            return json.loads(saved.read_text())
         record_path = args.out / "records" / (file.replace("/", "__") + ".ttr")
-        recorded_args = [f"--torchtalk-record={record_path}"]
-        order = ("plain", "recorded") if len(results) % 2 == 0 else ("recorded", "plain")
+        order = ("plain", "recorded") if position % 2 == 0 else ("recorded", "plain")
         runs = {}
         for which in order:
-            extra = recorded_args if which == "recorded" else []
+            extra = [f"--torchtalk-record={record_path}"] if which == "recorded" else []
             runs[which] = run(args.python, args.source, file, extra, args.timeout)
-        plain, recorded = runs["plain"], runs["recorded"]
-        if plain["code"] not in (0, 1, 5) or recorded["code"] not in (0, 1, 5):
-            dropped.append({"file": file, "plain": plain["tail"], "recorded": recorded["tail"]})
-            print(f"dropped {file}: {plain['tail']} / {recorded['tail']}", flush=True)
-            continue
-        results.append({"file": file, "plain": plain, "recorded": recorded})
-        print(
-            f"{len(results):2} {file}: {plain['wall']:.1f} s -> {recorded['wall']:.1f} s "
-            f"(cpu {plain['cpu']:.1f} -> {recorded['cpu']:.1f}) {recorded['tail']}",
-            flush=True,
-        )
+        result = {"file": file, "plain": runs["plain"], "recorded": runs["recorded"]}
+        result["kept"] = all(r["code"] in (0, 1, 5) for r in runs.values())
+        saved.write_text(json.dumps(result))
+        return result
+
+    results, dropped = [], []
+    pending = iter(enumerate(candidates))
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        running = set()
+        while len(results) < args.files:
+            while len(running) < args.jobs and len(results) + len(running) < args.files:
+                position, file = next(pending, (None, None))
+                if file is None:
+                    break
+                running.add(pool.submit(measure, position, file))
+            if not running:
+                break
+            done, running = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for future in done:
+                result = future.result()
+                plain, recorded = result["plain"], result["recorded"]
+                if not result["kept"]:
+                    dropped.append(
+                        {
+                            "file": result["file"],
+                            "plain": plain["tail"],
+                            "recorded": recorded["tail"],
+                        }
+                    )
+                    print(
+                        f"dropped {result['file']}: {plain['tail']} / {recorded['tail']}",
+                        flush=True,
+                    )
+                    continue
+                results.append(result)
+                print(
+                    f"{len(results):2} {result['file']}: {plain['wall']:.1f} s -> "
+                    f"{recorded['wall']:.1f} s (cpu {plain['cpu']:.1f} -> {recorded['cpu']:.1f}) "
+                    f"{recorded['tail']}",
+                    flush=True,
+                )
+    results = results[: args.files]
     records = [storage.read(p) for p in sorted((args.out / "records").glob("*.ttr"))
                if any(p.name.startswith(r["file"].replace("/", "__")) for r in results)]  # fmt: skip
     merged_path = args.out / "record.ttr"

@@ -219,3 +219,26 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
     assert counts["collected"] == 11 and counts["selected"] == 3 and counts["deselected"] == 8
     assert counts["decided_by_record"] == 3  # 2 selected and 1 deselected in test_scale.py
     assert counts["tests_selected_by_record"] == 2
+
+
+def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
+    from indexer.query.affected import affected
+    from indexer.query.index import Index
+    from indexer.query.tests import tests
+
+    index = Index(Workspace.resolve(repo).db_path)
+    try:
+        text = affected(index, "recext::scale_cpu").to_text()
+        assert (
+            "tests that really run recext::scale_cpu (through 1 op: recext::scale): 2 in 1 file"
+            in text
+        )
+        assert "tests/test_scale.py::test_scale_by_name" in text  # only the record knows it
+        answer = tests(index, "recext::scale")
+        assert answer.items[0].label.startswith("tests that really run recext::scale: 3 in 1 file")
+        assert answer.items[0].data["record"]["tests"] == [
+            "tests/test_scale.py::test_scale", "tests/test_scale.py::test_scale_by_name",
+            "tests/test_scale.py::test_scale_then_fail",
+        ]  # fmt: skip
+    finally:
+        index.close()

@@ -22,6 +22,7 @@ from threading import Lock
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
+from indexer.query.recorded_answers import add_record_evidence
 from indexer.select.engine import reason_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
@@ -145,4 +146,7 @@ def affected(
         )
     elif complete and unreached and len(entities) > 1:
         answer.notes.append(f"no test was credited to {', '.join(unreached)} (shared paths)")
-    return answer.truncate(limit + CHAINS_SHOWN * MAX_HOPS_SHOWN)
+    answer = answer.truncate(limit + CHAINS_SHOWN * MAX_HOPS_SHOWN)
+    named = index.nodes(node_id for entity in entities for node_id in entity.node_ids)
+    add_record_evidence(index, answer, named, query)
+    return answer

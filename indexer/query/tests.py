@@ -22,6 +22,7 @@ from indexer.query.answer import Answer, Item
 from indexer.query.index import Edge, Index, Node
 from indexer.query.op_lookup import lookup
 from indexer.query.py_lookup import IndexNames, definitions, suggest
+from indexer.query.recorded_answers import add_record_evidence
 
 MODES = ("find", "utils", "file_info")
 FOCUS = ("functions", "classes", "files")
@@ -226,6 +227,7 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
             f"No test reaches {query} ({how}: {', '.join(n.qualname for n in starts[:5])})."
         )
         answer.notes.append("the index holds no covers/references path from a test to it")
+        add_record_evidence(index, answer, starts, query)
         return answer
     if focus == "files":
         for path in files:
@@ -260,7 +262,9 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     answer.data = {"files": sorted(files), "starts": [n.qualname for n in starts[:20]]}
     if truncated:
         answer.notes.append(f"walk stopped after {MAX_VISITED} nodes; more tests may reach it")
-    return answer.truncate(limit)
+    answer = answer.truncate(limit)
+    add_record_evidence(index, answer, starts, query)
+    return answer
 
 
 # --- utilities ----------------------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""What a recorded run adds to the MCP answers: the tests that really executed a thing.
+
+`affected` and `tests` answer from the static graph; where a record lies beside the
+index, they also say which recorded tests executed the op (or ran the function, or an op
+whose kernel reaches the C++ function): "tests that really run aten::mm: 31 in 4 files
+(record of abc123, 2d old)". The same join as selection (``indexer.select.native_reach``
+up to the ops, then the record), without a diff.
+"""
+
+from __future__ import annotations
+
+from indexer.query.answer import Answer, Item
+from indexer.query.index import Index, Node
+from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record.storage import RecordError
+from indexer.select.native_reach import NATIVE, walk_native
+from indexer.snapshot.fingerprint import short_commit
+
+SHOWN = 5  # node ids listed per answer; the structured data has them all
+
+
+def _age(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def recorded_names(index: Index, runs: RecordedRuns, nodes: list[Node]) -> list[tuple[str, str]]:
+    """The record's names standing for ``nodes``: the ops (any overload) and bindings
+    their native code reaches, or the Python functions themselves."""
+    native = [node.id for node in nodes if node.kind in NATIVE]
+    names: list[tuple[str, str]] = []
+    if native:
+        reach = walk_native(index, native, frozenset())
+        for node in index.nodes(reach.ops):
+            names += runs.matching_names("op", node.qualname.split(".", 1)[0])
+        for node in index.nodes(reach.bindings):
+            names += runs.matching_names("binding", node.qualname)
+    for node in nodes:
+        if node.kind.startswith("python") or node.kind == "test_utility":
+            short = node.qualname.rsplit(".", 1)[-1]
+            names += [
+                n for n in runs.matching_names("function", short)
+                if n[1].startswith(node.path + ":")
+            ]  # fmt: skip
+    return names
+
+
+def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: str) -> None:
+    """Add to ``answer`` the recorded tests that executed ``nodes`` (named ``what``), when a
+    usable record lies beside the index; say why not when one is there but unusable."""
+    path = record_path_for(index.db_path)
+    try:
+        runs = RecordedRuns.cached(path)
+    except FileNotFoundError:
+        return
+    except (RecordError, OSError) as exc:
+        answer.notes.append(f"the record beside the index cannot be used: {exc}")
+        return
+    names = recorded_names(index, runs, nodes)
+    hits = runs.tests_executing(names)
+    tests = sorted(runs.record.tests[i].nodeid for i in hits)
+    files = sorted({runs.record.tests[i].file for i in hits})
+    label = (
+        f"record of {short_commit(runs.record.meta.get('commit')) or '?'}, "
+        f"{_age(runs.age_seconds())} old, {len(runs.record.tests)} tests"
+    )
+    ops = sorted({text for kind, text in names if kind == "op"})
+    through = ""
+    if ops and what not in ops:
+        through = f" (through {_plural(len(ops), 'op')}: {', '.join(ops[:3])}"
+        through += ", ...)" if len(ops) > 3 else ")"
+    head = (
+        f"tests that really run {what}{through}: {len(tests)} in "
+        f"{_plural(len(files), 'file')} ({label})"
+    )
+    if not names:
+        head = f"no recorded test ran {what} ({label})"
+    answer.items.insert(0, Item(head, data={"record": {"tests": tests, "ops": ops}}))
+    for position, nodeid in enumerate(tests[:SHOWN]):
+        answer.items.insert(1 + position, Item(nodeid, depth=1))
+    if len(tests) > SHOWN:
+        answer.items.insert(1 + SHOWN, Item(f"{len(tests) - SHOWN} more recorded tests", depth=1))
