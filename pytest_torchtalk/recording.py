@@ -95,9 +95,8 @@ class RecordRun:
     # --- start and stop ---------------------------------------------------------------
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.is_controller = session.config.pluginmanager.hasplugin("dsession")
-        if self.is_controller:
-            self.parts_dir = Path(tempfile.mkdtemp(prefix="torchtalk-record-"))
+        if session.config.pluginmanager.hasplugin("dsession"):
+            self._parts_dir()
             return
         try:
             self.observer = Observer(self.root)
@@ -163,10 +162,9 @@ class RecordRun:
         if self.observer is None or fixturedef.scope == "function" or not self._stack:
             return (yield)
         self._take(self._stack[-1])
-        param = getattr(request, "param", None)
         label = f"fixture {fixturedef.argname} @ {fixturedef.baseid or '(session)'}"
-        if param is not None:
-            label += f" [{param!r}]"
+        if hasattr(request, "param"):  # by position: a repr may differ between processes
+            label += f" [{getattr(request, 'param_index', 0)}]"
         segment = self.record.add_segment("fixture", label)
         self._fixtures[id(fixturedef)].append(segment)
         self._stack.append(segment)
@@ -213,8 +211,14 @@ class RecordRun:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        assert self.parts_dir is not None
-        node.workerinput[WORKER_INPUT] = str(self.parts_dir / f"part-{node.gateway.id}.ttr")
+        node.workerinput[WORKER_INPUT] = str(self._parts_dir() / f"part-{node.gateway.id}.ttr")
+
+    def _parts_dir(self) -> Path:
+        # Made here too: xdist may set up its nodes before our session start hook runs.
+        self.is_controller = True
+        if self.parts_dir is None:
+            self.parts_dir = Path(tempfile.mkdtemp(prefix="torchtalk-record-"))
+        return self.parts_dir
 
     # --- the record -------------------------------------------------------------------
 
@@ -227,11 +231,11 @@ class RecordRun:
             "harness": self.workspace.harness,
             "python": ".".join(map(str, sys.version_info[:3])),
             "torch": getattr(torch, "__version__", None),
-            "devices": ["cpu"],
+            "devices": _devices(torch),
             "mechanisms": {
                 "ops": "RecordFunction global callback",
                 "python": "C profile function (PyEval_SetProfile)",
-                "cuda_kernels": "off: no CUDA device",
+                "cuda_kernels": "off: not recorded (docs/recording.md)",
             },
             "parts": 1,
             "problems": [self.unavailable] if self.unavailable else [],
@@ -267,7 +271,7 @@ class RecordRun:
                 self._finish(item, self.record.add_segment("test", item.nodeid))
 
     def _merge_parts(self) -> None:
-        assert self.parts_dir is not None
+        assert self.parts_dir is not None  # set with is_controller
         try:
             parts = [storage.read(p) for p in sorted(self.parts_dir.glob("part-*.ttr"))]
             if not parts:
@@ -294,6 +298,15 @@ class RecordRun:
         if unrecorded:
             line += f" ({unrecorded} unrecorded: {_first_reason(tests)})"
         terminalreporter.write_line(line)
+
+
+def _devices(torch) -> list[str]:
+    """The device types this run could use: a CUDA test skipped here ran nothing here."""
+    devices = ["cpu"]
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_available():
+        devices.append("cuda")
+    return devices
 
 
 def _first_reason(tests: list[RecordedTest]) -> str:
