@@ -244,7 +244,7 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         return entity
 
     def _add(self, result: FilePlacement, nodes: list[Node], path: str, line: int, reason: str):
-        known = {node_id for entity in result.entities for node_id in entity.node_ids}
+        known = result.placed_ids()
         fresh = [node for node in nodes if node.id not in known]
         if fresh:
             result.entities.append(self._entity(fresh, path, line, reason))
@@ -266,7 +266,7 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         if found:
             self._add(result, found, path, found[0].line, f"{what} at base {old_where}")
             return
-        known = {node_id for entity in result.entities for node_id in entity.node_ids}
+        known = result.placed_ids()
         named_by = [node for node in self.oldside.users_of(fact.name) if node.kind != "file"]
         users = [node for node in named_by if node.id not in known]
         if users:
