@@ -21,6 +21,7 @@ from pathlib import Path
 
 from indexer.extract.discover import wanted_language
 from indexer.extract.pipeline import content_hash
+from indexer.paths import is_utf8, printable
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 
@@ -41,7 +42,9 @@ class Freshness:
     def describe(self) -> str:
         if self.problem:
             return self.problem
-        shown = ", ".join(self.stale[:SHOWN]) + (" ..." if len(self.stale) > SHOWN else "")
+        shown = ", ".join(printable(path) for path in self.stale[:SHOWN]) + (
+            " ..." if len(self.stale) > SHOWN else ""
+        )
         return f"{len(self.stale)} changed files differ from the index ({shown})"
 
 
@@ -131,6 +134,8 @@ def check_freshness(
     paths.update(_written_since(workspace.source, built_at, all_rows, last_check))
     rows = {path: (sha, error) for path, sha, error in all_rows if path in paths}
     for path in sorted(paths):
+        if not is_utf8(path):
+            continue  # never indexed: the build lists it among the tree's problems
         full = workspace.source / path
         indexed = wanted_language(path, workspace.manifest) is not None
         exists = full.is_file() and not full.is_symlink()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from indexer.errors import IndexMissingError
 from indexer.extract.discover import is_test_file
+from indexer.paths import printable
 from indexer.query.index import Index
 from indexer.select.diff import Diff, read_diff
 from indexer.select.fallback import apply_fallbacks
@@ -141,6 +142,11 @@ def _select(
             selection.everything.append(placed.everything)
         for path, why in placed.test_files.items():
             direct.setdefault(path, why)
+    if diff.files:
+        for path, problem in unindexed_tests(index, manifest):
+            direct.setdefault(
+                path, f"{path} could not be indexed ({problem}): what it tests is unknown"
+            )
     selection.timings["placement_s"] = time.perf_counter() - phase
     if selection.everything:
         return
@@ -157,6 +163,18 @@ def _select(
     phase = time.perf_counter()
     _collect(index, reach, selection, direct, tests)
     selection.timings["granularity_s"] = time.perf_counter() - phase
+
+
+def unindexed_tests(index: Index, manifest) -> list[tuple[str, str]]:
+    """(path, problem) of the test files the build found but could not index (a name
+    that is not UTF-8): what they reach is unknown, so a selection keeps them."""
+    return [
+        (problem["path"], problem["problem"])
+        for problem in index.meta_json("tree_problems", [])
+        if isinstance(problem, dict)
+        and problem.get("kind") == "file"
+        and is_test_file(str(problem.get("path", "")), manifest)
+    ]
 
 
 def _starts(entities: list[Entity]) -> dict[int, int]:
@@ -189,7 +207,8 @@ def _collect(
         if file_id in tests:
             by_file.setdefault(tests[file_id], []).append(node_id)
     cuda_only = bool(selection.entities) and all(e.cuda for e in selection.entities)
-    for path, reason in direct.items():
+    for raw, reason in direct.items():
+        path = printable(raw)  # a name that is not UTF-8 is keyed as reports show it
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(Reason(path, f"{path}:1", note=reason))
     # Each file's nearest reached node, and the nodes of all their chains read at once

@@ -15,7 +15,7 @@ from indexer.extract.discover import is_test_file, wanted_language
 from indexer.graph.facts import NodeFact
 from indexer.graph.vocabulary import NodeKind
 from indexer.harness import Manifest
-from indexer.paths import language_of, matches_any
+from indexer.paths import is_utf8, language_of, matches_any, printable
 from indexer.query.index import Index, Node
 from indexer.select.cpp_placement import CppPlacement
 from indexer.select.diff import Diff, FileChange, Hunk
@@ -128,7 +128,9 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         categories = [categorize(path, self.manifest) for path in change.paths]
         category, detail = max(categories, key=lambda item: _RANK.get(item[0], 0))
         result = FilePlacement(ChangedFile(change.path, change.old_path, change.status, category))
-        if category == "run-everything":
+        if not all(is_utf8(path) for path in change.paths):
+            self._place_undecodable(change, category, result)
+        elif category == "run-everything":
             result.everything = f"{change.path} {detail}"
         elif category == "never-affects":
             result.changed.note = detail
@@ -140,6 +142,20 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         else:
             self._place_code(change, category, result)
         return result
+
+    def _place_undecodable(self, change: FileChange, category: str, result: FilePlacement) -> None:
+        """A path that is not UTF-8 is in no index (the build lists it as a problem): a
+        test file of that name runs; any other such change may affect any test."""
+        shown = printable(change.path)
+        if category == "test" and change.exists_after:
+            result.test_files[change.path] = f"{shown} changed ({change.status})"
+        elif category == "test":
+            result.changed.note = "test file deleted: nothing left to run in it"
+        else:
+            result.everything = (
+                f"{shown} changed and is not in the index (its name is not valid UTF-8): "
+                "it may affect any test"
+            )
 
     def _place_test(self, change: FileChange, result: FilePlacement) -> None:
         if change.exists_after:
