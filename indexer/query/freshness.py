@@ -12,6 +12,7 @@ MCP server (``get_status``, a note on stale answers) ask it.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 from collections.abc import Iterable
@@ -138,7 +139,13 @@ def check_freshness(
             continue  # never indexed: the build lists it among the tree's problems
         full = workspace.source / path
         indexed = wanted_language(path, workspace.manifest) is not None
-        exists = full.is_file() and not full.is_symlink()
+        try:
+            exists = stat.S_ISREG(os.lstat(full).st_mode)  # a file, not a link to one
+        except (FileNotFoundError, NotADirectoryError):
+            exists = False
+        except OSError:  # cannot even be looked at (an unreadable directory)
+            freshness.stale.append(path)
+            continue
         if path in rows and not (exists and indexed):
             freshness.stale.append(path)  # gone from the tree, still in the index
         elif exists and indexed:

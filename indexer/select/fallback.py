@@ -47,11 +47,13 @@ def _mark_chain(reach: Reach, node_id: int, known: Known) -> None:
     """Mark the nodes of the chain ending at ``node_id`` (a test, or a node known to
     reach one) as reaching a test; each chain is walked back only to a marked node."""
     current: int | None = node_id
-    while current is not None and current not in known.reaches:
+    while current is not None:
         if reach.kind.get(current) not in STATEFUL:
             known.reaches.add(current)
         step = reach.steps.get(current)
         current = step.prev if step is not None else None
+        if current in known.reaches:
+            break
 
 
 def _reaches_tests(

@@ -147,6 +147,8 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         """A path that is not UTF-8 is in no index (the build lists it as a problem): a
         test file of that name runs; any other such change may affect any test."""
         shown = printable(change.path)
+        result.changed.path = shown
+        result.changed.old_path = printable(change.old_path) if change.old_path else None
         if category == "test" and change.exists_after:
             result.test_files[change.path] = f"{shown} changed ({change.status})"
         elif category == "test":
