@@ -29,7 +29,13 @@ from indexer.select.placed import (
     FilePlacement,
 )
 from indexer.select.python_placement import PythonPlacement
-from indexer.select.tokens import Untokenizable, hunk_changes_code, hunk_spans, tokens_for
+from indexer.select.tokens import (
+    Untokenizable,
+    cpp_tree,
+    hunk_changes_code,
+    hunk_spans,
+    tokens_for,
+)
 
 __all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
 
@@ -90,6 +96,13 @@ def _plainly_code(old: bytes | None, new: bytes | None, hunks: list[Hunk]) -> bo
         if b"".join(b"".join(before).split()) == b"".join(b"".join(after).split()):
             return False
     return True
+
+
+def _new_file_with_code(old: bytes | None, new: bytes | None, hunks: list[Hunk]) -> bool:
+    """A new C++ file in one hunk that holds code: a top-level node not a comment."""
+    if old is not None or new is None or len(hunks) != 1:
+        return False
+    return any(child.type != "comment" for child in cpp_tree(new).root_node.children)
 
 
 def _yaml_code_line(line: bytes) -> bool:
@@ -238,6 +251,8 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
             return [hunk for hunk in hunks if yaml_code(hunk)]
         if language == "python" and _plainly_code(old, new, hunks):
             return hunks  # no tokens needed (tokenizing a big module costs ~0.25 s a side)
+        if language in ("cpp", "cuda") and _new_file_with_code(old, new, hunks):
+            return hunks  # tokenizing a generated 3 MB file costs ~8 s, for the same answer
         try:
             # Only what overlaps the hunks is ever asked of the tokens.
             old_spans, new_spans = hunk_spans(hunks, "old"), hunk_spans(hunks, "new")
