@@ -260,13 +260,18 @@ def apply_fallbacks(
     set reaches no test either. The walks share what they learn (:class:`Known`), so
     the cost grows with the nodes walked, not with entities times nodes."""
     credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
-    known = known_from(reach, tests)
-    unreached = [
+    asked = [
         (position, entity)
         for position, entity in enumerate(selection.entities)
-        if position not in credited
-        and entity.node_ids
-        and not _reaches_tests(walker, entity, position, tests, known)
+        if position not in credited and entity.node_ids
+    ]
+    if not asked:
+        return
+    known = known_from(reach, tests)  # only now: a central change's walk is large
+    unreached = [
+        (position, entity)
+        for position, entity in asked
+        if not _reaches_tests(walker, entity, position, tests, known)
     ]
     if not unreached:
         return
