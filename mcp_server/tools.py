@@ -278,6 +278,14 @@ class Tools:
                     data={"nodes": nodes, "edges": edges},
                 )
             )
+            problems = index.meta_json("tree_problems", [])
+            if problems:
+                shown = ", ".join(f"{p['path']} ({p['problem']})" for p in problems[:3])
+                answer.notes.append(
+                    f"{len(problems)} paths of the tree could not be indexed: {shown}"
+                    + (" ..." if len(problems) > 3 else "")
+                    + "; see 'torchtalk status'"
+                )
             head = snap.get("head_commit")
             if head and index_info["git_commit"] and head != index_info["git_commit"]:
                 answer.notes.append(

@@ -166,8 +166,8 @@ def test_mcp_status_with_an_unindexable_file_in_the_tree(
     monkeypatch.setattr("mcp_server.state.FRESHNESS_EVERY_S", 0.1)
     monkeypatch.setattr("mcp_server.state.FRESHNESS_IDLE_S", 0.1)
     repo = minitorch_repo
-    assert build(repo, capsys)[0] == 0
     add_bad_test(repo)
+    assert build(repo, capsys)[0] == 0
     (repo / LINALG).write_text((repo / LINALG).read_text() + "\nDEFAULT_ORD = 2\n")
     state = ServerState(Workspace.resolve(repo))
     state.start()
@@ -180,6 +180,8 @@ def test_mcp_status_with_an_unindexable_file_in_the_tree(
         assert note is not None and LINALG in note
         result = Tools(state).get_status()
         result.model_dump_json()  # serializes: the server's reply to the agent
+        notes = result.structured_content["notes"]
+        assert any(f"{BAD_SHOWN} (file name is not valid UTF-8" in note for note in notes)
     finally:
         state.stop()
 
