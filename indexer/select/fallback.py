@@ -175,17 +175,23 @@ def _cpp_group(
         callers = named_by(nodes) - {node.id for node in nodes}
         named = _definitions(index, callers) if callers else []
         if named:
-            wider = _possible_users(index, entity, named)
+            wider = _possible_users(index, entity, named, "the calls naming it")
             widening.add(wider, [position], {position: wider.label})
 
 
-def _possible_users(index: Index, entity: Entity, users: list[int]) -> Entity:
+ALL_USERS = (
+    "the calls naming it, and the other definitions of its file (or of the files including it)"
+)
+
+
+def _possible_users(
+    index: Index, entity: Entity, users: list[int], what: str = ALL_USERS
+) -> Entity:
     return Entity(
         f"possible users of {entity.label}",
         "group",
         entity.evidence,
-        f"{WIDENED}no resolved call reaches {entity.label} from a test: the calls naming "
-        "it, and the other definitions of its file (or of the files including it)",
+        f"{WIDENED}no resolved call reaches {entity.label} from a test: {what}",
         users,
         entity.cuda,
         [n.qualname for n in index.nodes(users[:MEMBERS_SHOWN])],
