@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from indexer.cpp.shared_macros import HeaderMacros, modelled_macros, scan_headers
-from indexer.errors import IndexBusyError
+from indexer.errors import IncompleteBuildError, IndexBusyError
 from indexer.extract.context import TreeContext, context_meta
-from indexer.extract.discover import SourceEntry, discover
-from indexer.extract.pipeline import extract_all
+from indexer.extract.discover import SourceEntry, TreeProblem, discover
+from indexer.extract.pipeline import UNREADABLE, extract_all
 from indexer.gitinfo import head_commit
 from indexer.harness import Manifest
 from indexer.link import link
 from indexer.locations import LOCK_FILE
+from indexer.paths import under_any
 from indexer.progress import Progress
 from indexer.store import IndexWriter
 from indexer.store.db import write_meta
@@ -39,6 +41,7 @@ class BuildResult:
     errors: int
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    problems: list[TreeProblem] = field(default_factory=list)  # what could not be indexed
 
 
 @contextmanager
@@ -78,6 +81,62 @@ def scan_header_macros(source: Path, manifest: Manifest, paths: list[str]) -> He
     return scan_headers(source, paths, max_bytes, modelled_macros(manifest))
 
 
+SHOWN_LOST = 5
+
+
+def problems_meta(problems: list[TreeProblem]) -> list[dict[str, str]]:
+    """The tree's problems as the index meta keeps them (``tree_problems``)."""
+    return [
+        {
+            "path": problem.path,
+            "problem": problem.problem,
+            "kind": "directory" if problem.directory else "file",
+        }
+        for problem in problems
+    ]
+
+
+def _read_files(db_path: Path) -> dict[str, str]:
+    """path -> content hash of the files an existing index holds ({} if none or unreadable)."""
+    if not db_path.is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro&immutable=1", uri=True)
+        try:
+            return dict(conn.execute("SELECT path, sha FROM files"))
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return {}  # not an index worth keeping
+
+
+def lost_files(
+    had: dict[str, str], problems: list[TreeProblem], unreadable: list[str]
+) -> list[str]:
+    """Files an index holds (path -> hash) that a new build could not read: under a
+    directory it could not list, or read before and unreadable now."""
+    directories = [problem.path for problem in problems if problem.directory]
+    lost = {path for path in had if directories and under_any(path, directories)}
+    lost.update(path for path in unreadable if had.get(path))
+    return sorted(lost)
+
+
+def refuse_incomplete(
+    db_path: Path, lost: list[str], problems: list[TreeProblem], force: bool
+) -> None:
+    """Raise unless ``force`` when a build would replace an index holding ``lost``."""
+    if not lost or force:
+        return
+    shown = ", ".join(lost[:SHOWN_LOST]) + (" ..." if len(lost) > SHOWN_LOST else "")
+    why = "; ".join(f"{p.path}: {p.problem}" for p in problems if p.directory)
+    raise IncompleteBuildError(
+        f"{len(lost)} files of the index could not be read ({shown})"
+        + (f" [{why}]" if why else "")
+        + f"; the index at {db_path} is kept: make them readable, or pass --force to "
+        "replace it with what could be read"
+    )
+
+
 def count_by_kind(conn, table: str) -> dict[str, int]:
     return dict(conn.execute(f"SELECT kind, COUNT(*) FROM {table} GROUP BY kind ORDER BY kind"))
 
@@ -92,6 +151,7 @@ def build_index(
     select: Callable[[SourceEntry], bool] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    force: bool = False,
 ) -> BuildResult:
     """Build the index of ``workspace`` and rename it into place.
 
@@ -100,6 +160,10 @@ def build_index(
     the discovered files, ``on_progress(step, done, total)`` hears each step ("discover",
     "extract", "link", "done") and may raise to cancel the build (the partial file is
     removed), and ``extra_meta`` is stored in the index's meta table.
+
+    What cannot be indexed (an unreadable directory, a name that is not UTF-8) is kept
+    in the meta as ``tree_problems``. A build that could not read files the old index
+    holds raises :class:`IncompleteBuildError` and keeps the old index, unless ``force``.
     """
     db_path = db_path or workspace.db_path
     report = on_progress or (lambda step, done, total: None)
@@ -109,7 +173,8 @@ def build_index(
         for stale in db_path.parent.glob(f"{db_path.name}.building-*"):
             stale.unlink(missing_ok=True)
         started = time.perf_counter()
-        entries = discover(workspace.source, workspace.manifest)
+        problems: list[TreeProblem] = []
+        entries = discover(workspace.source, workspace.manifest, problems)
         if select is not None:
             entries = [entry for entry in entries if select(entry)]
         timings["discover_s"] = time.perf_counter() - started
@@ -117,6 +182,7 @@ def build_index(
         progress = Progress("indexing", len(entries), enabled=show_progress)
         shas: list[tuple[str, str]] = []
         errors = 0
+        unreadable: list[str] = []
         with IndexWriter(db_path) as writer:
             phase = time.perf_counter()
             report("extract", 0, len(entries))
@@ -126,9 +192,13 @@ def build_index(
                 writer.add(facts)
                 shas.append((facts.path, facts.sha))
                 errors += facts.error is not None
+                if facts.error and facts.error.startswith(UNREADABLE):
+                    unreadable.append(facts.path)
                 progress.advance()
                 report("extract", len(shas), len(entries))
             timings["extract_s"] = time.perf_counter() - phase
+            lost = lost_files(_read_files(db_path), problems, unreadable)
+            refuse_incomplete(db_path, lost, problems, force)
             report("link", 0, 1)
             phase = time.perf_counter()
             writer.finish_load()
@@ -157,6 +227,8 @@ def build_index(
                     "link_stats": stats.as_dict(),
                     "files": len(entries),
                     "file_errors": errors,
+                    "tree_problems": problems_meta(problems),
+                    **({"replaced_unreadable": len(lost)} if lost else {}),
                     **context_meta(context),
                     **(extra_meta or {}),
                 },
@@ -164,4 +236,4 @@ def build_index(
             writer.commit()
         report("done", len(entries), len(entries))
         progress.close(f"indexed {len(entries)} files in {timings['total_s']:.1f}s")
-    return BuildResult(db_path, len(entries), errors, timings, counts)
+    return BuildResult(db_path, len(entries), errors, timings, counts, problems)

@@ -32,3 +32,7 @@ class IndexMissingError(TorchTalkError):
 
 class IndexBusyError(TorchTalkError):
     """Another build holds the lock and the caller asked not to wait."""
+
+
+class IncompleteBuildError(TorchTalkError):
+    """A build that could not read files the index holds; the old index is kept."""

@@ -12,6 +12,7 @@ tree's own ``.torchtalk.toml``, the configured default, then detection by marker
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -71,6 +72,23 @@ SCHEMA: dict[str, dict[str, Any]] = {
 }
 
 
+# Integer keys with a lower bound: a size limit of -5 would index nothing at all.
+MINIMUMS: dict[tuple[str, str], int] = {("sources", "max_file_bytes"): 1}
+# A built-in harness is named, never a path: a pull request's .torchtalk.toml must not
+# make CI read other files on the machine through ``extends = "../../x"``.
+HARNESS_NAME = re.compile(r"[a-z0-9_-]+\Z")
+
+
+def check_harness_name(name: object, where: str, key: str | None = None) -> str:
+    """``name`` if it can name a built-in harness, else a one-line error about ``where``."""
+    if isinstance(name, str) and HARNESS_NAME.match(name):
+        return name
+    problem = f"{name!r} is not a harness name (letters a-z, digits, '_' and '-')"
+    if key is not None:
+        raise ManifestError(where, key, problem)
+    raise UsageError(f"{where}: {problem}")
+
+
 def _type_ok(value: Any, expected: Any) -> bool:
     if expected is _STR:
         return isinstance(value, str)
@@ -100,11 +118,16 @@ def _validate(data: dict[str, Any], path: str) -> None:
             if spec == _INT_TABLE:  # a free-keyed section, e.g. expected_minimums
                 if not _type_ok(value, _INT):
                     raise ManifestError(path, where, "must be an integer")
+                if value < 0:
+                    raise ManifestError(path, where, f"must not be negative (got {value})")
                 continue
             if key not in spec:
                 raise ManifestError(path, where, "unknown key")
             if not _type_ok(value, spec[key]):
                 raise ManifestError(path, where, f"must be {spec[key]}")
+            least = MINIMUMS.get((section, key))
+            if least is not None and value < least:
+                raise ManifestError(path, where, f"must be at least {least} (got {value})")
 
 
 def read_manifest_file(path: Path) -> dict[str, Any]:
@@ -185,6 +208,7 @@ def _resolve(
     merged: dict[str, Any] = {}
     origins: tuple[str, ...] = ()
     for parent in parents:
+        check_harness_name(parent, str(path), "[harness].extends")
         if parent in seen:
             chain = " -> ".join((*seen, parent))
             raise ManifestError(str(path), "[harness].extends", f"extends cycle: {chain}")
@@ -216,6 +240,7 @@ def load_manifest_file(path: Path, default_name: str | None = None) -> Manifest:
     merged, origins = _resolve(path, data, (default_name,) if default_name else ())
     depends = tuple(merged.get("harness", {}).get("depends_on", []))
     for dep in depends:
+        check_harness_name(dep, str(path), "[harness].depends_on")
         if not (builtin_manifest_dir() / f"{dep}.toml").is_file():
             raise ManifestError(str(path), "[harness].depends_on", f"unknown harness {dep!r}")
     return Manifest(name=name, data=merged, origins=origins, depends_on=depends)
@@ -223,6 +248,7 @@ def load_manifest_file(path: Path, default_name: str | None = None) -> Manifest:
 
 def load_harness(name: str) -> Manifest:
     """A built-in harness by name."""
+    check_harness_name(name, "harness")
     path = builtin_manifest_dir() / f"{name}.toml"
     if not path.is_file():
         raise UsageError(f"unknown harness {name!r} (known: {', '.join(builtin_harnesses())})")
@@ -243,6 +269,8 @@ def select_manifest(
 ) -> tuple[Manifest, str]:
     """The manifest for ``source`` and how it was chosen (for status and reports)."""
     if explicit:
+        if explicit.endswith(".toml"):  # a path, given as one: the user's own manifest
+            return load_manifest_file(Path(explicit).expanduser().resolve()), "--harness"
         return load_harness(explicit), "--harness"
     repo_file = source / REPO_MANIFEST
     if repo_file.is_file():

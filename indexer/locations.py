@@ -23,14 +23,23 @@ INDEX_FILE = "index.sqlite"
 LOCK_FILE = "build.lock"
 
 
+def _directory(variable: str, default: str) -> Path:
+    """$``variable`` if set, else ``default``; a one-line error if it names a non-directory
+    (every later read and write under it would fail with a traceback)."""
+    override = os.environ.get(variable)
+    path = Path(override).expanduser() if override else Path(default)
+    if path.exists() and not path.is_dir():
+        where = f"{variable}={override}" if override else str(path)
+        raise UsageError(f"{where} is not a directory")
+    return path
+
+
 def cache_dir() -> Path:
-    override = os.environ.get("TORCHTALK_CACHE_DIR")
-    return Path(override) if override else Path(platformdirs.user_cache_dir("torchtalk"))
+    return _directory("TORCHTALK_CACHE_DIR", platformdirs.user_cache_dir("torchtalk"))
 
 
 def config_dir() -> Path:
-    override = os.environ.get("TORCHTALK_CONFIG_DIR")
-    return Path(override) if override else Path(platformdirs.user_config_dir("torchtalk"))
+    return _directory("TORCHTALK_CONFIG_DIR", platformdirs.user_config_dir("torchtalk"))
 
 
 def source_key(source: Path) -> str:

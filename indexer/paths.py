@@ -15,6 +15,24 @@ CUDA_SUFFIXES = frozenset({".cu", ".cuh"})
 HEADER_SUFFIXES = frozenset({".h", ".hpp", ".hh", ".hxx", ".cuh", ".inl"})
 
 
+def is_utf8(path: str) -> bool:
+    """Whether a path read from the file system (undecodable bytes kept as surrogates,
+    as ``os`` does) is valid UTF-8: what the index's text columns can store."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(path: str) -> str:
+    """``path`` as text any output can carry: the bytes of a name that is not UTF-8
+    shown escaped (``b\\xff.py``), a valid name unchanged."""
+    if is_utf8(path):
+        return path
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def language_of(path: str) -> str:
     """The language an extractor keys on: ``cpp``, ``cuda``, ``python``, ``yaml`` or ``other``."""
     suffix = path[path.rfind(".") :].lower() if "." in path.rsplit("/", 1)[-1] else ""

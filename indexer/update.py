@@ -29,10 +29,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from indexer.build import build_index, build_lock, files_fingerprint, scan_header_macros
+from indexer import durable
+from indexer.build import (
+    build_index,
+    build_lock,
+    files_fingerprint,
+    lost_files,
+    problems_meta,
+    refuse_incomplete,
+    scan_header_macros,
+)
 from indexer.cpp.shared_macros import SharedMacros, changed_names
 from indexer.extract.context import TreeContext, context_meta, stored_context
-from indexer.extract.discover import SourceEntry, discover
+from indexer.extract.discover import SourceEntry, TreeProblem, discover
 from indexer.extract.pipeline import content_hash, extract_all
 from indexer.gitinfo import head_commit
 from indexer.harness import Manifest
@@ -61,6 +70,8 @@ class Changes:
     modified: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     entries: dict[str, SourceEntry] = field(default_factory=dict)  # every discovered file
+    problems: list[TreeProblem] = field(default_factory=list)  # what discovery could not read
+    unreadable: list[str] = field(default_factory=list)  # indexed files that cannot be read now
 
     def __bool__(self) -> bool:
         return bool(self.added or self.modified or self.removed)
@@ -105,7 +116,7 @@ def detect_changes(source: Path, manifest: Manifest, conn: sqlite3.Connection) -
     }
     max_bytes = manifest.get("sources", "max_file_bytes", 4_000_000)
     changes = Changes()
-    for entry in discover(source, manifest):
+    for entry in discover(source, manifest, changes.problems):
         changes.entries[entry.path] = entry
         old = indexed.get(entry.path)
         if old is None:
@@ -125,6 +136,7 @@ def detect_changes(source: Path, manifest: Manifest, conn: sqlite3.Connection) -
             data = (source / entry.path).read_bytes()
         except OSError:
             changes.modified.append(entry.path)
+            changes.unreadable.append(entry.path)
             continue
         if content_hash(data) != old_sha:
             changes.modified.append(entry.path)
@@ -260,11 +272,14 @@ def update_index(
     jobs: int | None = None,
     wait: bool = True,
     show_progress: bool | None = None,
+    force: bool = False,
 ) -> UpdateResult:
     """Bring the workspace's index up to date with its tree; ``since`` starts from a snapshot.
 
     Falls back to a full build (``result.full_build``, with the reason) when there is no
-    index, or it was built with another schema or manifest.
+    index, or it was built with another schema or manifest. Files the index holds that
+    can no longer be read (an unreadable directory) keep the index as it is
+    (:class:`IncompleteBuildError`) unless ``force``.
     """
     started = time.perf_counter()
     base_label = "index"
@@ -276,7 +291,9 @@ def update_index(
         base_label = f"snapshot {since}"
     reason = full_build_reason(workspace, base_path)
     if reason is not None:
-        built = build_index(workspace, jobs=jobs, wait=wait, show_progress=show_progress)
+        built = build_index(
+            workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force
+        )
         return UpdateResult(
             built.db_path,
             base_label,
@@ -302,8 +319,11 @@ def update_index(
         try:
             meta = read_meta(base)
             changes = detect_changes(workspace.source, workspace.manifest, base)
+            had = dict(base.execute("SELECT path, sha FROM files"))
         finally:
             base.close()
+        lost = lost_files(had, changes.problems, changes.unreadable)
+        refuse_incomplete(db_path, lost, changes.problems, force)
         head = head_commit(workspace.source) or ""
         lap("detect_s")
         result = UpdateResult(
@@ -315,8 +335,10 @@ def update_index(
             removed=changes.removed,
             timings=timings,
         )
-        same_meta = meta.get("git_commit", "") == head and meta.get("source_path") == str(
-            workspace.source
+        same_meta = (
+            meta.get("git_commit", "") == head
+            and meta.get("source_path") == str(workspace.source)
+            and json.loads(meta.get("tree_problems") or "[]") == problems_meta(changes.problems)
         )
         if not changes and same_meta and since is None:
             result.up_to_date = True
@@ -345,12 +367,13 @@ def update_index(
                             lap,
                         )
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
+                    write_meta(conn, {"tree_problems": problems_meta(changes.problems)})
                     conn.execute("COMMIT")
                 finally:
                     conn.close()
                 with open(tmp, "rb+") as handle:
                     os.fsync(handle.fileno())
-                os.replace(tmp, db_path)
+                durable.replace(tmp, db_path)
                 lap("meta_s")
             except BaseException:
                 tmp.unlink(missing_ok=True)

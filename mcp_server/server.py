@@ -29,13 +29,30 @@ Call get_status first: while the index is building, answers say what is still mi
 """
 
 
+SHOWN_INPUT = 80  # characters of a bad argument quoted back
+SHOWN_PROBLEMS = 5
+
+
+def _shown(value: Any) -> str:
+    """A bad argument as quoted in an error: its start, not 100 KB echoed back."""
+    text = repr(value)
+    if len(text) <= SHOWN_INPUT:
+        return text
+    return f"{text[:SHOWN_INPUT]}... ({len(text)} characters)"
+
+
 def _friendly(tool: str, error: ValidationError) -> str:
     """One line per bad argument, without pydantic's URLs: the model reads this."""
     problems = []
-    for err in error.errors():
+    errors = error.errors()
+    for err in errors[:SHOWN_PROBLEMS]:
         where = ".".join(str(part) for part in err["loc"]) or "arguments"
-        got = f" (got {err['input']!r})" if "input" in err and err["type"] != "missing" else ""
+        got = (
+            f" (got {_shown(err['input'])})" if "input" in err and err["type"] != "missing" else ""
+        )
         problems.append(f"{where}: {err['msg']}{got}")
+    if len(errors) > SHOWN_PROBLEMS:
+        problems.append(f"and {len(errors) - SHOWN_PROBLEMS} more")
     return f"{tool}: invalid arguments: " + "; ".join(problems)
 
 

@@ -204,15 +204,20 @@ class ServerState:
         return self.workspace.db_path.with_name(QUICK_FILE)
 
     def start(self) -> None:
-        """Serve a complete index if there is one; otherwise start the phased build."""
+        """Serve a complete index if there is one; otherwise start the phased build. An
+        index that cannot be read is no index: it is rebuilt, as a selection runs
+        everything without one (docs/reliability.md), and get_status says why."""
         # Off the first answer's path, in a child process (see git_head).
         threading.Thread(target=self._read_head, name="torchtalk-head", daemon=True).start()
         threading.Thread(
             target=self._watch_freshness, name="torchtalk-freshness", daemon=True
         ).start()
         if self.full_path.is_file():
-            self._serve(self.full_path, "full")
-            return
+            problem = self._unusable(self.full_path)
+            if problem is None:
+                self._serve(self.full_path, "full")
+                return
+            self._event("full", f"the index cannot be read ({problem}): rebuilding")
         self._thread = threading.Thread(target=self._build, name="torchtalk-build", daemon=True)
         self._thread.start()
 
@@ -280,7 +285,8 @@ class ServerState:
             if self._before_full_build is not None:
                 self._event("full", "held")
                 self._before_full_build()
-            if not self.full_path.is_file():  # `torchtalk index build` may have been quicker
+            # `torchtalk index build` may have been quicker.
+            if self._unusable(self.full_path) is not None:
                 build_index(
                     self.workspace,
                     jobs=self.jobs,
@@ -311,11 +317,16 @@ class ServerState:
             self._available.set()
 
     def _usable(self, path: Path) -> bool:
+        return self._unusable(path) is None
+
+    @staticmethod
+    def _unusable(path: Path) -> str | None:
+        """Why the index at ``path`` cannot be served (missing, damaged), or None."""
         try:
             Index(path).close()
-        except TorchTalkError:
-            return False
-        return True
+        except TorchTalkError as exc:
+            return str(exc)
+        return None
 
     def _set(self, names: Iterable[str], value: str) -> None:
         with self._lock:

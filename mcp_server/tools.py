@@ -64,7 +64,9 @@ def reply(answer: Answer) -> CallToolResult:
 
 # --- argument types (their constraints become the tools' JSON schemas) -----------------
 
-Name = Annotated[str, Field(min_length=1, max_length=500)]
+NAME_CHARS = 500  # the longest C++ or Python name an argument may be
+FUNCS_MAX = 200  # changed functions one ``affected`` call may name
+Name = Annotated[str, Field(min_length=1, max_length=NAME_CHARS)]
 Focus = Annotated[str | None, Field(max_length=300)]
 
 READ_ONLY = dict(
@@ -277,6 +279,14 @@ class Tools:
                     data={"nodes": nodes, "edges": edges},
                 )
             )
+            problems = index.meta_json("tree_problems", [])
+            if problems:
+                shown = ", ".join(f"{p['path']} ({p['problem']})" for p in problems[:3])
+                answer.notes.append(
+                    f"{len(problems)} paths of the tree could not be indexed: {shown}"
+                    + (" ..." if len(problems) > 3 else "")
+                    + "; see 'torchtalk status'"
+                )
             head = snap.get("head_commit")
             if head and index_info["git_commit"] and head != index_info["git_commit"]:
                 answer.notes.append(
@@ -369,7 +379,8 @@ class Tools:
     def affected(
         self,
         funcs: Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=500)]] | str,
+            Annotated[list[Name], Field(max_length=FUNCS_MAX)]
+            | Annotated[str, Field(max_length=FUNCS_MAX * (NAME_CHARS + 1))],
             Field(description="changed functions: a list, or one comma-separated string"),
         ],
         depth: Annotated[int | None, Field(ge=1, le=20)] = None,
@@ -378,6 +389,14 @@ class Tools:
         names = [name.strip() for name in names if name and name.strip()]
         if not names:
             raise ToolError("affected: funcs must name at least one changed function")
+        if len(names) > FUNCS_MAX:
+            raise ToolError(f"affected: funcs names {len(names)} functions; at most {FUNCS_MAX}")
+        too_long = [name for name in names if len(name) > NAME_CHARS]
+        if too_long:
+            raise ToolError(
+                f"affected: a name in funcs has {len(too_long[0])} characters; at most "
+                f"{NAME_CHARS} ({too_long[0][:60]!r}...)"
+            )
         missing = self.state.missing(("cpp",))
         if missing:
             note = self.state.incomplete_note(SPECS["affected"].needs)

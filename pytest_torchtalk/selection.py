@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer import durable
 from indexer.errors import TorchTalkError
 from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
@@ -84,6 +85,8 @@ class _Explicit:
 class AffectedSelection:
     """The plugin object registered by ``pytest_torchtalk.plugin`` when selection is on."""
 
+    report_path: Path | None = None  # the JSON report (controller only)
+
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.counts = Counts()
@@ -93,9 +96,20 @@ class AffectedSelection:
         if self.handed:
             self.selection = selection_from_dict(worker_input[WORKER_INPUT])
         else:
+            self.report_path = self._report_path()  # checked before an hour of tests runs
             self.selection = self._compute()
         self.source = Path(self.selection.source)
         self.matcher = ItemMatcher(self.selection)
+
+    def _report_path(self) -> Path | None:
+        report = _option(self.config, "--torchtalk-report", "torchtalk_report")
+        if not report:
+            return None
+        path = self.config.invocation_params.dir / report
+        problem = durable.write_problem(path)
+        if problem:
+            raise pytest.UsageError(f"torchtalk: --torchtalk-report {report}: {problem}")
+        return path
 
     def _compute(self) -> Selection:
         config = self.config
@@ -209,10 +223,14 @@ class AffectedSelection:
             session.exitstatus = pytest.ExitCode.OK
         counts = self.counts.as_dict()
         self._junit_properties(counts)
-        report = _option(self.config, "--torchtalk-report", "torchtalk_report")
-        if report:
-            path = self.config.invocation_params.dir / report
-            _write_atomic(path, json.dumps(selection_to_dict(self.selection, counts), indent=2))
+        if self.report_path is not None:
+            text = json.dumps(selection_to_dict(self.selection, counts), indent=2)
+            try:
+                _write_atomic(self.report_path, text)
+            except OSError as exc:  # checked at start; the disk may fill meanwhile
+                reporter = self.config.get_terminal_writer()
+                reporter.line(f"torchtalk: cannot write the report {self.report_path}: {exc}")
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
             with open(summary, "a", encoding="utf-8") as handle:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.harness import Manifest
-from indexer.paths import glob_match, language_of, matches_any, under_any
+from indexer.paths import glob_match, is_utf8, language_of, matches_any, printable, under_any
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +42,55 @@ def wanted_language(path: str, manifest: Manifest) -> str | None:
     return None
 
 
-def discover(source: Path, manifest: Manifest) -> list[SourceEntry]:
-    """Every indexed file under ``source``, sorted by path. Hidden directories are skipped."""
+@dataclass(frozen=True, slots=True)
+class TreeProblem:
+    """A part of the tree the index cannot hold: an unreadable directory, a file name
+    that is not UTF-8. Stored in the index meta and shown by ``torchtalk status``."""
+
+    path: str  # repo-relative, printable (an undecodable name escaped)
+    problem: str
+    directory: bool = False
+
+
+def _could_hold_indexed(rel_dir: str, manifest: Manifest) -> bool:
+    """Whether files under ``rel_dir`` (``a/b``) may be indexed: it lies under, or holds,
+    one of the manifest's source, test or registry paths."""
+    roots = [
+        *manifest.list("sources", "cpp"),
+        *manifest.list("sources", "python"),
+        *manifest.list("tests", "dirs"),
+        *manifest.list("bindings", "native_functions"),
+        *manifest.list("bindings", "derivatives"),
+    ]
+    for root in roots:
+        root = root.strip("/")
+        if root in ("", ".") or under_any(rel_dir, [root]) or root.startswith(rel_dir + "/"):
+            return True
+    return False
+
+
+def discover(
+    source: Path, manifest: Manifest, problems: list[TreeProblem] | None = None
+) -> list[SourceEntry]:
+    """Every indexed file under ``source``, sorted by path. Hidden directories are skipped.
+
+    What cannot be indexed is appended to ``problems`` rather than skipped silently: a
+    directory that cannot be listed (its files would be missing from the index) and a
+    file whose name is not UTF-8 (the index stores paths as text).
+    """
     entries: list[SourceEntry] = []
     excludes = manifest.list("sources", "exclude")
-    for dirpath, dirnames, filenames in os.walk(source):
+    found = problems if problems is not None else []
+
+    def unreadable(error: OSError) -> None:
+        rel = os.path.relpath(error.filename, source).replace(os.sep, "/")
+        if rel == ".":
+            raise error  # the tree itself: nothing can be indexed
+        if _could_hold_indexed(rel, manifest):
+            reason = error.strerror or str(error)
+            found.append(TreeProblem(printable(rel), f"directory unreadable: {reason}", True))
+
+    for dirpath, dirnames, filenames in os.walk(source, onerror=unreadable):
         rel_dir = os.path.relpath(dirpath, source).replace(os.sep, "/")
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         dirnames[:] = sorted(
@@ -62,6 +106,12 @@ def discover(source: Path, manifest: Manifest) -> list[SourceEntry]:
             full = os.path.join(dirpath, filename)
             if os.path.islink(full) or not os.path.isfile(full):
                 continue
+            if not is_utf8(rel):
+                found.append(
+                    TreeProblem(printable(rel), "file name is not valid UTF-8: not indexed")
+                )
+                continue
             entries.append(SourceEntry(rel, language, os.path.getsize(full)))
     entries.sort(key=lambda entry: entry.path)
+    found.sort(key=lambda problem: problem.path)
     return entries

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from indexer.errors import UsageError
 from indexer.extract.context import TreeContext
 from indexer.extract.discover import SourceEntry
 from indexer.extract.extractor import Extractor, load_extractors
@@ -24,6 +25,7 @@ from indexer.harness import Manifest
 # Below this many files a pool costs more to start (a forkserver, tree-sitter loaded in
 # every worker: about 2 s) than it saves.
 POOL_THRESHOLD = 200
+UNREADABLE = "unreadable: "  # how a file's error begins when it could not be read
 CHUNK_FILES = 32
 
 _worker_state: dict[str, object] = {}  # per worker process: its root and extractors
@@ -49,7 +51,7 @@ def extract_file(
     try:
         data = (root / entry.path).read_bytes()
     except OSError as exc:
-        facts.error = f"unreadable: {exc.strerror or exc}"
+        facts.error = f"{UNREADABLE}{exc.strerror or exc}"
         facts.add_node(NodeKind.FILE.value, entry.path.rsplit("/", 1)[-1], entry.path, 1, 1, None)
         return facts
     facts.sha = content_hash(data)
@@ -113,7 +115,9 @@ def extract_all(
     jobs: int | None = None,
     context: TreeContext | None = None,
 ) -> Iterator[FileFacts]:
-    """Facts for every entry, in no particular order."""
+    """Facts for every entry, in no particular order; ``jobs`` None: one per core."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UsageError(f"jobs must be a number of processes, at least 1 (got {jobs!r})")
     jobs = jobs or default_jobs()
     if jobs == 1 or len(entries) < POOL_THRESHOLD:
         _init_worker(str(root), manifest, context)

@@ -12,6 +12,7 @@ MCP server (``get_status``, a note on stale answers) ask it.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from indexer.extract.discover import wanted_language
 from indexer.extract.pipeline import content_hash
+from indexer.paths import is_utf8, printable
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 
@@ -41,7 +43,9 @@ class Freshness:
     def describe(self) -> str:
         if self.problem:
             return self.problem
-        shown = ", ".join(self.stale[:SHOWN]) + (" ..." if len(self.stale) > SHOWN else "")
+        shown = ", ".join(printable(path) for path in self.stale[:SHOWN]) + (
+            " ..." if len(self.stale) > SHOWN else ""
+        )
         return f"{len(self.stale)} changed files differ from the index ({shown})"
 
 
@@ -131,9 +135,17 @@ def check_freshness(
     paths.update(_written_since(workspace.source, built_at, all_rows, last_check))
     rows = {path: (sha, error) for path, sha, error in all_rows if path in paths}
     for path in sorted(paths):
+        if not is_utf8(path):
+            continue  # never indexed: the build lists it among the tree's problems
         full = workspace.source / path
         indexed = wanted_language(path, workspace.manifest) is not None
-        exists = full.is_file() and not full.is_symlink()
+        try:
+            exists = stat.S_ISREG(os.lstat(full).st_mode)  # a file, not a link to one
+        except (FileNotFoundError, NotADirectoryError):
+            exists = False
+        except OSError:  # cannot even be looked at (an unreadable directory)
+            freshness.stale.append(path)
+            continue
         if path in rows and not (exists and indexed):
             freshness.stale.append(path)  # gone from the tree, still in the index
         elif exists and indexed:

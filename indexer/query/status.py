@@ -50,6 +50,7 @@ def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
         ).fetchone()[0],
         "worst_parse_errors": parse_errors,
         "file_problems": unreadable,
+        "tree_problems": index.meta_json("tree_problems", []),
         "counts": counts,
         "link_stats": index.meta_json("link_stats", {}),
         "timings": index.meta_json("timings", {}),

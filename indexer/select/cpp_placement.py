@@ -17,7 +17,8 @@ from indexer.select.placed import (
     FUNCTION_KINDS,
     MEMBERS_SHOWN,
     FilePlacement,
-    innermost,
+    innermost_each,
+    lines_within,
     new_span,
 )
 from indexer.select.tokens import cpp_tree
@@ -40,6 +41,21 @@ def _balanced(tokens: list, start: int, count: int) -> bool:
         if depth < 0:
             return False
     return depth == 0
+
+
+class _Unparsed:
+    """Whether a definition's span holds a line tree-sitter could not parse, asked once
+    per definition (a changed file's lines ask it of the same few again and again)."""
+
+    def __init__(self, broken: set[int]) -> None:
+        self.lines = sorted(broken)
+        self.known: dict[tuple[int, int], bool] = {}
+
+    def within(self, node) -> bool:
+        span = (node.line, node.end_line)
+        if span not in self.known:
+            self.known[span] = bool(lines_within(self.lines, *span))
+        return self.known[span]
 
 
 class CppPlacement:
@@ -67,16 +83,16 @@ class CppPlacement:
             functions = [node for node in new_nodes if node.kind in FUNCTION_KINDS]
             tree = cpp_tree(new)
             broken = error_lines(tree, new)
-            registered_at: dict[int, list[tuple[Node, int, str]]] = {}
+            holder = innermost_each(functions, new_lines)
+            registered_at = self._registered_at(
+                path, new_nodes, [line for line in new_lines if holder[line] is not None]
+            )
+            unparsed = _Unparsed(broken)
             for line in new_lines:
-                function = innermost(functions, line)
-                if line in broken or (
-                    function is not None
-                    and broken.intersection(range(function.line, function.end_line + 1))
-                ):
+                function = holder[line]
+                if line in broken or (function is not None and unparsed.within(function)):
                     file_wide.append(f"line {line} is in code tree-sitter cannot fully parse")
-                registered = self._registered_at(path, new_nodes, line) if function else []
-                registered_at[line] = registered
+                registered = registered_at.get(line, [])
                 for node, at, reason in registered:
                     self._add(result, [node], path, at, reason)
                 if function is not None and not registered:
@@ -97,12 +113,12 @@ class CppPlacement:
             if old_file.error:
                 file_wide.append(f"the base version could not be extracted ({old_file.error})")
             functions = [fact for fact in old_file.nodes[1:] if fact.kind in FUNCTION_KINDS]
+            holder = innermost_each(functions, old_lines)
+            unparsed = _Unparsed(broken)
             outside_old: set[int] = set()
             for line in old_lines:
-                fact = innermost(functions, line)
-                if line in broken or (
-                    fact is not None and broken.intersection(range(fact.line, fact.end_line + 1))
-                ):
+                fact = holder[line]
+                if line in broken or (fact is not None and unparsed.within(fact)):
                     file_wide.append(f"base line {line} is in code tree-sitter cannot fully parse")
                 if fact is not None:
                     self._map_old(change, fact, line, result, "deleted or replaced line")
@@ -110,9 +126,10 @@ class CppPlacement:
                     outside_old.add(line)
             if outside_old:
                 scope.merge(outside_scope(old_tree, outside_old))
+                outside = sorted(outside_old)
                 for fact in old_file.nodes[1:]:
-                    if fact.kind not in FUNCTION_KINDS and any(
-                        fact.line <= line <= fact.end_line for line in outside_old
+                    if fact.kind not in FUNCTION_KINDS and lines_within(
+                        outside, fact.line, fact.end_line
                     ):
                         self._map_old(change, fact, fact.line, result, "changed definition")
         if (
@@ -134,14 +151,24 @@ class CppPlacement:
         self._mentions(path, new, scope.names, first, new_nodes, result)
 
     def _registered_at(
-        self, path: str, nodes: list[Node], line: int
-    ) -> list[tuple[Node, int, str]]:
-        """A line of a registration block (``TORCH_LIBRARY(_C, ops) { ops.def(...); }``
-        parses as a function) that defines an op or binding, or makes its registration
-        edge, is that op or binding: the block runs the line to register it alone."""
-        return [
-            made for made in self._made_at(path, nodes, {line}) if made[0].kind in REGISTERED_KINDS
-        ]
+        self, path: str, nodes: list[Node], lines: list[int]
+    ) -> dict[int, list[tuple[Node, int, str]]]:
+        """For each of ``lines``: a line of a registration block (``TORCH_LIBRARY(_C, ops)
+        { ops.def(...); }`` parses as a function) that defines an op or binding, or makes
+        its registration edge, is that op or binding: the block runs the line to register
+        it alone. Lines that register nothing are left out."""
+        found: dict[int, list[tuple[Node, int, str]]] = {}
+        ordered = sorted(lines)
+        for node in nodes:
+            if node.kind in REGISTERED_KINDS:
+                for line in lines_within(ordered, node.line, node.end_line):
+                    found.setdefault(line, []).append(
+                        (node, line, f"changed line {line} defines it")
+                    )
+        for node, line, reason in self._edges_made_at(path, ordered):
+            if node.kind in REGISTERED_KINDS:
+                found.setdefault(line, []).append((node, line, reason))
+        return found
 
     def _outside_kept_bodies(
         self,
@@ -222,28 +249,31 @@ class CppPlacement:
         """(node, line, why) for what the lines define other than functions, and for the
         non-function users of the edges they evidence."""
         made = []
+        ordered = sorted(lines)
         for node in nodes:
             if node.kind in FUNCTION_KINDS or node.kind == "file":
                 continue
-            hit = [line for line in lines if node.line <= line <= node.end_line]
+            hit = lines_within(ordered, node.line, node.end_line)
             if hit:
                 made.append((node, hit[0], f"changed line {hit[0]} defines it"))
+        return made + self._edges_made_at(path, ordered)
+
+    def _edges_made_at(self, path: str, lines: list[int]) -> list[tuple[Node, int, str]]:
+        """(node, line, why) for the non-function sources of the edges made at ``lines``."""
+        made = []
         file_id = self.files[path][0]
-        ordered = sorted(lines)
-        for start in range(0, len(ordered), 900):
-            batch = ordered[start : start + 900]
+        for start in range(0, len(lines), 900):
+            batch = lines[start : start + 900]
             rows = self.index.conn.execute(
                 "SELECT DISTINCT e.src_id, e.line, e.kind FROM edges e"
                 f" WHERE e.file_id = ? AND e.line IN ({','.join('?' * len(batch))})",
                 [file_id, *batch],
             ).fetchall()
-            srcs = self.index.nodes(row[0] for row in rows)
-            line_of = {row[0]: (row[1], row[2]) for row in rows}
-            for node in srcs:
-                if node.kind == "file":
-                    continue
-                line, kind = line_of[node.id]
-                made.append((node, line, f"its {kind} edge is made at changed line {line}"))
+            srcs = {node.id: node for node in self.index.nodes(row[0] for row in rows)}
+            for src, line, kind in sorted(rows, key=lambda row: (row[1], row[0], row[2])):
+                node = srcs.get(src)
+                if node is not None and node.kind != "file":
+                    made.append((node, line, f"its {kind} edge is made at changed line {line}"))
         return made
 
     def _mentions(

@@ -3,11 +3,13 @@ the MCP ``affected`` tool: diff -> placement -> impact -> granularity -> Selecti
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
-from indexer.errors import IndexMissingError
+from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.extract.discover import is_test_file
+from indexer.paths import printable
 from indexer.query.index import Index
 from indexer.select.diff import Diff, read_diff
 from indexer.select.fallback import apply_fallbacks
@@ -44,11 +46,19 @@ def _index_info(workspace: Workspace, index: Index | None) -> dict:
     return info
 
 
-def _open(workspace: Workspace) -> Index | None:
+def _open(workspace: Workspace) -> tuple[Index | None, str | None]:
+    """The index, or None and why there is none usable. A damaged index is no index: the
+    selection runs everything saying so, as without one (docs/reliability.md)."""
+    rebuild = f"run 'torchtalk index build --source {workspace.source}'"
     try:
-        return Index(workspace.db_path)
+        return Index(workspace.db_path), None
     except IndexMissingError:
-        return None
+        return None, (
+            f"no index of {workspace.source} ({workspace.harness}) at {workspace.db_path}: "
+            f"{rebuild}"
+        )
+    except TorchTalkError as exc:
+        return None, f"the index cannot be used ({exc}): {rebuild}"
 
 
 def select_tests(
@@ -61,21 +71,13 @@ def select_tests(
     started = time.perf_counter()
     diff = read_diff(workspace.source, base)
     timings = {"diff_s": time.perf_counter() - started}
-    index = _open(workspace)
+    index, unusable = _open(workspace)
     selection = Selection(
         str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, index)
     )
     selection.timings = timings
     if index is None:
-        for change in diff.files:
-            category, _ = categorize(change.path, workspace.manifest)
-            selection.changed_files.append(
-                ChangedFile(change.path, change.old_path, change.status, category)
-            )
-        selection.everything.append(
-            f"no index of {workspace.source} ({workspace.harness}) at {workspace.db_path}: "
-            f"run 'torchtalk index build --source {workspace.source}'"
-        )
+        _without_index(workspace, diff, selection, str(unusable))
         return selection
     try:
         index = _ensure_fresh(workspace, index, diff, selection, update)
@@ -83,10 +85,31 @@ def select_tests(
         selection.test_files_total = len(tests)
         if not selection.everything:
             _select(workspace, index, diff, selection, tests)
+    except (sqlite3.DatabaseError, TorchTalkError) as exc:  # damaged past its header
+        if isinstance(exc, UsageError):
+            raise
+        selection = Selection(
+            str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, None)
+        )
+        selection.timings = timings
+        _without_index(workspace, diff, selection, f"the index cannot be used ({exc})")
+        return selection
     finally:
         index.close()
     timings["total_s"] = time.perf_counter() - started
     return selection
+
+
+def _without_index(workspace: Workspace, diff: Diff, selection: Selection, why: str) -> None:
+    """Everything runs, for ``why``; the changed files are still listed."""
+    for change in diff.files:
+        category, _ = categorize(change.path, workspace.manifest)
+        old = printable(change.old_path) if change.old_path else None
+        selection.changed_files.append(
+            ChangedFile(printable(change.path), old, change.status, category)
+        )
+    selection.index["problem"] = why
+    selection.everything.append(why)
 
 
 def _ensure_fresh(
@@ -142,6 +165,11 @@ def _select(
             selection.everything.append(placed.everything)
         for path, why in placed.test_files.items():
             direct.setdefault(path, why)
+    if diff.files:
+        for path, problem in unindexed_tests(index, manifest):
+            direct.setdefault(
+                path, f"{path} could not be indexed ({problem}): what it tests is unknown"
+            )
     selection.timings["placement_s"] = time.perf_counter() - phase
     if selection.everything:
         return
@@ -198,6 +226,18 @@ def _apply_record(
     selection.files = dict(sorted(selection.files.items()))
 
 
+def unindexed_tests(index: Index, manifest) -> list[tuple[str, str]]:
+    """(path, problem) of the test files the build found but could not index (a name
+    that is not UTF-8): what they reach is unknown, so a selection keeps them."""
+    return [
+        (problem["path"], problem["problem"])
+        for problem in index.meta_json("tree_problems", [])
+        if isinstance(problem, dict)
+        and problem.get("kind") == "file"
+        and is_test_file(str(problem.get("path", "")), manifest)
+    ]
+
+
 def _starts(entities: list[Entity], positions: list[int] | None = None) -> dict[int, int]:
     """node id -> position of the first entity holding it (of ``positions``, else all)."""
     starts: dict[int, int] = {}
@@ -229,7 +269,8 @@ def _collect(
         if file_id in tests:
             by_file.setdefault(tests[file_id], []).append(node_id)
     cuda_only = bool(selection.entities) and all(e.cuda for e in selection.entities)
-    for path, reason in direct.items():
+    for raw, reason in direct.items():
+        path = printable(raw)  # a name that is not UTF-8 is keyed as reports show it
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(Reason(path, f"{path}:1", note=reason))
     # Each file's nearest reached node, and the nodes of all their chains read at once

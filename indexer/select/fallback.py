@@ -16,14 +16,16 @@ naming the entity.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
 from indexer.query.index import Index, Node
-from indexer.select.impact import ImpactWalker
+from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Selection
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
-from indexer.select.reach import FileQuota, Reach
+from indexer.select.reach import FileQuota, Known, Reach
 
 PYTHON_DEFS = frozenset(
     {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
@@ -32,70 +34,224 @@ CPP_KINDS = FUNCTION_KINDS | {NodeKind.CPP_CLASS.value, NodeKind.DISPATCH_STUB.v
 WIDENED = "widened: "  # reason prefix of the entities this module adds
 
 
-def _reaches_tests(walker: ImpactWalker, entity: Entity, position: int, tests: set[int]) -> bool:
+def known_from(reach: Reach, tests: set[int]) -> Known:
+    """The nodes of ``reach`` on a chain from a start to a test: they reach one."""
+    known = Known()
+    for node_id, file_id in reach.file_id.items():
+        if file_id in tests:
+            _mark_chain(reach, node_id, known)
+    return known
+
+
+def _mark_chain(reach: Reach, node_id: int, known: Known) -> None:
+    """Mark the nodes of the chain ending at ``node_id`` (a test, or a node known to
+    reach one) as reaching a test; each chain is walked back only to a marked node."""
+    current: int | None = node_id
+    while current is not None:
+        if reach.kind.get(current) not in STATEFUL:
+            known.reaches.add(current)
+        step = reach.steps.get(current)
+        current = step.prev if step is not None else None
+        if current in known.reaches:
+            break
+
+
+def _reaches_tests(
+    walker: ImpactWalker, entity: Entity, position: int, tests: set[int], known: Known
+) -> bool:
     """Whether any test reaches ``entity``. The shared walk credits each node to the first
     entity that reached it, so an entity whose closure overlaps an earlier one's is asked
-    again on its own (stopping at the first test)."""
+    again on its own (stopping at the first test, or at a node ``known`` to reach one).
+    What the walk finds is added to ``known`` for the next entity."""
     if not entity.node_ids:
         return False
-    alone = walker.walk(dict.fromkeys(entity.node_ids, position), quota=FileQuota(tests, 1))
-    return any(file_id in tests for file_id in alone.file_id.values())
+    if any(node_id in known.reaches for node_id in entity.node_ids):
+        return True
+    if all(node_id in known.reaches_none for node_id in entity.node_ids):
+        return False
+    alone = walker.walk(
+        dict.fromkeys(entity.node_ids, position), quota=FileQuota(tests, 1), known=known
+    )
+    for node_id, file_id in alone.file_id.items():
+        if file_id in tests or node_id in known.reaches:
+            _mark_chain(alone, node_id, known)
+            return True
+    known.reaches_none.update(n for n, kind in alone.kind.items() if kind not in STATEFUL)
+    return False
 
 
-def _cpp_users(index: Index, placer: Placer, nodes: list[Node]) -> list[int]:
-    own = {node.id for node in nodes}
-    users: set[int] = set()
-    names = {node.name for node in nodes if node.kind in FUNCTION_KINDS}
-    for name in sorted(names):
-        users.update(
-            src
-            for (src,) in index.conn.execute(
-                "SELECT DISTINCT r.src_id FROM refs r WHERE r.target_key = ? AND r.scheme = 'cpp'"
-                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
-                (name,),
-            )
-        )
-    files = {node.path for node in nodes}
-    for path in list(files):
+@dataclass
+class _Widening:
+    """The widened entities that stand for some unreached ones; each unreached entity
+    counts as reached when one of the widened entities covering it reaches a test."""
+
+    entities: list[Entity] = field(default_factory=list)
+    covers: list[list[int]] = field(default_factory=list)  # per entity: positions it covers
+    # What a covered entity's "run everything" names when its widening reaches no test.
+    named: dict[int, str] = field(default_factory=dict)
+
+    def add(self, entity: Entity, positions: list[int], named: dict[int, str]) -> None:
+        self.entities.append(entity)
+        self.covers.append(positions)
+        for position, label in named.items():
+            self.named.setdefault(position, label)
+
+
+def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
+    """Per function name: the sources of the unresolved C++ calls naming it."""
+    users: dict[str, set[int]] = {}
+    ordered = sorted(names)
+    for start in range(0, len(ordered), 900):
+        batch = ordered[start : start + 900]
+        for name, src in index.conn.execute(
+            "SELECT DISTINCT r.target_key, r.src_id FROM refs r"
+            f" WHERE r.target_key IN ({','.join('?' * len(batch))}) AND r.scheme = 'cpp'"
+            " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+            batch,
+        ):
+            users.setdefault(name, set()).add(src)
+    return users
+
+
+def _function_names(nodes: list[Node]) -> set[str]:
+    return {node.name for node in nodes if node.kind in FUNCTION_KINDS}
+
+
+def _file_users(placer: Placer, paths: set[str]) -> set[int]:
+    """The definitions of ``paths`` and, for a header, of the files including it."""
+    files = set(paths)
+    for path in paths:
         if is_header(path):
             files |= placer._includers(path)
-    users.update(placer._ids_in_files(files))
-    users -= own
-    return [node.id for node in index.nodes(users) if node.kind != NodeKind.FILE.value]
+    return set(placer._ids_in_files(files))
 
 
-def _widen(index: Index, placer: Placer, entity: Entity) -> Entity | None:
-    nodes = index.nodes(entity.node_ids)
-    if not nodes:
-        return None
-    if all(node.kind in PYTHON_DEFS for node in nodes):
-        modules = [m for path in sorted({n.path for n in nodes}) for m in placer._modules(path)]
-        if not modules:
-            return None
-        return Entity(
-            f"module of {entity.label}",
-            "group" if len(modules) > 1 else modules[0].kind,
-            entity.evidence,
-            f"{WIDENED}no test names {entity.label}: its module and that module's importers",
-            [m.id for m in modules],
-            entity.cuda,
-            [m.qualname for m in modules[:MEMBERS_SHOWN]],
-        )
-    if all(node.kind in CPP_KINDS for node in nodes):
-        users = _cpp_users(index, placer, nodes)
-        if not users:
-            return None
-        return Entity(
-            f"possible users of {entity.label}",
+def _definitions(index: Index, ids: set[int]) -> list[int]:
+    return [node.id for node in index.nodes(sorted(ids)) if node.kind != NodeKind.FILE.value]
+
+
+def _cpp_group(
+    index: Index, placer: Placer, group: list[tuple[int, Entity, list[Node]]], widening: _Widening
+) -> None:
+    """Widen the unreached C++ entities of one file (or set of files) to their possible
+    users: the unresolved calls naming each, and the other definitions of the file (or
+    of the files including it), read once for the whole group."""
+    paths = {node.path for _, _, nodes in group for node in nodes}
+    own_all = {node.id for _, _, nodes in group for node in nodes}
+    shared = _file_users(placer, paths)
+    by_name = _named_users(
+        index, {name for _, _, nodes in group for name in _function_names(nodes)}
+    )
+
+    def named_by(nodes: list[Node]) -> set[int]:
+        return {src for name in _function_names(nodes) for src in by_name.get(name, ())}
+
+    if len(group) == 1:
+        position, entity, nodes = group[0]
+        users = _definitions(index, (named_by(nodes) | shared) - own_all)
+        if users:
+            wider = _possible_users(index, entity, users)
+            widening.add(wider, [position], {position: wider.label})
+        return
+    # Apart from what it names, each entity's possible users are the same definitions;
+    # the group's own are left out of them: their walks met no test already.
+    common = _definitions(index, shared - own_all)
+    if common:
+        where = ", ".join(sorted(paths)[:3])
+        label = f"possible users of {len(group)} changed definitions in {where}"
+        entity = Entity(
+            label,
             "group",
-            entity.evidence,
-            f"{WIDENED}no resolved call reaches {entity.label} from a test: the calls naming "
-            "it, and the other definitions of its file (or of the files including it)",
-            users,
-            entity.cuda,
-            [n.qualname for n in index.nodes(users[:MEMBERS_SHOWN])],
+            group[0][1].evidence,
+            f"{WIDENED}no resolved call reaches them from a test: the other definitions of "
+            "their file (or of the files including it)",
+            common,
+            any(e.cuda for _, e, _ in group),
+            [n.qualname for n in index.nodes(common[:MEMBERS_SHOWN])],
         )
-    return None
+        named = {position: f"possible users of {e.label}" for position, e, _ in group}
+        widening.add(entity, list(named), named)
+    for position, entity, nodes in group:
+        callers = named_by(nodes) - {node.id for node in nodes}
+        named = _definitions(index, callers) if callers else []
+        if named:
+            wider = _possible_users(index, entity, named, "the calls naming it")
+            widening.add(wider, [position], {position: wider.label})
+
+
+ALL_USERS = (
+    "the calls naming it, and the other definitions of its file (or of the files including it)"
+)
+
+
+def _possible_users(
+    index: Index, entity: Entity, users: list[int], what: str = ALL_USERS
+) -> Entity:
+    return Entity(
+        f"possible users of {entity.label}",
+        "group",
+        entity.evidence,
+        f"{WIDENED}no resolved call reaches {entity.label} from a test: {what}",
+        users,
+        entity.cuda,
+        [n.qualname for n in index.nodes(users[:MEMBERS_SHOWN])],
+    )
+
+
+def _python_group(
+    placer: Placer, paths: tuple[str, ...], group: list[tuple[int, Entity]], widening: _Widening
+) -> None:
+    """Widen unreached Python definitions of the same files to those files' modules."""
+    modules = [m for path in paths for m in placer._modules(path)]
+    if not modules:
+        return
+    single = len(group) == 1
+    label = f"module of {group[0][1].label}" if single else f"modules of {', '.join(paths[:3])}"
+    reason = group[0][1].label if single else f"{len(group)} changed definitions"
+    widening.add(
+        Entity(
+            label,
+            "group" if len(modules) > 1 else modules[0].kind,
+            group[0][1].evidence,
+            f"{WIDENED}no test names {reason}: its module and that module's importers",
+            [m.id for m in modules],
+            any(e.cuda for _, e in group),
+            [m.qualname for m in modules[:MEMBERS_SHOWN]],
+        ),
+        [position for position, _ in group],
+        {position: f"module of {entity.label}" for position, entity in group},
+    )
+
+
+def _widen(index: Index, placer: Placer, unreached: list[tuple[int, Entity]]) -> _Widening:
+    """The widened entities of every unreached entity, grouped by file: one read of a
+    file's definitions for all its entities (a new file of N functions: N entities)."""
+    widening = _Widening()
+    nodes_of = {node.id: node for node in index.nodes(n for _, e in unreached for n in e.node_ids)}
+    python: dict[tuple[str, ...], list[tuple[int, Entity]]] = {}
+    cpp: dict[tuple[str, ...], list[tuple[int, Entity, list[Node]]]] = {}
+    for position, entity in unreached:
+        nodes = [nodes_of[n] for n in entity.node_ids if n in nodes_of]
+        if not nodes or entity.reason.startswith(WIDENED):
+            continue
+        paths = tuple(sorted({node.path for node in nodes}))
+        if all(node.kind in PYTHON_DEFS for node in nodes):
+            python.setdefault(paths, []).append((position, entity))
+        elif all(node.kind in CPP_KINDS for node in nodes):
+            cpp.setdefault(paths, []).append((position, entity, nodes))
+    for paths, group in python.items():
+        _python_group(placer, paths, group, widening)
+    for group in cpp.values():
+        _cpp_group(index, placer, group, widening)
+    return widening
+
+
+def _everything(selection: Selection, label: str, entity: Entity) -> None:
+    selection.everything.append(
+        f"nothing in the index reaches {label} (changed at {entity.evidence}): "
+        "its users are invisible to the index (generated code, function pointers, "
+        "dynamic lookup), so any test may reach it"
+    )
 
 
 def apply_fallbacks(
@@ -106,28 +262,41 @@ def apply_fallbacks(
     selection: Selection,
     tests: set[int],
 ) -> None:
+    """Widen each entity no test reaches, once; run everything for one whose widened
+    set reaches no test either. The walks share what they learn (:class:`Known`), so
+    the cost grows with the nodes walked, not with entities times nodes."""
     credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
-    decided: set[int] = set()
-    while True:
-        added: list[Entity] = []
-        for position, entity in enumerate(selection.entities):
-            if position in credited or position in decided:
-                continue
-            decided.add(position)
-            if not entity.node_ids or _reaches_tests(walker, entity, position, tests):
-                continue
-            wider = None if entity.reason.startswith(WIDENED) else _widen(index, placer, entity)
-            if wider is not None:
-                added.append(wider)
-                continue
-            selection.everything.append(
-                f"nothing in the index reaches {entity.label} (changed at {entity.evidence}): "
-                "its users are invisible to the index (generated code, function pointers, "
-                "dynamic lookup), so any test may reach it"
-            )
-        if not added:
-            return
-        first = len(selection.entities)
-        selection.entities += added
-        walked = walker.walk({n: first + i for i, e in enumerate(added) for n in e.node_ids})
-        credited |= {reach.origin[n] for n in reach.merge(walked) if reach.file_id[n] in tests}
+    asked = [
+        (position, entity)
+        for position, entity in enumerate(selection.entities)
+        if position not in credited and entity.node_ids
+    ]
+    if not asked:
+        return
+    known = known_from(reach, tests)  # only now: a central change's walk is large
+    unreached = [
+        (position, entity)
+        for position, entity in asked
+        if not _reaches_tests(walker, entity, position, tests, known)
+    ]
+    if not unreached:
+        return
+    widening = _widen(index, placer, unreached)
+    first = len(selection.entities)
+    selection.entities += widening.entities
+    walked = walker.walk(
+        {n: first + i for i, e in enumerate(widening.entities) for n in e.node_ids}
+    )
+    added = reach.merge(walked)
+    credited |= {reach.origin[n] for n in added if reach.file_id[n] in tests}
+    covered: set[int] = set()
+    for offset, positions in enumerate(widening.covers):
+        position = first + offset
+        if covered.issuperset(positions):
+            continue
+        wider = selection.entities[position]
+        if position in credited or _reaches_tests(walker, wider, position, tests, known):
+            covered.update(positions)
+    for position, entity in unreached:
+        if position not in covered:
+            _everything(selection, widening.named.get(position, entity.label), entity)

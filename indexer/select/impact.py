@@ -47,7 +47,7 @@ from indexer.select.bridges import Bridges, Found, Step, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
 from indexer.select.module_scope import ModuleStatements, StatementUse
-from indexer.select.reach import FileQuota, Reach
+from indexer.select.reach import FileQuota, Known, Reach
 from indexer.select.witness import Witnesses
 
 REVERSE_KINDS = (
@@ -315,16 +315,18 @@ class ImpactWalker(Bridges, EdgeRows):
         starts: dict[int, int],
         quota: FileQuota | None = None,
         max_depth: int | None = None,
+        known: Known | None = None,
     ) -> Reach:
         """Everything that reaches the ``starts`` (node id -> entity index).
 
         ``quota`` stops the walk as soon as the reached nodes (starts included) lie in
         that many of its files; ``max_depth`` caps the hops (None: no cap, as selection
-        walks).
+        walks); with a quota, ``known`` nodes end the walk (``known.reaches``) or are
+        not gone on from (``known.reaches_none``): see :class:`Known`.
         """
         splice = self.splice_hub and quota is None and max_depth is None
         try:
-            return self._walk(starts, quota, max_depth, splice)
+            return self._walk(starts, quota, max_depth, splice, known=known)
         finally:
             self.save()
 
@@ -349,6 +351,7 @@ class ImpactWalker(Bridges, EdgeRows):
         splice: bool = False,
         only: frozenset[int] | None = None,
         stop_at_hub: bool = False,
+        known: Known | None = None,
     ) -> Reach:
         """The walk; ``only``: the nodes it may reach besides the starts (following a
         kept chain to the hub), None for all; ``stop_at_hub``: return once the hub is
@@ -506,6 +509,8 @@ class ImpactWalker(Bridges, EdgeRows):
             for node_id, step, kind, file_id in found:  # grows: registered ops' callers
                 if only is not None and node_id not in only:
                     continue
+                if known is not None and node_id in known.reaches_none:
+                    continue  # a walk from it met no test: nothing to find past it
                 if node_id in reach.steps:
                     if step.kind == IMPORTS and kind in MODULE_KINDS:
                         if node_id not in reach.import_live:
@@ -528,3 +533,5 @@ class ImpactWalker(Bridges, EdgeRows):
                 frontier.append(node_id)
                 if quota is not None and quota.add(file_id):
                     return reach
+                if known is not None and node_id in known.reaches:
+                    return reach  # a test is reached through it

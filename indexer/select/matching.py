@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from indexer.paths import printable
 from indexer.select.model import SelectedFile, Selection, TestScope
 
 DEVICES = ("privateuse1", "cuda", "cpu", "meta", "mps", "xpu", "lazy", "hpu", "mtia", "xla", "ipu")
@@ -69,6 +70,7 @@ class ItemMatcher:
     def verdict(self, path: str, parts: list[str]) -> Verdict:
         if self.selection.run_everything:
             return Verdict(True, "run everything")
+        path = printable(path)  # how a selection keys a name that is not UTF-8
         selected: SelectedFile | None = self.selection.files.get(path)
         if selected is None:
             return Verdict(False, "file not affected")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from indexer.graph.vocabulary import NodeKind
@@ -30,6 +33,17 @@ class FilePlacement:
     everything: str | None = None  # why this file selects every test
     notes: list[str] = field(default_factory=list)
     mapped: set[tuple] = field(default_factory=set)  # base definitions already placed
+    _placed: set[int] = field(default_factory=set, repr=False)
+    _placed_upto: int = field(default=0, repr=False)
+
+    def placed_ids(self) -> set[int]:
+        """The node ids of the entities so far. Entities are only ever appended, so the
+        set is extended with the new ones rather than rebuilt: placing a file of N
+        definitions stays linear."""
+        for entity in self.entities[self._placed_upto :]:
+            self._placed.update(entity.node_ids)
+        self._placed_upto = len(self.entities)
+        return self._placed
 
 
 def innermost(nodes: list, line: int):
@@ -40,6 +54,34 @@ def innermost(nodes: list, line: int):
         ):
             best = node
     return best
+
+
+def innermost_each(nodes: Iterable, lines: Iterable[int]) -> dict[int, object]:
+    """``innermost(nodes, line)`` for every line at once, in one sweep: O((N + L) log N)
+    where a lookup per line costs O(N) (a new file of N functions changes N lines)."""
+    ordered = sorted(enumerate(nodes), key=lambda item: item[1].line)
+    found: dict[int, object] = {}
+    open_spans: list[tuple[int, int, object]] = []  # (end_line, list position, node): a heap
+    next_start = 0
+    for line in sorted(set(lines)):
+        while next_start < len(ordered) and ordered[next_start][1].line <= line:
+            position, node = ordered[next_start]
+            heapq.heappush(open_spans, (node.end_line, position, node))
+            next_start += 1
+        while open_spans and open_spans[0][0] < line:
+            heapq.heappop(open_spans)
+        # Every span left holds the line; as many as nest there (a handful). The
+        # shortest wins, the earliest listed among equals, as in ``innermost``.
+        best = min(
+            open_spans, key=lambda span: (span[2].end_line - span[2].line, span[1]), default=None
+        )
+        found[line] = best[2] if best is not None else None
+    return found
+
+
+def lines_within(lines: Sequence[int], first: int, last: int) -> Sequence[int]:
+    """The lines of sorted ``lines`` in [first, last]."""
+    return lines[bisect_left(lines, first) : bisect_right(lines, last)]
 
 
 def new_span(hunk) -> tuple[int, int]:

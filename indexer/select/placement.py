@@ -15,7 +15,7 @@ from indexer.extract.discover import is_test_file, wanted_language
 from indexer.graph.facts import NodeFact
 from indexer.graph.vocabulary import NodeKind
 from indexer.harness import Manifest
-from indexer.paths import language_of, matches_any
+from indexer.paths import is_utf8, language_of, matches_any, printable
 from indexer.query.index import Index, Node
 from indexer.select.cpp_placement import CppPlacement
 from indexer.select.diff import Diff, FileChange, Hunk
@@ -29,7 +29,13 @@ from indexer.select.placed import (
     FilePlacement,
 )
 from indexer.select.python_placement import PythonPlacement
-from indexer.select.tokens import Untokenizable, hunk_changes_code, hunk_spans, tokens_for
+from indexer.select.tokens import (
+    Untokenizable,
+    cpp_tree,
+    hunk_changes_code,
+    hunk_spans,
+    tokens_for,
+)
 
 __all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
 
@@ -92,6 +98,13 @@ def _plainly_code(old: bytes | None, new: bytes | None, hunks: list[Hunk]) -> bo
     return True
 
 
+def _new_file_with_code(old: bytes | None, new: bytes | None, hunks: list[Hunk]) -> bool:
+    """A new C++ file in one hunk that holds code: a top-level node not a comment."""
+    if old is not None or new is None or len(hunks) != 1:
+        return False
+    return any(child.type != "comment" for child in cpp_tree(new).root_node.children)
+
+
 def _yaml_code_line(line: bytes) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith(b"#")
@@ -128,7 +141,9 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         categories = [categorize(path, self.manifest) for path in change.paths]
         category, detail = max(categories, key=lambda item: _RANK.get(item[0], 0))
         result = FilePlacement(ChangedFile(change.path, change.old_path, change.status, category))
-        if category == "run-everything":
+        if not all(is_utf8(path) for path in change.paths):
+            self._place_undecodable(change, category, result)
+        elif category == "run-everything":
             result.everything = f"{change.path} {detail}"
         elif category == "never-affects":
             result.changed.note = detail
@@ -140,6 +155,22 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         else:
             self._place_code(change, category, result)
         return result
+
+    def _place_undecodable(self, change: FileChange, category: str, result: FilePlacement) -> None:
+        """A path that is not UTF-8 is in no index (the build lists it as a problem): a
+        test file of that name runs; any other such change may affect any test."""
+        shown = printable(change.path)
+        result.changed.path = shown
+        result.changed.old_path = printable(change.old_path) if change.old_path else None
+        if category == "test" and change.exists_after:
+            result.test_files[change.path] = f"{shown} changed ({change.status})"
+        elif category == "test":
+            result.changed.note = "test file deleted: nothing left to run in it"
+        else:
+            result.everything = (
+                f"{shown} changed and is not in the index (its name is not valid UTF-8): "
+                "it may affect any test"
+            )
 
     def _place_test(self, change: FileChange, result: FilePlacement) -> None:
         if change.exists_after:
@@ -220,6 +251,8 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
             return [hunk for hunk in hunks if yaml_code(hunk)]
         if language == "python" and _plainly_code(old, new, hunks):
             return hunks  # no tokens needed (tokenizing a big module costs ~0.25 s a side)
+        if language in ("cpp", "cuda") and _new_file_with_code(old, new, hunks):
+            return hunks  # tokenizing a generated 3 MB file costs ~8 s, for the same answer
         try:
             # Only what overlaps the hunks is ever asked of the tokens.
             old_spans, new_spans = hunk_spans(hunks, "old"), hunk_spans(hunks, "new")
@@ -244,7 +277,7 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         return entity
 
     def _add(self, result: FilePlacement, nodes: list[Node], path: str, line: int, reason: str):
-        known = {node_id for entity in result.entities for node_id in entity.node_ids}
+        known = result.placed_ids()
         fresh = [node for node in nodes if node.id not in known]
         if fresh:
             result.entities.append(self._entity(fresh, path, line, reason))
@@ -266,7 +299,7 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         if found:
             self._add(result, found, path, found[0].line, f"{what} at base {old_where}")
             return
-        known = {node_id for entity in result.entities for node_id in entity.node_ids}
+        known = result.placed_ids()
         named_by = [node for node in self.oldside.users_of(fact.name) if node.kind != "file"]
         users = [node for node in named_by if node.id not in known]
         if users:

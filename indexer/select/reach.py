@@ -124,6 +124,19 @@ class FileQuota:
         return len(self.reached) >= self.count
 
 
+@dataclass
+class Known:
+    """What a selection's walks have established about nodes, for later walks that ask
+    whether a test is reached (``indexer.select.fallback``): ``reaches`` lead to a test
+    (a walk's chain to one ran through them), ``reaches_none`` lead to none (a whole walk
+    from them met no test). A walk given it stops at a node of ``reaches`` and does not
+    go on from one of ``reaches_none``, so asking of N entities whose users overlap (a
+    new file of N functions calling each other) costs one walk, not N."""
+
+    reaches: set[int] = field(default_factory=set)
+    reaches_none: set[int] = field(default_factory=set)
+
+
 class Overlay(MutableMapping):
     """A walk's own dict laid over rows of another walk it takes whole, whose values are
     made only when asked (``indexer.select.hub``: ~80,000 rows, of which a selection

@@ -8,6 +8,9 @@ everything, saying why.
 
 from __future__ import annotations
 
+import sqlite3
+
+from indexer.errors import TorchTalkError
 from indexer.query.freshness import Freshness
 from indexer.query.freshness import check_freshness as check_tree
 from indexer.query.index import Index
@@ -30,5 +33,8 @@ def try_update(workspace: Workspace) -> tuple[bool, str]:
     reason = full_build_reason(workspace, workspace.db_path)
     if reason is not None:
         return False, f"an update would need a full rebuild ({reason})"
-    result = update_index(workspace, show_progress=False)
+    try:
+        result = update_index(workspace, show_progress=False)
+    except (TorchTalkError, OSError, sqlite3.Error) as exc:
+        return False, f"updating it failed ({exc})"
     return True, f"updated incrementally ({getattr(result, 'reextracted', '?')} files re-extracted)"

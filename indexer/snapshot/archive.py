@@ -23,6 +23,8 @@ import time
 import zlib
 from pathlib import Path
 
+from indexer import durable
+from indexer.errors import UsageError
 from indexer.snapshot.blockgzip import BlockGzipError, BlockGzipReader, BlockGzipWriter
 from indexer.snapshot.names import validate_name
 from indexer.snapshot.store import (
@@ -45,12 +47,37 @@ from indexer.store.db import SCHEMA_VERSION, connect_readonly, read_meta
 SUMS_FILE = "SHA256SUMS"
 MEMBERS = (SUMS_FILE, META_FILE, DB_FILE, RECORD_FILE)
 REQUIRED = (SUMS_FILE, META_FILE, DB_FILE)  # the record is there only when one was made
-# Upper bounds per member: a description or checksum list is tiny; an index of the
-# largest trees is a few GiB, a record of a whole suite less.
+# Upper bounds per member: a description or checksum list is tiny; the index and the
+# record are bounded by what their archive can hold (``member_limits``).
 MAX_BYTES = {
     SUMS_FILE: 64 * 1024, META_FILE: 1024 * 1024, DB_FILE: 64 * 1024**3,
     RECORD_FILE: 16 * 1024**3,
 }  # fmt: skip
+# An index compresses about 4:1 with zlib (252 MB to 62 MB for PyTorch); an archive whose
+# index would inflate more than this many times its size is a bomb (zeros inflate
+# ~1000:1), refused before a byte is written. Small archives may inflate to the floor.
+MAX_INFLATION = 20
+MIN_DB_LIMIT = 256 * 1024**2
+MAX_BYTES_ENV = "TORCHTALK_SNAPSHOT_MAX_BYTES"  # a configured maximum for the index member
+
+
+def member_limits(archive_bytes: int) -> dict[str, int]:
+    """Each member's size limit for an archive of ``archive_bytes``: the index (and the
+    record) at most MAX_INFLATION times the archive (at least MIN_DB_LIMIT), or
+    $TORCHTALK_SNAPSHOT_MAX_BYTES."""
+    configured = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if configured:
+        try:
+            db_limit = int(configured)
+        except ValueError:
+            raise UsageError(f"{MAX_BYTES_ENV}={configured!r} is not a number of bytes") from None
+        if db_limit < 1:
+            raise UsageError(f"{MAX_BYTES_ENV} must be at least 1 (got {db_limit})")
+    else:
+        db_limit = min(max(MIN_DB_LIMIT, archive_bytes * MAX_INFLATION), MAX_BYTES[DB_FILE])
+    return {**MAX_BYTES, DB_FILE: db_limit, RECORD_FILE: min(db_limit, MAX_BYTES[RECORD_FILE])}
+
+
 COMPRESS_LEVEL = 6
 _CHUNK = 1 << 20
 _SYNC_EVERY = 64 << 20
@@ -95,7 +122,17 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
     output = Path(output) if output else Path.cwd() / default_archive_name(info.name)
     if output.is_dir():
         output = output / default_archive_name(info.name)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    problem = durable.write_problem(output)
+    if problem:
+        raise SnapshotError(f"cannot write {output}: {problem}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        return _write_archive(output, sums, meta_bytes, db_path, level)
+    except OSError as exc:
+        raise SnapshotError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def _write_archive(output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, level: int) -> Path:
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     now = time.time()
     try:
@@ -111,14 +148,16 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
             if has_record:
                 with open(record_path, "rb") as record:
                     tar.addfile(_member(RECORD_FILE, record_path.stat().st_size, now), record)
-        os.replace(tmp, output)
+        with open(tmp, "rb+") as written:
+            os.fsync(written.fileno())
+        durable.replace(tmp, output)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return output
 
 
-def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str:
+def _check_member(member: tarfile.TarInfo, seen: set[str], limits: dict[str, int]) -> str:
     name = member.name
     if name.startswith("/") or re.match(r"[A-Za-z]:[\\/]", name):
         raise SnapshotError(f"archive member {name!r} has an absolute path")
@@ -136,9 +175,14 @@ def _check_member(member: tarfile.TarInfo, seen: set[str]) -> str:
         )
     if not member.isreg() or member.issparse():
         raise SnapshotError(f"archive member {name!r} is not a regular file")
-    if member.size > MAX_BYTES[clean]:
+    if member.size > limits[clean]:
         raise SnapshotError(
-            f"archive member {name!r} is oversized ({member.size} bytes > {MAX_BYTES[clean]})"
+            f"archive member {name!r} is oversized ({member.size} bytes > {limits[clean]}"
+            + (
+                f", {MAX_INFLATION} times the archive; ${MAX_BYTES_ENV} allows more)"
+                if clean == DB_FILE
+                else ")"
+            )
         )
     if clean in seen:
         raise SnapshotError(f"archive member {name!r} appears twice")
@@ -237,10 +281,11 @@ def _parse_sums(path: Path) -> dict[str, str]:
 def _unpack(archive: Path, staged: Path) -> None:
     seen: set[str] = set()
     hashes: dict[str, str] = {}
+    limits = member_limits(archive.stat().st_size)
     with open(archive, "rb") as raw, BlockGzipReader(raw) as stream:
         headers = _Headers(stream)
         while (member := headers.next()) is not None:
-            name = _check_member(member, seen)
+            name = _check_member(member, seen, limits)
             hashes[name] = _copy_hashed(stream, staged / name, member.size)
             padding = -member.size % tarfile.BLOCKSIZE
             if len(stream.read(padding)) != padding:

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from indexer import durable
 from indexer.build import build_lock
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.locations import cache_dir
@@ -70,15 +71,83 @@ class SnapshotInfo:
 
     @classmethod
     def from_json(cls, text: str, where: str) -> SnapshotInfo:
+        """Parse and check a description: every field of its type and range, so that a
+        crafted one is refused at import rather than breaking ``list`` and ``load``."""
         try:
             data = json.loads(text)
-            known = {name for name in cls.__dataclass_fields__}
-            info = cls(**{key: value for key, value in data.items() if key in known})
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             raise SnapshotError(f"{where}: not a valid snapshot description ({exc})") from None
-        if not isinstance(info.schema_version, int) or not isinstance(info.harness, str):
-            raise SnapshotError(f"{where}: not a valid snapshot description")
-        return info
+        if not isinstance(data, dict):
+            raise SnapshotError(
+                f"{where}: not a valid snapshot description (a JSON object is expected, "
+                f"not {type(data).__name__})"
+            )
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        missing = sorted(set(_REQUIRED) - set(known))
+        if missing:
+            raise SnapshotError(
+                f"{where}: not a valid snapshot description (missing {', '.join(missing)})"
+            )
+        for key, value in known.items():
+            problem = _field_problem(key, value)
+            if problem:
+                raise SnapshotError(f"{where}: not a valid snapshot description ({key} {problem})")
+        return cls(**known)
+
+
+# The description's fields: (types allowed, whether required). Ranges in _field_problem.
+_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "name": ((str,), True),
+    "harness": ((str,), True),
+    "schema_version": ((int,), True),
+    "source_fingerprint": ((str,), True),
+    "content_fingerprint": ((str, type(None)), True),
+    "git_commit": ((str, type(None)), True),
+    "git_commit_full": ((str, type(None)), True),
+    "created_at": ((str,), True),
+    "source_path": ((str,), True),
+    "index_built_at": ((str,), False),
+    "manifest": ((str,), False),
+    "counts": ((dict,), False),
+    "db_bytes": ((int,), False),
+    "format": ((int,), False),
+}
+_REQUIRED = tuple(key for key, (_, required) in _FIELDS.items() if required)
+_MAX_TEXT = 4096  # no field of a description is longer (paths, hashes, names)
+
+
+def _field_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the description's ``key``, or None."""
+    types, _ = _FIELDS[key]
+    if isinstance(value, bool) or not isinstance(value, types):
+        wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+        return f"must be {wanted}, not {type(value).__name__}"
+    if isinstance(value, str) and len(value) > _MAX_TEXT:
+        return f"is longer than {_MAX_TEXT} characters"
+    if key in ("schema_version", "format") and value < 1:
+        return "must be at least 1"
+    if key == "db_bytes" and value < 0:
+        return "must not be negative"
+    if key == "created_at" or (key == "index_built_at" and value):
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            return "must be an ISO 8601 time"
+    if key == "counts":
+        return _counts_problem(value)
+    return None
+
+
+def _counts_problem(counts: dict) -> str | None:
+    for section, value in counts.items():
+        if section in ("nodes", "edges"):
+            if not isinstance(value, dict) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value.values()
+            ):
+                return f"[{section!r}] must map kinds to counts"
+        elif section == "files" and (isinstance(value, bool) or not isinstance(value, int)):
+            return "['files'] must be a count"
+    return None
 
 
 def store_root() -> Path:
@@ -174,14 +243,14 @@ def install_dir(staged: Path, name: str, replace: bool) -> bool:
         os.replace(final, trash / "old")
         replaced = True
         try:
-            os.replace(staged, final)
+            durable.replace(staged, final)
         finally:
             shutil.rmtree(trash, ignore_errors=True)
     else:
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.is_dir():
             final.rmdir()  # an empty leftover directory
-        os.replace(staged, final)
+        durable.replace(staged, final)
     return replaced
 
 
@@ -352,7 +421,7 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                 conn.close()
             _fsync(tmp)
             _install_record(snapshot_dir(info.name) / RECORD_FILE, record_path_for(db_path))
-            os.replace(tmp, db_path)
+            durable.replace(tmp, db_path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -369,7 +438,7 @@ def _install_record(record: Path, target: Path) -> None:
     try:
         shutil.copyfile(record, tmp)
         _fsync(tmp)
-        os.replace(tmp, target)
+        durable.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from indexer import durable
 from indexer.graph.facts import FileFacts
 from indexer.store.db import (
     SCHEMA_VERSION,
@@ -57,7 +58,7 @@ class IndexWriter:
         self.conn.close()
         with open(self.tmp_path, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.replace(self.tmp_path, self.final_path)
+        durable.replace(self.tmp_path, self.final_path)
         return self.final_path
 
     def abort(self) -> None:

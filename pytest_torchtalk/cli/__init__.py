@@ -64,6 +64,10 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A file name that is not UTF-8 reaches output as surrogates: shown escaped, not a crash.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
     direct = DIRECT_COMMANDS.get(argv[0]) if argv else None
     parser = build_parser((direct,) if direct else COMMAND_MODULES)
@@ -73,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchTalkError as exc:
         print(f"torchtalk: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a path the file system refuses: unwritable, a file, full
+        print(f"torchtalk: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("torchtalk: interrupted", file=sys.stderr)
         return 130

@@ -9,9 +9,14 @@ import sys
 import time
 
 from indexer.build import build_index
+from indexer.errors import UsageError
 from indexer.query.health import shortfalls
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
+
+FORCE_HELP = (
+    "replace the index even when files it holds could not be read (an unreadable directory)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
     )
+    build.add_argument("--force", action="store_true", help=FORCE_HELP)
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     build.set_defaults(handler=run_build)
     update = actions.add_parser(
@@ -47,18 +53,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     update.add_argument(
         "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
     )
+    update.add_argument("--force", action="store_true", help=FORCE_HELP)
     update.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     update.add_argument("--json", action="store_true", help="machine-readable result")
     update.set_defaults(handler=run_update)
 
 
+def _check_jobs(args: argparse.Namespace) -> None:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
+
+
 def run_build(args: argparse.Namespace) -> int:
+    _check_jobs(args)
     workspace = Workspace.resolve(args.source, args.harness)
     result = build_index(
         workspace,
         jobs=args.jobs,
         wait=not args.no_wait,
         show_progress=False if args.quiet else None,
+        force=args.force,
     )
     nodes = sum(result.counts["nodes"].values())
     edges = sum(result.counts["edges"].values())
@@ -71,6 +85,8 @@ def run_build(args: argparse.Namespace) -> int:
         print(
             f"warning: {result.errors} files had problems; see 'torchtalk status'", file=sys.stderr
         )
+    for problem in result.problems:
+        print(f"warning: not indexed: {problem.path}: {problem.problem}", file=sys.stderr)
     for line in shortfalls(workspace.manifest, result.counts):
         print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
     from indexer.select.engine import keep_hub_walk  # the selection engine, only here
@@ -89,6 +105,7 @@ def run_build(args: argparse.Namespace) -> int:
 def run_update(args: argparse.Namespace) -> int:
     from indexer.update import update_index
 
+    _check_jobs(args)
     workspace = Workspace.resolve(args.source, args.harness)
     result = update_index(
         workspace,
@@ -96,6 +113,7 @@ def run_update(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         wait=not args.no_wait,
         show_progress=False if (args.quiet or args.json) else None,
+        force=args.force,
     )
     for line in result.warnings:
         print(f"warning: {line}", file=sys.stderr)

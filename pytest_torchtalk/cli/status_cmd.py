@@ -78,6 +78,10 @@ def _print_text(report: dict) -> None:
         print(f"file problems ({len(status['file_problems'])}):")
         for row in status["file_problems"][:20]:
             print(f"  {row['path']}: {row['error']}")
+    if status["tree_problems"]:
+        print(f"not indexed ({len(status['tree_problems'])}):")
+        for row in status["tree_problems"][:20]:
+            print(f"  {row['path']}: {row['problem']}")
     for line in status["below_expected_minimums"]:
         print(f"warning: below expected minimum: {line}")
 
