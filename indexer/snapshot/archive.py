@@ -127,12 +127,16 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
         raise SnapshotError(f"cannot write {output}: {problem}")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        return _write_archive(output, sums, meta_bytes, db_path, level)
+        record = record_path if has_record else None
+        return _write_archive(output, sums, meta_bytes, db_path, record, level)
     except OSError as exc:
         raise SnapshotError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
-def _write_archive(output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, level: int) -> Path:
+def _write_archive(
+    output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, record_path: Path | None,
+    level: int,
+) -> Path:  # fmt: skip
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     now = time.time()
     try:
@@ -145,7 +149,7 @@ def _write_archive(output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, 
             tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
             with open(db_path, "rb") as db:
                 tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
-            if has_record:
+            if record_path is not None:
                 with open(record_path, "rb") as record:
                     tar.addfile(_member(RECORD_FILE, record_path.stat().st_size, now), record)
         with open(tmp, "rb+") as written:

@@ -110,6 +110,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "manifest": ((str,), False),
     "counts": ((dict,), False),
     "db_bytes": ((int,), False),
+    "record": ((dict,), False),
     "format": ((int,), False),
 }
 _REQUIRED = tuple(key for key, (_, required) in _FIELDS.items() if required)
