@@ -22,6 +22,7 @@ from pathlib import Path
 from indexer.extract.discover import wanted_language
 from indexer.extract.pipeline import content_hash
 from indexer.query.index import Index
+from indexer.wording import plural
 from indexer.workspace import Workspace
 
 SHOWN = 5
@@ -42,7 +43,8 @@ class Freshness:
         if self.problem:
             return self.problem
         shown = ", ".join(self.stale[:SHOWN]) + (" ..." if len(self.stale) > SHOWN else "")
-        return f"{len(self.stale)} changed files differ from the index ({shown})"
+        differ = "differs" if len(self.stale) == 1 else "differ"
+        return f"{plural(len(self.stale), 'changed file')} {differ} from the index ({shown})"
 
 
 def _git_paths(source: Path, *args: str) -> list[str] | None:

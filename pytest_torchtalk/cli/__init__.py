@@ -7,6 +7,7 @@ bad input (flags, paths, manifests) and 1 for failures.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import import_module
@@ -64,6 +65,12 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentP
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] != ["mcp-serve"] and hasattr(signal, "SIGPIPE"):
+        # A command run from a shell whose output is piped to `head` ends quietly, as git's
+        # or ls's does, instead of with a BrokenPipeError traceback (Python ignores
+        # SIGPIPE). Every write to the cache is a temporary file renamed into place, so
+        # dying here corrupts nothing.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = list(sys.argv[1:] if argv is None else argv)
     direct = DIRECT_COMMANDS.get(argv[0]) if argv else None
     parser = build_parser((direct,) if direct else COMMAND_MODULES)
