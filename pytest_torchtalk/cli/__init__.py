@@ -16,6 +16,7 @@ from indexer.errors import TorchTalkError
 
 # Command modules, in the order `torchtalk --help` lists them.
 COMMAND_MODULES = (
+    "pytest_torchtalk.cli.demo_cmd",
     "pytest_torchtalk.cli.init_cmd",
     "pytest_torchtalk.cli.status_cmd",
     "pytest_torchtalk.cli.index_cmd",
