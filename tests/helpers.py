@@ -103,8 +103,8 @@ def require_corpus(name: str) -> Path:
     if path is None:
         env, default, _ = CORPUS_SOURCES[name]
         pytest.skip(
-            f"{name} corpus absent: run ../shared/corpora/get-{name} --git "
-            f"(or set {env}); looked in {os.environ.get(env) or default}"
+            f"{name} corpus absent: set {env} to its source tree (CONTRIBUTING.md, 'The "
+            f"real trees'); looked in {os.environ.get(env) or default}"
         )
     return path
 

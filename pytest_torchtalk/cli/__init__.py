@@ -47,7 +47,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--pytorch-source",
         dest="source",
         metavar="PATH",
-        help="source tree (default: the one given to 'torchtalk init')",
+        help="source tree (default: the one given to 'torchtalk init', else the git "
+        "repository of the current directory)",
     )
     parser.add_argument("--harness", metavar="NAME", help="harness manifest to apply")
 
