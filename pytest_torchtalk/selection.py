@@ -95,6 +95,10 @@ class _Explicit:
 class AffectedSelection:
     """The plugin object registered by ``pytest_torchtalk.plugin`` when selection is on."""
 
+    # True collects ruled-out files too and deselects their items, as the plugin did
+    # before; only bench/collection.py sets it, to measure what not collecting saves.
+    collect_ruled_out = False
+
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.counts = Counts()
@@ -174,7 +178,9 @@ class AffectedSelection:
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         """True for a test module the selection rules out (no test of it runs), unless it
         was named on the command line; None leaves the decision to pytest."""
-        if self.selection.run_everything or collection_path.suffix != ".py":
+        if self.collect_ruled_out or self.selection.run_everything:
+            return None
+        if collection_path.suffix != ".py":
             return None
         if not path_matches_patterns(collection_path, config.getini("python_files")):
             return None  # not a test module to pytest: collected (or not) as ever
