@@ -38,6 +38,8 @@ from indexer.wording import plural
 from indexer.workspace import Workspace
 
 WORKER_INPUT = "torchtalk_selection"
+# Modules pytest imports for what they are, whatever python_files says (``*.py``).
+NOT_TEST_MODULES = ("__init__.py", "conftest.py")
 WORKER_OUTPUT = "torchtalk_counts"
 
 
@@ -180,7 +182,7 @@ class AffectedSelection:
         was named on the command line; None leaves the decision to pytest."""
         if self.collect_ruled_out or self.selection.run_everything:
             return None
-        if collection_path.suffix != ".py":
+        if collection_path.suffix != ".py" or collection_path.name in NOT_TEST_MODULES:
             return None
         if not path_matches_patterns(collection_path, config.getini("python_files")):
             return None  # not a test module to pytest: collected (or not) as ever
