@@ -8,6 +8,10 @@ about 20 test files selected) and the same selection, collected two ways by
 - *collecting everything*: every test file imported and the ruled-out items deselected,
   as the plugin did before (``AffectedSelection.collect_ruled_out``).
 
+A test module that calls ``sys.exit`` at import (PyTorch's distributed tests do, when
+their backend is missing) ends pytest's whole session; so that collecting everything can
+be timed at all, the bench counts such an exit as that module's collection error.
+
 Printed per way: wall time of the whole process (the selection itself included, the same
 in both), pytest's own collection time, items collected and deselected, files not
 collected, collection errors (the tree's own, in this environment). The tree's tests import the installed torch, so the
@@ -46,8 +50,16 @@ import os, sys
 sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 sys.path.extend(os.environ["BENCH_TORCHTALK_PATHS"].split(os.pathsep))
 import pytest
+import _pytest.python
 from pytest_torchtalk.selection import AffectedSelection
 AffectedSelection.collect_ruled_out = os.environ["BENCH_COLLECT_ALL"] == "1"
+_import = _pytest.python.importtestmodule
+def importtestmodule(path, config):
+    try:
+        return _import(path, config)
+    except SystemExit as exc:  # would end the whole session
+        raise _pytest.python.Module.CollectError(f"SystemExit({exc.code}) at import")
+_pytest.python.importtestmodule = importtestmodule
 sys.exit(pytest.main(sys.argv[1:]))
 """
 
