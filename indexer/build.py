@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from indexer.code_key import extraction_code_key
 from indexer.cpp.shared_macros import HeaderMacros, modelled_macros, scan_headers
 from indexer.errors import IncompleteBuildError, IndexBusyError
 from indexer.extract.context import TreeContext, context_meta
@@ -217,6 +218,7 @@ def build_index(
                     "harness": workspace.harness,
                     "harness_chosen_by": workspace.chosen_by,
                     "manifest": workspace.manifest.fingerprint(),
+                    "extraction_code": extraction_code_key(),
                     "source_path": str(workspace.source),
                     "git_commit": head_commit(workspace.source) or "",
                     "files_fingerprint": files_fingerprint(shas),

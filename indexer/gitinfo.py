@@ -1,34 +1,38 @@
-"""What git says about a source tree: its commit, and whether it is a repository at all."""
+"""What git says about a directory: the repository it is in, and that repository's commit.
+
+Asked of the git command line, as every other git question TorchTalk has (the diff, the
+tree's freshness, snapshots' ancestry): one tool, and no library to import at start-up.
+"""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from indexer.errors import UsageError
-
-if TYPE_CHECKING:
-    import git
-
-# gitpython is imported on first use: it costs ~0.1 s, which every CLI command (and the MCP
-# server's first answer) would otherwise pay at start-up.
 
 
-def open_repo(source: Path) -> git.Repo:
-    import git
-
+def _git(directory: Path, *args: str) -> str | None:
+    """``git args`` run in ``directory``: its output, or None when git fails or is absent."""
     try:
-        return git.Repo(source, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UsageError(f"{source} is not inside a git repository") from None
+        done = subprocess.run(
+            ["git", *args],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def repo_root(directory: Path) -> Path | None:
+    """The top of the git work tree ``directory`` is in, or None outside any repository."""
+    top = _git(directory, "rev-parse", "--show-toplevel")
+    return Path(top).resolve() if top else None
 
 
 def head_commit(source: Path) -> str | None:
     """HEAD's full hash, or None when ``source`` is not a repository or has no commit."""
-    import git
-
-    try:
-        repo = git.Repo(source, search_parent_directories=True)
-        return repo.head.commit.hexsha
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
-        return None
+    head = _git(source, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    return head if head and len(head) >= 40 else None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.errors import TorchTalkError
+from indexer.gitinfo import head_commit as git_head
 from indexer.query.freshness import Freshness, check_freshness
 from indexer.query.index import Index
 from indexer.workspace import Workspace
@@ -94,28 +94,6 @@ def quick_selector(workspace: Workspace) -> Callable[[Any], bool]:
         return any(needle in data for needle in needles)
 
     return select
-
-
-def git_head(source: Path) -> str | None:
-    """HEAD's full hash, from the git command line when it answers: a child process holds
-    no interpreter lock, where importing gitpython would cost the first answer ~0.2 s."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
-            cwd=source,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        done = None
-    head = done.stdout.strip() if done is not None and done.returncode == 0 else ""
-    if len(head) >= 40:
-        return head
-    from indexer.gitinfo import head_commit  # no git binary, or one that refuses the tree
-
-    return head_commit(source)
 
 
 def _file_identity(path: Path) -> tuple[int, int, int]:

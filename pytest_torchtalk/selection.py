@@ -1,9 +1,15 @@
 """``pytest --torchtalk-affected``: deselect the tests the git diff cannot affect.
 
+A test file the selection rules out is not collected at all (``pytest_ignore_collect``, as
+pytest-testmon does): it is not imported, so it costs nothing and cannot stop the run by
+failing to import. Files the selection keeps only some tests of are collected, and the
+rest of their items deselected. Files and node ids named on the command line are always
+collected, and their tests never deselected.
+
 The selection is computed once (on the xdist controller, or in the only process) and
-handed to xdist workers through ``workerinput``; each worker reports its item counts back
+handed to xdist workers through ``workerinput``; each worker reports its counts back
 through ``workeroutput`` so the controller's summary, JSON report, JUnit properties and
-GitHub job summary are right. Tests named on the command line are never deselected.
+GitHub job summary are right.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pytest
+from _pytest.python import path_matches_patterns
 
 from indexer import durable
 from indexer.errors import TorchTalkError
@@ -27,9 +35,12 @@ from indexer.select.report import (
     selection_to_dict,
     summary_lines,
 )
+from indexer.wording import plural
 from indexer.workspace import Workspace
 
 WORKER_INPUT = "torchtalk_selection"
+# Modules pytest imports for what they are, whatever python_files says (``*.py``).
+NOT_TEST_MODULES = ("__init__.py", "conftest.py")
 WORKER_OUTPUT = "torchtalk_counts"
 
 
@@ -47,6 +58,7 @@ class Counts:
     deselected: int = 0
     explicit: int = 0  # kept only because they were named on the command line
     by_record: int = 0  # selected or deselected as a recorded run decided
+    files_not_collected: int = 0  # test files ruled out, so never collected (nor imported)
     from_workers: bool = False
     workers_handed: int = 0  # xdist workers that used the controller's selection
 
@@ -57,6 +69,7 @@ class Counts:
             "deselected": self.deselected,
             "explicitly_named": self.explicit,
             "decided_by_record": self.by_record,
+            "test_files_not_collected": self.files_not_collected,
         }
         if self.from_workers:
             counts["xdist_workers_given_the_selection"] = self.workers_handed
@@ -86,6 +99,9 @@ class AffectedSelection:
     """The plugin object registered by ``pytest_torchtalk.plugin`` when selection is on."""
 
     report_path: Path | None = None  # the JSON report (controller only)
+    # True collects ruled-out files too and deselects their items, as the plugin did
+    # before; only bench/collection.py sets it, to measure what not collecting saves.
+    collect_ruled_out = False
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -100,6 +116,7 @@ class AffectedSelection:
             self.selection = self._compute()
         self.source = Path(self.selection.source)
         self.matcher = ItemMatcher(self.selection)
+        self.files_not_collected = 0
 
     def _report_path(self) -> Path | None:
         report = _option(self.config, "--torchtalk-report", "torchtalk_report")
@@ -156,10 +173,11 @@ class AffectedSelection:
         if selection.empty_reason:
             return [f"{head}: nothing affected: {selection.empty_reason}"]
         return [
-            f"{head}: {len(selection.files)} of {selection.test_files_total} test files, "
-            f"from {len(selection.entities)} changed entities"
+            f"{head}: {len(selection.files)} of {plural(selection.test_files_total, 'test file')}"
+            f", from {plural(len(selection.entities), 'changed entity', 'changed entities')}"
         ]
 
+    @cached_property
     def _explicit(self) -> list[_Explicit]:
         config = self.config
         if config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -172,14 +190,47 @@ class AffectedSelection:
                 named.append(_Explicit(path, parts))
         return named
 
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """True for a test module the selection rules out (no test of it runs), unless it
+        was named on the command line; None leaves the decision to pytest."""
+        if self.collect_ruled_out or self.selection.run_everything:
+            return None
+        if collection_path.suffix != ".py" or collection_path.name in NOT_TEST_MODULES:
+            return None
+        if not path_matches_patterns(collection_path, config.getini("python_files")):
+            return None  # not a test module to pytest: collected (or not) as ever
+        path = collection_path.resolve()
+        try:
+            relative = path.relative_to(self.source).as_posix()
+        except ValueError:
+            return None  # outside the indexed tree: not ours to judge
+        if relative in self.selection.files:
+            return None
+        if any(named.path == path for named in self._explicit):
+            return None
+        # pytest asks about every file of a directory it walks towards an argument; only
+        # those within one would be collected, and only they count as ruled out.
+        if not any(path.is_relative_to(arg) for arg in self._argument_paths):
+            return None
+        self.files_not_collected += 1
+        return True
+
+    @cached_property
+    def _argument_paths(self) -> list[Path]:
+        """The paths pytest collects from: the arguments' files and directories."""
+        config = self.config
+        return [
+            (config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args
+        ]
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        explicit = self._explicit()
+        explicit = self._explicit
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
-        counts = Counts(collected=len(items))
+        counts = Counts(collected=len(items), files_not_collected=self.files_not_collected)
         for item in items:
             try:
                 path = Path(item.path).resolve().relative_to(self.source).as_posix()
@@ -207,13 +258,16 @@ class AffectedSelection:
                 "deselected": counts.deselected,
                 "explicit": counts.explicit,
                 "by_record": counts.by_record,
+                "files_not_collected": counts.files_not_collected,
                 "handed": self.handed,
             }
 
     # --- results ----------------------------------------------------------------------
 
     def _deselected_everything(self) -> bool:
-        return self.counts.collected > 0 and self.counts.selected == 0
+        counts = self.counts
+        ruled_out = counts.collected > 0 or counts.files_not_collected > 0
+        return ruled_out and counts.selected == 0
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -274,10 +328,14 @@ class AffectedSelection:
             line += f" ({counts.by_record} of them decided by the record)"
         if counts.explicit:
             line += f" ({counts.explicit} kept because named on the command line)"
+        if counts.files_not_collected:
+            line += (
+                f"; {plural(counts.files_not_collected, 'test file')} ruled out, so not collected"
+            )
         terminalreporter.write_line(line)
         if self._deselected_everything():
             terminalreporter.write_line(
-                "every collected test was deselected on evidence: exit status 0, not 5"
+                "every test was ruled out or deselected on evidence: exit status 0, not 5"
             )
 
 

@@ -103,29 +103,18 @@ def require_corpus(name: str) -> Path:
     if path is None:
         env, default, _ = CORPUS_SOURCES[name]
         pytest.skip(
-            f"{name} corpus absent: run ../shared/corpora/get-{name} --git "
-            f"(or set {env}); looked in {os.environ.get(env) or default}"
+            f"{name} corpus absent: set {env} to its source tree (CONTRIBUTING.md, 'The "
+            f"real trees'); looked in {os.environ.get(env) or default}"
         )
     return path
 
 
 def indexer_code_key() -> str:
-    """A hash of the code and manifests that shape an index: a cached corpus index built by
-    other code is stale and must not be reused."""
-    import hashlib
+    """The code that shapes an index: a cached corpus index built by other code is stale
+    and must not be reused."""
+    from indexer.code_key import extraction_code_key
 
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.blake2b(digest_size=8)
-    # Layers that only read an index (queries, test selection) do not shape it.
-    readers = (root / "indexer" / "query", root / "indexer" / "select")
-    for folder in ("indexer", "manifests"):
-        for path in sorted((root / folder).rglob("*")):
-            if path.is_relative_to(readers[0]) or path.is_relative_to(readers[1]):
-                continue
-            if path.suffix in (".py", ".sql", ".toml") and path.is_file():
-                digest.update(path.relative_to(root).as_posix().encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
+    return extraction_code_key()
 
 
 def corpus_index(name: str, harness: str | None = None) -> tuple[Path, Path]:

@@ -55,7 +55,7 @@ def test_build_keeps_the_hubs_walk_for_selections(
     """A built index answers central changes at once: the walk from the package every
     test imports is made and kept by the build, not by the first selection."""
     assert main(["index", "build", "--source", str(minitorch_repo), "--quiet"]) == 0
-    assert "walked from the hub for selections" in capsys.readouterr().out
+    assert "prepared for test selection" in capsys.readouterr().out
     index = Index(Workspace.resolve(minitorch_repo).db_path)
     try:
         kept = hub.load(index)
@@ -78,8 +78,45 @@ def test_a_build_that_cannot_be_prepared_still_succeeds(
     monkeypatch.setattr(engine, "keep_hub_walk", disk_error)
     assert main(["index", "build", "--source", str(minitorch_repo), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "not prepared for selections" in err and "No space left" in err
+    assert "not prepared for test selection" in err and "No space left" in err
     assert Workspace.resolve(minitorch_repo).db_path.is_file()
+
+
+def test_a_second_build_is_a_no_op_an_edit_an_update_and_force_a_build(
+    minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build = ["index", "build", "--source", str(minitorch_repo), "-q"]
+    assert main(build) == 0
+    assert capsys.readouterr().out.startswith("built (no index yet): ")
+    db_path = Workspace.resolve(minitorch_repo).db_path
+    built = db_path.stat().st_mtime_ns
+    started = time.perf_counter()
+    assert main(build) == 0
+    out = capsys.readouterr().out
+    assert time.perf_counter() - started < 5
+    assert "is up to date: nothing to do" in out and "--force builds it again" in out
+    assert "prepared" not in out  # the kept walk is this index's still
+    assert db_path.stat().st_mtime_ns == built
+    (minitorch_repo / "test" / "test_added.py").write_text("def test_new():\n    pass\n")
+    assert main(build) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("updated incrementally: 0 modified, 1 added, 0 removed since the index")
+    assert "prepared for test selection" in out
+    assert main([*build, "--force"]) == 0
+    assert capsys.readouterr().out.startswith("built (--force): ")
+
+
+def test_an_index_of_other_extraction_code_is_built_again(
+    minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    db_path = Workspace.resolve(minitorch_repo).db_path
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE meta SET value = 'older' WHERE key = 'extraction_code'")
+    capsys.readouterr()
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("built (it was built by another version of TorchTalk's indexer): ")
 
 
 def test_pytorch_source_is_an_alias(
@@ -163,6 +200,7 @@ def test_killed_build_leaves_the_old_index_usable(tmp_path: Path) -> None:
         "-q",
         "-j",
         "1",
+        "--force",  # each run builds the whole index again
     ]
     subprocess.run(build, check=True, env=env, capture_output=True)
     db_path = Workspace.resolve(source).db_path
@@ -185,3 +223,42 @@ def test_killed_build_leaves_the_old_index_usable(tmp_path: Path) -> None:
     # The next build clears the dead build's partial file and completes.
     subprocess.run(build, check=True, env=env, capture_output=True)
     assert not list(db_path.parent.glob("*.building-*"))
+
+
+def test_commands_default_to_the_git_repository_of_the_current_directory(
+    minitorch_repo: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(minitorch_repo / "aten" / "src")
+    assert main(["index", "build", "-q"]) == 0
+    report = status_json(minitorch_repo, capsys)
+    capsys.readouterr()
+    assert main(["status", "--json"]) == 0
+    from_cwd = json.loads(capsys.readouterr().out)
+    assert from_cwd["source"] == report["source"] == str(minitorch_repo.resolve())
+    assert from_cwd["source_from"] == "the git repository of the current directory"
+    assert from_cwd["index"]["db_path"] == report["index"]["db_path"]
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    assert main(["status"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "torchtalk: error: no source tree: the current directory is in no git repository"
+    )
+
+
+def test_status_piped_to_head_ends_quietly(minitorch_repo: Path) -> None:
+    status = [sys.executable, "-m", "pytest_torchtalk", "status", "--source", str(minitorch_repo)]
+    piped = subprocess.run(
+        f"{' '.join(status)} | head -n1", shell=True, capture_output=True, text=True
+    )
+    assert piped.returncode == 0 and piped.stdout.startswith("source:")
+    assert piped.stderr == ""
+    # The reader gone before the first write: the command ends by SIGPIPE, as git's does.
+    process = subprocess.Popen(status, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait() == -signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipeError" not in err

@@ -127,7 +127,7 @@ def test_a_rebuilt_index_is_picked_up(minitorch_repo: Path) -> None:
     state.start()
     before = state.index()
     assert state.index() is before
-    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q", "--force"]) == 0
     assert state.index() is not before
 
 
@@ -280,7 +280,7 @@ def test_answers_say_when_the_tree_no_longer_matches_the_index(
         status = _data(tools.get_status())
         assert status["title"].endswith(": ready, but stale")
         assert status["data"]["stale"] is True
-        assert "1 changed files differ from the index (minitorch/linalg.py)" in status["notes"][0]
+        assert "1 changed file differs from the index (minitorch/linalg.py)" in status["notes"][0]
         answer = _data(tools.graph("minitorch.nn.functional.relu"))
         assert answer["notes"][0].startswith("the index may not match the tree")
         assert "torchtalk index update" in answer["notes"][0]

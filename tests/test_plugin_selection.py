@@ -77,6 +77,57 @@ def test_explicitly_named_tests_are_never_deselected(tree: IndexedTree) -> None:
     assert "kept because named on the command line" in result.stdout
 
 
+FAILS_AT_IMPORT = """\
+import os
+import pathlib
+
+pathlib.Path(os.environ["IMPORT_MARKER"]).write_text("imported")
+raise RuntimeError("a test module the selection rules out must not be imported")
+
+
+def test_never_run():
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_ruled_out_test_file_is_not_collected_nor_imported(
+    tree: IndexedTree, tmp_path: Path, workers: list[str]
+) -> None:
+    tree.write("test/test_fails_at_import.py", FAILS_AT_IMPORT)
+    tree.commit("a test module that fails at import")
+    tree.replace(ADD_CPU, "      return a + alpha * b;", "      return alpha * b + a;")
+    marker = tmp_path / "imported"
+    report = tmp_path / "report.json"
+    env = {"IMPORT_MARKER": str(marker)}
+    result = tree.pytest("--torchtalk-affected", f"--torchtalk-report={report}", *workers, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not marker.exists()
+    counts = json.loads(report.read_text())["counts"]
+    assert (
+        counts["selected"] > 0 and counts["collected"] == counts["selected"] + counts["deselected"]
+    )
+    # test_fails_at_import.py and the other files no change reaches, counted once.
+    unaffected = counts["test_files_total"] - counts["test_files_selected"]
+    assert counts["test_files_not_collected"] == unaffected > 0
+    files = f"{unaffected} test files ruled out, so not collected"
+    assert f"tests: {counts['selected']} selected, {counts['deselected']} deselected; {files}" in (
+        result.stdout
+    )
+    # Named on the command line, it is collected: its import error stops the run.
+    named = tree.pytest("--torchtalk-affected", "test/test_fails_at_import.py", *workers, env=env)
+    assert named.returncode != 0 and marker.exists(), named.stdout + named.stderr
+    assert "ruled out" not in named.stdout  # the one file pytest was asked for is not
+    # Within a directory named on the command line, only its own files count.
+    marker.unlink()
+    in_dir = tree.pytest("--torchtalk-affected", f"--torchtalk-report={report}", "test/nn", env=env)
+    assert in_dir.returncode == 0 and not marker.exists(), in_dir.stdout + in_dir.stderr
+    nn_files = {f"test/nn/{path.name}" for path in tree.path("test/nn").glob("test_*.py")}
+    unaffected = nn_files - {s["path"] for s in json.loads(report.read_text())["selected"]}
+    counts = json.loads(report.read_text())["counts"]
+    assert counts["test_files_not_collected"] == len(unaffected) > 0
+
+
 def test_xdist_computes_once_and_counts_right(tree: IndexedTree, tmp_path: Path) -> None:
     tree.replace(ADD_CPU, "      return a + alpha * b;", "      return alpha * b + a;")
     serial = tmp_path / "serial.json"
@@ -89,7 +140,7 @@ def test_xdist_computes_once_and_counts_right(tree: IndexedTree, tmp_path: Path)
     # Computed once, on the controller: both workers used the selection handed to them.
     assert parallel_counts.pop("xdist_workers_given_the_selection") == 2
     assert serial_counts == parallel_counts
-    assert serial_counts["deselected"] > 0
+    assert serial_counts["deselected"] > 0 and serial_counts["test_files_not_collected"] > 0
     line = f"tests: {serial_counts['selected']} selected, {serial_counts['deselected']} deselected"
     assert line in two.stdout
     assert "2 workers" in two.stdout

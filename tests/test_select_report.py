@@ -128,6 +128,19 @@ def test_select_text_lists_files_reasons_and_narrowing(tree: IndexedTree, capsys
     assert "    because at::native::add_kernel_cuda_impl changed @ " in out
 
 
+def test_select_from_a_subdirectory_without_source_lists_each_file_once(
+    tree: IndexedTree, capsys, monkeypatch
+) -> None:
+    tree.replace(ADD_CU, "  if (idx < n) {", "  if (idx < n && n > 0) {")
+    monkeypatch.chdir(tree.path("aten/src/ATen"))
+    assert main(["select"]) == 0
+    out = capsys.readouterr().out
+    assert "changed: at::native::add_kernel_cuda_impl @ " in out
+    files = [line for line in out.splitlines() if line.startswith("  test/")]
+    assert "  test/test_ops.py" in files and len(files) == len(set(files))  # each file once
+    assert "1 file, 1 changed entity\n" in out
+
+
 def test_select_errors_are_one_line(tree: IndexedTree, tmp_path, capsys) -> None:
     assert main(["select", "--source", str(tree.root), "--base", "nope"]) == 2
     assert capsys.readouterr().err == (

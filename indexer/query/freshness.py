@@ -24,6 +24,7 @@ from indexer.extract.discover import wanted_language
 from indexer.extract.pipeline import content_hash
 from indexer.paths import is_utf8, printable
 from indexer.query.index import Index
+from indexer.wording import plural
 from indexer.workspace import Workspace
 
 SHOWN = 5
@@ -46,7 +47,8 @@ class Freshness:
         shown = ", ".join(printable(path) for path in self.stale[:SHOWN]) + (
             " ..." if len(self.stale) > SHOWN else ""
         )
-        return f"{len(self.stale)} changed files differ from the index ({shown})"
+        differ = "differs" if len(self.stale) == 1 else "differ"
+        return f"{plural(len(self.stale), 'changed file')} {differ} from the index ({shown})"
 
 
 def _git_paths(source: Path, *args: str) -> list[str] | None:

@@ -15,6 +15,7 @@ from indexer.select.model import (
     Selection,
     TestScope,
 )
+from indexer.wording import plural
 
 SCHEMA = "torchtalk.selection/1"
 EXECUTED = "executed"  # the kind of a record reason's last hop: test -> op it executed
@@ -161,27 +162,36 @@ def _scope_text(selected: SelectedFile) -> str:
     return f" ({'; '.join(bits)})" if bits else ""
 
 
-def summary_lines(selection: Selection, limit: int = 20) -> list[str]:
-    """The human summary: what changed, why everything runs (if it does), what runs."""
+def summary_lines(selection: Selection, limit: int = 20, detail: bool = False) -> list[str]:
+    """The human summary: what changed, why everything runs (if it does), what runs: the
+    first ``limit`` files with their first chain, or with ``detail`` every file with its
+    tests and first chains (``torchtalk select``)."""
     lines = []
     base = selection.base
     lines.append(
         f"changes since {base['rev']} (merge-base {base['merge_base'][:12]}): "
-        f"{len(selection.changed_files)} files, {len(selection.entities)} changed entities"
+        f"{plural(len(selection.changed_files), 'file')}, "
+        f"{plural(len(selection.entities), 'changed entity', 'changed entities')}"
     )
     for entity in selection.entities[:limit]:
         lines.append(f"  changed: {entity.label} @ {entity.evidence} ({entity.reason})")
     if len(selection.entities) > limit:
-        lines.append(f"  ... {len(selection.entities) - limit} more changed entities")
+        more = len(selection.entities) - limit
+        lines.append(f"  ... {plural(more, 'more changed entity', 'more changed entities')}")
     for reason in selection.everything:
         lines.append(f"run everything: {reason}")
     lines += record_lines(selection)
     if not selection.run_everything:
-        lines.append(f"selected {len(selection.files)} of {selection.test_files_total} test files")
-        for selected in list(selection.files.values())[:limit]:
+        lines.append(
+            f"selected {len(selection.files)} of {plural(selection.test_files_total, 'test file')}"
+        )
+        if detail:
+            for selected in selection.files.values():
+                lines.extend(_detail_lines(selected))
+        for selected in [] if detail else list(selection.files.values())[:limit]:
             lines.append(f"  {selected.path}{_scope_text(selected)}: {_file_why(selected)}")
-        if len(selection.files) > limit:
-            lines.append(f"  ... {len(selection.files) - limit} more test files")
+        if not detail and len(selection.files) > limit:
+            lines.append(f"  ... {plural(len(selection.files) - limit, 'more test file')}")
     if selection.empty_reason:
         lines.append(f"nothing to run: {selection.empty_reason}")
     lines.extend(f"note: {note}" for note in selection.notes[:limit])
@@ -213,11 +223,42 @@ def _file_why(selected: SelectedFile) -> str:
     if selected.recorded:
         first = next(iter(selected.recorded.values()))
         count = len(selected.recorded)
-        bits.append(f"{count} test{'s' if count != 1 else ''} by the record: {chain_text(first)}")
+        bits.append(f"{plural(count, 'test')} by the record: {chain_text(first)}")
     if selected.reasons and selected.static_for:
         scope = "" if selected.static_for == "all" else " (tests the record does not decide)"
         bits.append(f"static{scope}: {chain_text(selected.reasons[0])}")
     return "; ".join(bits)
+
+
+DETAIL_REASONS = 3  # static chains listed per file; --json has every one
+DETAIL_RECORDED = 5  # tests the record selected, listed per file
+
+
+def _detail_lines(selected: SelectedFile) -> list[str]:
+    """A file, its narrowing, the tests the record chose and its static chains."""
+    lines = [f"  {selected.path}"]
+    for scope in selected.tests or []:
+        cls = f"{scope.cls}::" if scope.cls else ""
+        variants = f" [{', '.join(scope.opinfos)}]" if scope.opinfos else ""
+        lines.append(f"    only {cls}{scope.function}{variants}")
+    if selected.devices:
+        lines.append(
+            f"    only {'/'.join(selected.devices)} variants of {', '.join(selected.device_classes)}"
+        )
+    for parts, reason in list(selected.recorded.items())[:DETAIL_RECORDED]:
+        lines.append(f"    test {parts} (record): {chain_text(reason)}")
+    if len(selected.recorded) > DETAIL_RECORDED:
+        more = len(selected.recorded) - DETAIL_RECORDED
+        lines.append(f"    ... {plural(more, 'more test')} selected by the record")
+    if selected.static_for:
+        scope = "" if selected.static_for == "all" else " (for tests the record does not decide)"
+        label = "because" if not selected.recorded else f"because{scope}"
+        reasons = selected.reasons[:DETAIL_REASONS]
+        lines.extend(f"    {label} {chain_text(reason)}" for reason in reasons)
+        if len(selected.reasons) > DETAIL_REASONS:
+            more = len(selected.reasons) - DETAIL_REASONS
+            lines.append(f"    and {plural(more, 'more reason')} (--json lists every one)")
+    return lines
 
 
 def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -> str:
@@ -226,9 +267,11 @@ def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -
     total = selection.test_files_total
     chosen = total if selection.run_everything else len(selection.files)
     line = f"Base `{selection.base['rev']}` ({selection.base['merge_base'][:12]}): "
-    line += f"{len(selection.changed_files)} changed files, {chosen} of {total} test files selected"
+    line += f"{plural(len(selection.changed_files), 'changed file')}, {chosen} of "
+    line += f"{plural(total, 'test file')} selected"
     if counts:
-        line += f", {counts.get('selected', 0)} tests selected, {counts.get('deselected', 0)} deselected"
+        line += f", {plural(counts.get('selected', 0), 'test')} selected, "
+        line += f"{counts.get('deselected', 0)} deselected"
     out += [line + ".", ""]
     for reason in selection.everything:
         out.append(f"- **run everything**: {_md(reason)}")

@@ -15,6 +15,7 @@ from indexer.query.freshness import Freshness
 from indexer.query.freshness import check_freshness as check_tree
 from indexer.query.index import Index
 from indexer.select.diff import Diff
+from indexer.wording import plural
 from indexer.workspace import Workspace
 
 __all__ = ["Freshness", "check_freshness", "try_update"]
@@ -37,4 +38,4 @@ def try_update(workspace: Workspace) -> tuple[bool, str]:
         result = update_index(workspace, show_progress=False)
     except (TorchTalkError, OSError, sqlite3.Error) as exc:
         return False, f"updating it failed ({exc})"
-    return True, f"updated incrementally ({getattr(result, 'reextracted', '?')} files re-extracted)"
+    return True, f"updated incrementally ({plural(result.reextracted, 'file')} re-extracted)"

@@ -7,6 +7,7 @@ bad input (flags, paths, manifests) and 1 for failures.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import import_module
@@ -15,6 +16,7 @@ from indexer.errors import TorchTalkError
 
 # Command modules, in the order `torchtalk --help` lists them.
 COMMAND_MODULES = (
+    "pytest_torchtalk.cli.demo_cmd",
     "pytest_torchtalk.cli.init_cmd",
     "pytest_torchtalk.cli.status_cmd",
     "pytest_torchtalk.cli.index_cmd",
@@ -45,7 +47,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--pytorch-source",
         dest="source",
         metavar="PATH",
-        help="source tree (default: the one given to 'torchtalk init')",
+        help="source tree (default: the one given to 'torchtalk init', else the git "
+        "repository of the current directory)",
     )
     parser.add_argument("--harness", metavar="NAME", help="harness manifest to apply")
 
@@ -68,6 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    if argv is None and sys.argv[1:2] != ["mcp-serve"] and hasattr(signal, "SIGPIPE"):
+        # A command run from a shell whose output is piped to `head` ends quietly, as git's
+        # or ls's does, instead of with a BrokenPipeError traceback (Python ignores
+        # SIGPIPE). Every write to the cache is a temporary file renamed into place, so
+        # dying here corrupts nothing.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = list(sys.argv[1:] if argv is None else argv)
     direct = DIRECT_COMMANDS.get(argv[0]) if argv else None
     parser = build_parser((direct,) if direct else COMMAND_MODULES)

@@ -8,15 +8,11 @@ import sqlite3
 import sys
 import time
 
-from indexer.build import build_index
 from indexer.errors import UsageError
 from indexer.query.health import shortfalls
+from indexer.wording import plural
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
-
-FORCE_HELP = (
-    "replace the index even when files it holds could not be read (an unreadable directory)"
-)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,9 +20,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="index_command", metavar="ACTION")
     actions.required = True
     build = actions.add_parser(
-        "build", help="index the whole tree (atomically replaces the old index)"
+        "build",
+        help="bring the index up to date: nothing if it is, an update if one can, else a "
+        "full build (atomic: readers keep the old index until the new one is complete)",
     )
     add_source_arguments(build)
+    build.add_argument(
+        "--force",
+        action="store_true",
+        help="build the whole index again even if it is up to date, and replace it even when "
+        "files it holds could not be read (an unreadable directory)",
+    )
     build.add_argument(
         "--no-wait",
         action="store_true",
@@ -35,8 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
     )
-    build.add_argument("--force", action="store_true", help=FORCE_HELP)
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    build.add_argument(
+        "--verbose", "-v", action="store_true", help="say what preparing for selections did"
+    )
     build.set_defaults(handler=run_build)
     update = actions.add_parser(
         "update", help="re-index only what changed since the index (or a snapshot) was built"
@@ -53,7 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     update.add_argument(
         "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
     )
-    update.add_argument("--force", action="store_true", help=FORCE_HELP)
+    update.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the index even when files it holds could not be read (an unreadable "
+        "directory)",
+    )
     update.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     update.add_argument("--json", action="store_true", help="machine-readable result")
     update.set_defaults(handler=run_update)
@@ -65,41 +76,104 @@ def _check_jobs(args: argparse.Namespace) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from indexer.refresh import refresh_index
+
     _check_jobs(args)
     workspace = Workspace.resolve(args.source, args.harness)
-    result = build_index(
+    done = refresh_index(
         workspace,
+        force=args.force,
         jobs=args.jobs,
         wait=not args.no_wait,
         show_progress=False if args.quiet else None,
-        force=args.force,
     )
-    nodes = sum(result.counts["nodes"].values())
-    edges = sum(result.counts["edges"].values())
-    print(
-        f"indexed {result.files} files of {workspace.source} ({workspace.harness}, "
-        f"{workspace.chosen_by}): {nodes} nodes, {edges} edges in "
-        f"{result.timings['total_s']:.1f}s -> {result.db_path}"
-    )
-    if result.errors:
+    if done.how == "up to date":
+        took = done.updated.timings.get("total_s", 0.0) if done.updated else 0.0
         print(
-            f"warning: {result.errors} files had problems; see 'torchtalk status'", file=sys.stderr
+            f"index of {workspace.source} is up to date: nothing to do ({took:.1f}s; "
+            f"--force builds it again) -> {workspace.db_path}"
         )
-    for problem in result.problems:
-        print(f"warning: not indexed: {problem.path}: {problem.problem}", file=sys.stderr)
-    for line in shortfalls(workspace.manifest, result.counts):
-        print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
+        if not _prepared(workspace):
+            _prepare(workspace, args.verbose)
+        return 0
+    if done.how == "updated" and done.updated is not None:
+        print(f"updated incrementally: {update_summary(done.updated)}")
+        _warn_updated(done.updated)
+    elif done.built is not None:
+        result = done.built
+        nodes = sum(result.counts["nodes"].values())
+        edges = sum(result.counts["edges"].values())
+        print(
+            f"built ({done.reason}): {plural(result.files, 'file')} of {workspace.source} "
+            f"({workspace.harness}, {workspace.chosen_by}), {plural(nodes, 'node')}, "
+            f"{plural(edges, 'edge')} in {result.timings['total_s']:.1f}s -> {result.db_path}"
+        )
+        if result.errors:
+            print(
+                f"warning: {plural(result.errors, 'file')} had problems; see 'torchtalk status'",
+                file=sys.stderr,
+            )
+        for problem in result.problems:
+            print(f"warning: not indexed: {problem.path}: {problem.problem}", file=sys.stderr)
+        for line in shortfalls(workspace.manifest, result.counts):
+            print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
+    else:
+        print(f"built ({done.reason}) -> {workspace.db_path}")
+    _prepare(workspace, args.verbose)
+    return 0
+
+
+def _prepared(workspace: Workspace) -> bool:
+    """Whether the walk past the hub kept for selections is this index's."""
+    from indexer.query.index import Index
+    from indexer.select.hub import load
+
+    index = Index(workspace.db_path)
+    try:
+        return load(index) is not None
+    finally:
+        index.close()
+
+
+def _prepare(workspace: Workspace, verbose: bool) -> None:
+    """Walk once what every selection reaching the tree's root package would walk, so that
+    a central change is answered at once; a failure leaves selections to walk it."""
     from indexer.select.engine import keep_hub_walk  # the selection engine, only here
 
     started = time.perf_counter()
     try:
         kept = keep_hub_walk(workspace)
     except (OSError, sqlite3.Error) as exc:  # the index is built: selections walk it then
-        print(f"warning: not prepared for selections ({exc}); they will walk it", file=sys.stderr)
-        return 0
+        print(
+            f"warning: not prepared for test selection ({exc}); selections will do it",
+            file=sys.stderr,
+        )
+        return
     if kept:
-        print(f"walked from the hub for selections: {kept} ({time.perf_counter() - started:.1f}s)")
-    return 0
+        print(f"prepared for test selection in {time.perf_counter() - started:.1f}s")
+        if verbose:
+            print(f"  walked from the root package: {kept}")
+
+
+def update_summary(result) -> str:
+    """What an update did, in one line."""
+    took = result.timings.get("total_s", 0.0)
+    parts = [
+        f"{len(result.modified)} modified",
+        f"{len(result.added)} added",
+        f"{len(result.removed)} removed",
+    ]
+    if result.dependents:
+        parts.append(f"{len(result.dependents)} re-extracted because a header they include changed")
+    return (
+        f"{', '.join(parts)} since the {result.base}; {plural(result.relinked_refs, 'ref')} "
+        f"re-linked in {took:.1f}s -> {result.db_path}"
+    )
+
+
+def _warn_updated(result) -> None:
+    for line in result.warnings:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def run_update(args: argparse.Namespace) -> int:
@@ -115,8 +189,7 @@ def run_update(args: argparse.Namespace) -> int:
         show_progress=False if (args.quiet or args.json) else None,
         force=args.force,
     )
-    for line in result.warnings:
-        print(f"warning: {line}", file=sys.stderr)
+    _warn_updated(result)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
         return 0
@@ -126,10 +199,5 @@ def run_update(args: argparse.Namespace) -> int:
     elif result.up_to_date:
         print(f"index is up to date ({took:.1f}s) -> {result.db_path}")
     else:
-        print(
-            f"updated from {result.base}: {len(result.modified)} modified, "
-            f"{len(result.added)} added, {len(result.removed)} removed, "
-            f"{len(result.dependents)} re-extracted for included changes; "
-            f"{result.relinked_refs} refs re-linked in {took:.1f}s -> {result.db_path}"
-        )
+        print(f"updated: {update_summary(result)}")
     return 0

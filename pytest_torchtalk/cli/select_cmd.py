@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here: every torchtalk command builds the parser, only this one selects.
     from indexer.select.engine import select_tests
-    from indexer.select.report import chain_text, selection_to_dict, summary_lines
+    from indexer.select.report import selection_to_dict, summary_lines
     from indexer.workspace import Workspace
 
     workspace = Workspace.resolve(args.source, args.harness)
@@ -44,27 +44,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(json.dumps(selection_to_dict(selection), separators=(",", ":")))
         return 0
-    for line in summary_lines(selection, limit=10):
+    for line in summary_lines(selection, limit=10, detail=True):
         print(line)
-    if selection.files and not selection.run_everything:
-        print()
-        print("test files:")
-        for selected in selection.files.values():
-            print(f"  {selected.path}")
-            for scope in selected.tests or []:
-                cls = f"{scope.cls}::" if scope.cls else ""
-                variants = f" [{', '.join(scope.opinfos)}]" if scope.opinfos else ""
-                print(f"    only {cls}{scope.function}{variants}")
-            if selected.devices:
-                print(
-                    f"    only {'/'.join(selected.devices)} variants of "
-                    f"{', '.join(selected.device_classes)}"
-                )
-            for parts, reason in list(selected.recorded.items())[:5]:
-                print(f"    test {parts} (record): {chain_text(reason)}")
-            if len(selected.recorded) > 5:
-                print(f"    ... {len(selected.recorded) - 5} more tests selected by the record")
-            scope = "" if selected.static_for == "all" else ", for tests the record does not decide"
-            for reason in selected.reasons[:3] if selected.static_for else []:
-                print(f"    because (static{scope}) {chain_text(reason)}")
     return 0

@@ -11,6 +11,7 @@ from indexer.query.health import shortfalls
 from indexer.query.index import Index
 from indexer.query.recorded import record_line, record_status
 from indexer.query.status import index_status
+from indexer.wording import plural
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
 
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
         "config": str(config_path()),
         "cache_dir": str(cache_dir()),
         "source": str(workspace.source),
+        "source_from": workspace.source_from,
         "harness": workspace.harness,
         "harness_chosen_by": workspace.chosen_by,
         "manifests": list(workspace.manifest.origins),
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_text(report: dict) -> None:
-    print(f"source:   {report['source']}")
+    given = report["source_from"] == "given"
+    print(f"source:   {report['source']}{'' if given else ' (' + report['source_from'] + ')'}")
     print(f"harness:  {report['harness']} ({report['harness_chosen_by']})")
     print(f"config:   {report['config']}")
     print(f"cache:    {report['cache_dir']}")
@@ -64,12 +67,20 @@ def _print_text(report: dict) -> None:
     age = status["age_seconds"]
     print(f"index:    {status['db_path']}")
     print(f"built:    {status['built_at']} ({_age(age)} ago), commit {status['git_commit'] or '-'}")
-    print(f"files:    {status['files']} ({status['files_with_parse_errors']} with parse errors)")
+    print(
+        f"files:    {status['files']} ({plural(status['files_with_parse_errors'], 'has', 'have')} "
+        "parse errors)"
+    )
     for section in ("nodes", "edges"):
         counts = status["counts"][section]
         listing = ", ".join(f"{kind} {count}" for kind, count in counts.items()) or "none"
         print(f"{section + ':':9} {listing}")
     print(f"unresolved refs: {status['counts']['unresolved_refs']}")
+    print(
+        "  uses of names defined nowhere in the tree (library calls, calls through templates,\n"
+        "  macros or untyped receivers): they cost precision, not safety, as a change nothing\n"
+        "  else reaches selects through them (docs/selection.md)"
+    )
     if status["worst_parse_errors"]:
         print("most parse errors:")
         for row in status["worst_parse_errors"]:
