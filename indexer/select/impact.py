@@ -40,6 +40,7 @@ from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
+from indexer.python.reflection import is_pattern
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import judgments
@@ -162,6 +163,8 @@ class ImpactWalker(Bridges, EdgeRows):
 
     def _judge_call(self, path: str, line: int, target: str) -> bool:
         name = target.rsplit(".", 1)[-1]
+        if is_pattern(name):
+            return True  # looked up at run time (getattr(torch.ops.ns, name)): to be called
         if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
             return False  # memo.add(m) on a set: not the op
         return self.statements.calls_at(path, line, name)

@@ -103,6 +103,11 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 @lru_cache(maxsize=1024)
+def _looked_up_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\bgetattr\s*\(.*[\"']{re.escape(name)}[\"']")
+
+
+@lru_cache(maxsize=1024)
 def _stored_pattern(name: str) -> re.Pattern[str]:
     """``self.op = torch.ops._C.silu_and_mul`` or ``return torch.ops._C.x``: the op kept
     (or handed back) whole, to be called later through the name it is given."""
@@ -224,6 +229,8 @@ class ModuleStatements:
         text = lines[line - 1]
         if pattern.search(text) or _stored_pattern(name).search(text):
             return True
+        if "getattr" in text and _looked_up_pattern(name).search(text):
+            return True  # getattr(torch.ops.ns, "x"): looked up to be called
         # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
         return bool(
             line < len(lines)
