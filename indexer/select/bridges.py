@@ -65,6 +65,8 @@ IMPLICIT_METHODS = frozenset(
         "__deepcopy__",
     }
 )
+# What an autograd function's ``apply`` runs (besides ``forward``, implicit already).
+AUTOGRAD_METHODS = frozenset({"backward", "setup_context", "jvp", "vjp", "vmap"})
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
 DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
 REGISTERS = "registers"  # a decorated definition -> the registry its decorator fills
@@ -211,6 +213,8 @@ class Bridges:
                 data = json.loads(attrs)
                 decorators = {d.rsplit(".", 1)[-1] for d in data.get("decorators") or ()}
                 implicit = name in IMPLICIT_METHODS or bool(decorators & PROPERTY_DECORATORS)
+                if name in AUTOGRAD_METHODS and owner is not None:
+                    implicit = implicit or self._classes().autograd_function(owner)
                 if data.get("method") and not implicit and not self._handed_out(owner, name):
                     explicit[node_id] = name
         return explicit
