@@ -20,6 +20,7 @@ from indexer.harness import Manifest
 from indexer.paths import under_any
 from indexer.python import testconv
 from indexer.python.definitions import DefinitionPass, doc_line
+from indexer.python.library_ops import LibraryOps
 from indexer.python.modname import PackageLayout
 from indexer.python.opinfo import OpinfoScanner
 from indexer.python.scope import (
@@ -118,6 +119,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self._import_parent_package()
         self._walk_module(tree.body)
         self._string_registries(tree.body)
+        if "library" in text or "custom_op" in text:
+            LibraryOps(self).read(tree.body)
         attrs = self.facts.nodes[self.module_node].attrs
         bindings = {k: v for k, v in self.scope.aliases.items() if v is not None}
         if bindings:
