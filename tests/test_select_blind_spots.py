@@ -54,7 +54,9 @@ def test_a_name_computed_at_run_time_reaches_the_definitions_it_can_match(
 def test_getattr_on_an_op_namespace_reaches_every_op_it_can_name(tree: IndexedTree) -> None:
     """``getattr(torch.ops.blind, name)`` may be any op of the namespace; before, the
     line was judged not to call ``legacy`` and ``test_op_for.py`` was missed."""
-    nodes = _chain(tree, "csrc/legacy.cpp", "return x - 1;", "return x - 2;", "tests/test_op_for.py")
+    nodes = _chain(
+        tree, "csrc/legacy.cpp", "return x - 1;", "return x - 2;", "tests/test_op_for.py"
+    )
     assert "blindext.reflect.op_for" in nodes
 
 
@@ -197,3 +199,26 @@ def test_every_body_of_a_redefined_name_counts(
     """The implementation after ``@overload`` stubs, and both branches of ``if FLAG: def``;
     held before the issue: regression tests."""
     assert via in _chain(tree, rel, old, new, "tests/test_over.py")
+
+
+# --- A "run everything" the index can remove ---------------------------------------------
+
+
+def test_code_behind_an_op_nothing_in_the_tree_names_selects_nothing(tree: IndexedTree) -> None:
+    """``elsewhere::outside_only`` is registered for users outside the tree: no test can run
+    it. Before, the change ran everything ("its users are invisible to the index")."""
+    selection = _change(tree, "csrc/outside.cpp", "return x + 11;", "return x + 12;")
+    assert not selected(selection)
+    assert any("elsewhere::outside_only" in note for note in selection.notes), selection.notes
+    assert selection.empty_reason
+
+
+def test_an_op_named_anywhere_else_still_runs_everything(tree: IndexedTree) -> None:
+    """``elsewhere::outside_named`` is named by a test file's string: what runs it is not
+    known, so everything runs, as before."""
+    tree.replace(
+        "csrc/outside_named.cpp",
+        "torch::Tensor outside_named(torch::Tensor x) { return x; }",
+        "torch::Tensor outside_named(torch::Tensor x) { return x + 1; }",
+    )
+    assert tree.select().everything

@@ -11,7 +11,9 @@ reaches is widened once, soundly:
 
 If the widened set reaches no test either, the users are invisible to the index
 (generated code, function pointers, dynamic lookup) and the selection runs everything,
-naming the entity.
+naming the entity; unless every chain from it ends at ops nothing in the tree names,
+whose callers are outside the tree (``indexer.select.outside_users``): then no test can
+run it, and a note says so.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from indexer.paths import is_header
 from indexer.query.index import Index, Node
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity, Selection
+from indexer.select.outside_users import ends, unnamed_ops
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
 from indexer.select.reach import FileQuota, Reach
@@ -98,6 +101,16 @@ def _widen(index: Index, placer: Placer, entity: Entity) -> Entity | None:
     return None
 
 
+def _only_outside_users(
+    index: Index, walker: ImpactWalker, placer: Placer, entities: list[Entity]
+) -> list[str] | None:
+    """The ops ending every chain from these entities, if all are ops nothing in the tree
+    names; else None."""
+    starts = {node_id for entity in entities for node_id in entity.node_ids}
+    alone = walker.walk(dict.fromkeys(starts, 0))
+    return unnamed_ops(index, placer.diff.source, ends(alone, starts, index))
+
+
 def apply_fallbacks(
     index: Index,
     walker: ImpactWalker,
@@ -108,6 +121,7 @@ def apply_fallbacks(
 ) -> None:
     credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
     decided: set[int] = set()
+    widened_from: dict[int, Entity] = {}  # position of a widened entity -> the entity
     while True:
         added: list[Entity] = []
         for position, entity in enumerate(selection.entities):
@@ -118,7 +132,17 @@ def apply_fallbacks(
                 continue
             wider = None if entity.reason.startswith(WIDENED) else _widen(index, placer, entity)
             if wider is not None:
+                widened_from[len(selection.entities) + len(added)] = entity
                 added.append(wider)
+                continue
+            changed = widened_from.get(position, entity)
+            outside = _only_outside_users(index, walker, placer, [entity, changed])
+            if outside is not None:
+                selection.notes.append(
+                    f"{changed.label} (changed at {changed.evidence}) reaches no test: every "
+                    f"chain from it ends at ops nothing in the tree names ({', '.join(outside)}),"
+                    " whose callers are outside the tree"
+                )
                 continue
             selection.everything.append(
                 f"nothing in the index reaches {entity.label} (changed at {entity.evidence}): "
