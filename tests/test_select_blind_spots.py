@@ -222,3 +222,19 @@ def test_an_op_named_anywhere_else_still_runs_everything(tree: IndexedTree) -> N
         "torch::Tensor outside_named(torch::Tensor x) { return x + 1; }",
     )
     assert tree.select().everything
+
+
+# --- A function installed as a method at import ------------------------------------------
+
+
+def test_a_function_installed_as_a_method_runs_where_the_method_is_called(
+    tree: IndexedTree,
+) -> None:
+    """``Holder.halve = halve`` at import (torch_sparse installs its ops on SparseTensor
+    so): ``halve`` runs where ``.halve(...)`` is called or ``Holder.halve`` named, not in
+    every importer of its module. Before, every importer was selected."""
+    selection = _change(tree, "blindext/patch.py", "return self.size() // 2", "return 0")
+    assert {"tests/test_patched_call.py", "tests/test_patched_explicit.py"} <= selected(
+        selection
+    )
+    assert "tests/test_patched_import.py" not in selected(selection)

@@ -198,6 +198,8 @@ class ImpactWalker(Bridges, EdgeRows):
             reach.module_names.pop(module, None)
             return []
         reach.module_names[module] = reach.module_names.get(module, frozenset()) | use.names
+        if use.attribute is not None:
+            return self._attribute_callers(step.dst, use.attribute)
         if use.op_name is None:
             return []
         return self._registered_op_callers(step.dst, use.op_name)

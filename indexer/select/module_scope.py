@@ -56,14 +56,17 @@ class StatementUse:
     run_at_import: bool  # importing the module may run the named code
     names: frozenset[str]  # module names bound to it (when not run at import)
     op_name: str | None = None  # the op it is registered as (run where that op is called)
+    # ``Cls.attr`` it is installed as (``SparseTensor.partition = partition``): run where
+    # ``.attr`` is called or ``Cls.attr`` named, not by every importer of the module.
+    attribute: str | None = None
 
 
 RUN = StatementUse(True, frozenset())
 
 
 def _as_list(use: StatementUse) -> list:
-    """A StatementUse as the judgments keep it (JSON): [run, names, op name]."""
-    return [use.run_at_import, sorted(use.names), use.op_name]
+    """A StatementUse as the judgments keep it (JSON): [run, names, op name, attribute]."""
+    return [use.run_at_import, sorted(use.names), use.op_name, use.attribute]
 
 
 def _is_use(kept: Any, fields: int) -> bool:
@@ -75,18 +78,19 @@ def _is_use(kept: Any, fields: int) -> bool:
         and isinstance(kept[1], list)
         and all(isinstance(name, str) for name in kept[1])
         and (fields < 3 or kept[2] is None or isinstance(kept[2], str))
+        and (fields < 4 or kept[3] is None or isinstance(kept[3], str))
     )
 
 
 def _is_plan(kept: Any) -> bool:
     """Whether a kept value reads as ``_use_plan`` gives it: [calls, *_as_list]."""
     return (
-        isinstance(kept, list) and bool(kept) and isinstance(kept[0], bool) and _is_use(kept[1:], 3)
+        isinstance(kept, list) and bool(kept) and isinstance(kept[0], bool) and _is_use(kept[1:], 4)
     )
 
 
 def _from_list(kept: list) -> StatementUse:
-    return StatementUse(bool(kept[0]), frozenset(kept[1]), kept[2])
+    return StatementUse(bool(kept[0]), frozenset(kept[1]), kept[2], kept[3])
 
 
 @lru_cache(maxsize=1024)
@@ -146,6 +150,24 @@ def _bound(written: list[ast.expr]) -> tuple[set[str], bool]:
         else:
             mutates = True
     return names, mutates
+
+
+def _installed_as(stmt: ast.stmt, name: str) -> str | None:
+    """``Cls.attr`` of ``Cls.attr = name`` (a function made a method of a class, as
+    torch_sparse's ``SparseTensor.partition = partition``): ``Cls`` a capitalized name,
+    the value ``name`` itself, nothing else assigned."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return None
+    target, value = stmt.targets[0], stmt.value
+    if (
+        isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id[:1].isupper()
+        and isinstance(value, ast.Name)
+        and value.id == name
+    ):
+        return f"{target.value.id}.{target.attr}"
+    return None
 
 
 def _defined_at(tree: ast.Module, line: int) -> FunctionNode | None:
@@ -491,6 +513,9 @@ class ModuleStatements:
                 registered = _registered_op(node, name)
         if registered is not None:
             return [calls, *_as_list(StatementUse(False, frozenset(), registered))]
+        attribute = _installed_as(stmt, name)
+        if attribute is not None:
+            return [calls, *_as_list(StatementUse(False, frozenset(), None, attribute))]
         names, mutates = _bound(targets(stmt))
         if mutates:
             # stored into a registry or an object: run later, by anyone
