@@ -163,8 +163,8 @@ class ImpactWalker(Bridges, EdgeRows):
 
     def _judge_call(self, path: str, line: int, target: str) -> bool:
         name = target.rsplit(".", 1)[-1]
-        if is_pattern(name):
-            return True  # looked up at run time (getattr(torch.ops.ns, name)): to be called
+        if is_pattern(name):  # looked up at run time: getattr(torch.ops.ns, name)
+            return self.statements.looks_up_to_call(path, line)
         if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
             return False  # memo.add(m) on a set: not the op
         return self.statements.calls_at(path, line, name)

@@ -106,6 +106,11 @@ def _line_end_pattern(name: str) -> re.Pattern[str]:
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
+# getattr(owner, name)(...), on one line; or its value kept whole to be called later.
+_CALLED_LOOKUP = re.compile(r"\bgetattr\s*\((?:[^()]|\([^()]*\))*\)\s*\(")
+_KEPT_LOOKUP = re.compile(r"(?:(?<![=!<>])=|\breturn|\blambda[^:]*:)\s*getattr\s*\(")
+
+
 @lru_cache(maxsize=1024)
 def _looked_up_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"\bgetattr\s*\(.*[\"']{re.escape(name)}[\"']")
@@ -252,13 +257,28 @@ class ModuleStatements:
         if pattern.search(text) or _stored_pattern(name).search(text):
             return True
         if "getattr" in text and _looked_up_pattern(name).search(text):
-            return True  # getattr(torch.ops.ns, "x"): looked up to be called
+            return self._looks_up_to_call(text)  # getattr(torch.ops.ns, "x")(...)
         # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
         return bool(
             line < len(lines)
             and lines[line].lstrip().startswith("(")
             and _line_end_pattern(name).search(text)
         )
+
+    def looks_up_to_call(self, path: str, line: int) -> bool:
+        """Whether the ``getattr`` on ``line`` is made to call what it finds: called at
+        once (``getattr(torch.ops.aten, name)(x)``) or kept whole (``fn = getattr(...)``,
+        ``return getattr(...)``), not only passed along (``register_meta(getattr(aten,
+        name))`` registers a kernel for the op, running none of its own). True when the
+        line cannot be read."""
+        lines = self.lines(path)
+        if lines is None or not 0 < line <= len(lines):
+            return True
+        return self._looks_up_to_call(lines[line - 1])
+
+    @staticmethod
+    def _looks_up_to_call(text: str) -> bool:
+        return bool(_CALLED_LOOKUP.search(text) or _KEPT_LOOKUP.search(text))
 
     def _tree(self, path: str) -> ast.Module | None:
         if path not in self._trees:
