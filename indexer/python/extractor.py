@@ -77,6 +77,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.methods: dict[int, list[tuple[int, int]]] = {}  # class node -> (method, line)
         self.class_dotted: dict[int, str] = {}  # node -> dotted class name
         self.stars: list[str] = []
+        # Run-time lookups per scope, made into refs once the scope is walked (walk.py).
+        self._lookups: dict[int, list[tuple[int, str, ast.expr, int, Any]]] = {}
         self.module_vars: set[str] = set()
         self.var_names: dict[str, set[str]] = {}  # module variable -> names its value uses
         self.table_vars: set[str] = set()  # module variables holding a container display

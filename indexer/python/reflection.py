@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 WILDCARD = "*"
@@ -21,19 +22,35 @@ _PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[a-zA-Z%]")
 _BRACES = re.compile(r"\{[^{}]*\}")
 
 
-def name_pattern(expr: ast.expr) -> str:
-    """The glob of the strings ``expr`` can be: its literal parts, ``*`` for the rest."""
-    return re.sub(r"\*+", WILDCARD, _parts(expr))
+Strings = Callable[[str], "str | None"]  # a variable's pattern, where the scope knows it
 
 
-def _parts(expr: ast.expr) -> str:
+def name_pattern(expr: ast.expr, strings: Strings = lambda name: None) -> str:
+    """The glob of the strings ``expr`` can be: its literal parts, ``*`` for the rest;
+    ``strings`` gives the pattern of a variable assigned a string (``f"_{name}"``)."""
+    return re.sub(r"\*+", WILDCARD, _parts(expr, strings))
+
+
+def string_pattern(expr: ast.expr, strings: Strings = lambda name: None) -> str | None:
+    """``name_pattern`` of an expression that builds a string, else None."""
+    if isinstance(expr, ast.Constant) and not isinstance(expr.value, str):
+        return None
+    if isinstance(expr, (ast.Constant, ast.JoinedStr, ast.BinOp)) or _is_format(expr):
+        return name_pattern(expr, strings)
+    return None
+
+
+def _parts(expr: ast.expr, strings: Strings) -> str:
     if isinstance(expr, ast.Constant):
         return expr.value if isinstance(expr.value, str) else WILDCARD
+    if isinstance(expr, ast.Name):
+        return strings(expr.id) or WILDCARD
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-        return _parts(expr.left) + _parts(expr.right)
+        return _parts(expr.left, strings) + _parts(expr.right, strings)
     if isinstance(expr, ast.JoinedStr):
         return "".join(
-            value.value if isinstance(value, ast.Constant) else WILDCARD for value in expr.values
+            value.value if isinstance(value, ast.Constant) else _formatted(value, strings)
+            for value in expr.values
         )
     if (
         isinstance(expr, ast.BinOp)
@@ -42,15 +59,26 @@ def _parts(expr: ast.expr) -> str:
         and isinstance(expr.left.value, str)
     ):
         return _PERCENT.sub(WILDCARD, expr.left.value)  # "impl_%s" % name
-    if (
+    if _is_format(expr):
+        return _BRACES.sub(WILDCARD, expr.func.value.value)  # "impl_{}".format(name)
+    return WILDCARD
+
+
+def _formatted(value: ast.expr, strings: Strings) -> str:
+    """A ``{...}`` of an f-string: a variable's known pattern, else anything."""
+    if isinstance(value, ast.FormattedValue) and value.format_spec is None:
+        return _parts(value.value, strings) if isinstance(value.value, ast.Name) else WILDCARD
+    return WILDCARD
+
+
+def _is_format(expr: ast.expr) -> bool:
+    return (
         isinstance(expr, ast.Call)
         and isinstance(expr.func, ast.Attribute)
         and expr.func.attr == "format"
         and isinstance(expr.func.value, ast.Constant)
         and isinstance(expr.func.value.value, str)
-    ):
-        return _BRACES.sub(WILDCARD, expr.func.value.value)  # "impl_{}".format(name)
-    return WILDCARD
+    )
 
 
 def is_pattern(name: str) -> bool:

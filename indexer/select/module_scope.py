@@ -108,6 +108,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 # getattr(owner, name)(...), on one line; or its value kept whole to be called later.
 _CALLED_LOOKUP = re.compile(r"\bgetattr\s*\((?:[^()]|\([^()]*\))*\)\s*\(")
+_ASSIGNED = re.compile(
+    r"(?:^\s*|:=|\bif\s|\bwhile\s|\()?(?<![.\w\]])([A-Za-z_]\w*)\s*(?::[^=]*)?:?=\s*getattr\s*\("
+)
 _KEPT_LOOKUP = re.compile(r"(?:(?<![=!<>])=|\breturn|\blambda[^:]*:)\s*getattr\s*\(")
 
 
@@ -257,7 +260,7 @@ class ModuleStatements:
         if pattern.search(text) or _stored_pattern(name).search(text):
             return True
         if "getattr" in text and _looked_up_pattern(name).search(text):
-            return self._looks_up_to_call(text)  # getattr(torch.ops.ns, "x")(...)
+            return self._looks_up_to_call(text, lines)  # getattr(torch.ops.ns, "x")(...)
         # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
         return bool(
             line < len(lines)
@@ -265,20 +268,36 @@ class ModuleStatements:
             and _line_end_pattern(name).search(text)
         )
 
-    def looks_up_to_call(self, path: str, line: int) -> bool:
+    def looks_up_to_call(self, path: str, line: int, where: tuple[int, int] | None = None) -> bool:
         """Whether the ``getattr`` on ``line`` is made to call what it finds: called at
         once (``getattr(torch.ops.aten, name)(x)``) or kept whole (``fn = getattr(...)``,
         ``return getattr(...)``), not only passed along (``register_meta(getattr(aten,
-        name))`` registers a kernel for the op, running none of its own). True when the
-        line cannot be read."""
+        name))`` registers a kernel for the op, running none of its own). A value kept
+        in a variable counts when ``where`` (the lines of the definition making the
+        lookup; the whole file if None) calls that variable. True when the line cannot be
+        read."""
         lines = self.lines(path)
         if lines is None or not 0 < line <= len(lines):
             return True
-        return self._looks_up_to_call(lines[line - 1])
+        if where is not None and where[0] <= line <= where[1]:
+            return self._looks_up_to_call(lines[line - 1], lines[where[0] - 1 : where[1]])
+        return self._looks_up_to_call(lines[line - 1], lines)
 
     @staticmethod
-    def _looks_up_to_call(text: str) -> bool:
-        return bool(_CALLED_LOOKUP.search(text) or _KEPT_LOOKUP.search(text))
+    def _looks_up_to_call(text: str, lines: list[str] | None = None) -> bool:
+        """See ``looks_up_to_call``; a lookup kept in a variable counts when the file
+        calls that variable somewhere (``aten_fn = getattr(aten, name)`` only handed to
+        ``out_wrapper()(aten_fn)`` is not; unknown without ``lines``: it counts)."""
+        if _CALLED_LOOKUP.search(text):
+            return True
+        kept = _KEPT_LOOKUP.search(text)
+        if kept is None:
+            return False
+        variable = _ASSIGNED.search(text)
+        if variable is None or lines is None:
+            return True  # return getattr(...), lambda: getattr(...), self.x = getattr(...)
+        called = _call_pattern(variable.group(1))
+        return any(called.search(other) for other in lines)
 
     def _tree(self, path: str) -> ast.Module | None:
         if path not in self._trees:
