@@ -250,3 +250,31 @@ def test_a_function_installed_as_a_method_runs_where_the_method_is_called(
     selection = _change(tree, "blindext/patch.py", "return self.size() // 2", "return 0")
     assert {"tests/test_patched_call.py", "tests/test_patched_explicit.py"} <= selected(selection)
     assert "tests/test_patched_import.py" not in selected(selection)
+
+
+# --- A macro changed in a header ---------------------------------------------------------
+
+
+def test_a_macro_changed_in_a_header_selects_the_code_spelling_it(tree: IndexedTree) -> None:
+    """``APPLY_TARGET`` (and ``APPLY_TWICE``, whose body spells it) in ``macros.h``: the
+    functions using them in ``macro_user.cpp``, not the file's other functions. Before,
+    everything in the files including the header."""
+    selection = _change(
+        tree, "csrc/macros.h", "#define APPLY_TARGET(x) macro_target(x)",
+        "#define APPLY_TARGET(x) macro_target((x) + 1)",
+    )  # fmt: skip
+    chosen = selected(selection)
+    assert {"tests/test_macro_op.py", "tests/test_twice.py"} <= chosen
+    assert "tests/test_macro_free.py" not in chosen
+    assert chain_nodes(selection, "tests/test_macro_op.py")[0] == "users of APPLY_TARGET"
+
+
+def test_a_header_change_outside_macros_still_selects_everything_including_it(
+    tree: IndexedTree,
+) -> None:
+    """A declaration changed in the header: every definition of its includers, as before."""
+    selection = _change(
+        tree, "csrc/macros.h", "int64_t macro_target(int64_t x);",
+        "int64_t macro_target(int64_t x);\nint64_t other_target(int64_t x);",
+    )  # fmt: skip
+    assert "tests/test_macro_free.py" in selected(selection)
