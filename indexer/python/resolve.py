@@ -128,8 +128,12 @@ class PythonView:
         if len(parts) == 4 and parts[1:3] == ["_ops", "ops"]:
             parts = [parts[0], *parts[2:]]
         if len(parts) == 3 and parts[1] == "ops":
-            return self.members.ops(parts[2], pattern)
-        return self.members.named(owner, pattern)
+            found = self.members.ops(parts[2], pattern)
+        else:
+            found = self.members.named(owner, pattern)
+        if pattern == WILDCARD and len(found) > MAX_UNWRITTEN:
+            return []  # any of hundreds: left to the module fallback (see MAX_UNWRITTEN)
+        return found
 
     def named(self, target: str) -> list[int]:
         """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``
@@ -156,6 +160,14 @@ class PythonView:
             ]
             return exact
         return []
+
+
+# A name with no written part (``getattr(torch, name)``, ``getattr(self, name)``) may be
+# anything its owner holds. On PyTorch such lookups on ``torch``, ``torch.ops.aten`` and
+# nn.Module's subclasses match thousands of attributes each, and every aten kernel would
+# reach the root package through them; past this many matches the lookup resolves to
+# nothing, as before such lookups were read, and the module fallback covers it.
+MAX_UNWRITTEN = 100
 
 
 class Members:
