@@ -20,7 +20,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from indexer.bindings.python_names import ops_names
-from indexer.bindings.schema import parse_schema, split_op_name
+from indexer.bindings.schema import split_op_name
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.python.scope import dotted_chain
 
@@ -215,9 +215,7 @@ def _qualname(written: str | None, namespace: str | None) -> str | None:
     """``ns::name[.overload]`` of an op name or schema as written, else None."""
     if not written:
         return None
-    schema = parse_schema(written)
-    text = written.split("(", 1)[0].strip() if schema is None else written.split("(", 1)[0]
-    written_ns, name, overload = split_op_name(text.strip())
+    written_ns, name, overload = split_op_name(written.split("(", 1)[0].strip())
     namespace = written_ns or namespace
     if not namespace or not name.isidentifier():
         return None
