@@ -55,6 +55,7 @@ _CALLS = EdgeKind.CALLS.value
 _VIA_OP = {"via": "aten_api"}
 _MAX_BASE_DEPTH = 4
 _STRUCTURED_BASES = ("at::TensorIteratorBase", "at::impl::MetaBase")
+AUTOGRAD_MEMBERS = ("forward", "backward")  # what an autograd function's apply runs
 
 
 class CppSymbols:
@@ -274,6 +275,29 @@ class CppSymbols:
         classes = self.lookup(receiver, scope, usings, file_id, CLASSES)
         return self._in_classes(classes, name, file_id, want)
 
+    def autograd_apply(
+        self, written: str, scope: tuple[str, ...], usings: tuple[str, ...], file_id: int
+    ) -> list[int]:
+        """``F::apply(...)`` of ``struct F : torch::autograd::Function<F>``: ``apply`` is
+        the base's, and runs ``F::forward`` (and, in the backward pass, ``F::backward``)."""
+        components = split_qualified(written)
+        if len(components) < 2 or components[-1] != "apply":
+            return []
+        owner = written[: written.rindex("::")]
+        classes = [
+            class_id
+            for class_id in self.lookup(owner, scope, usings, file_id, CLASSES)
+            if any(
+                base.rsplit("::", 1)[-1].endswith("Function")
+                for base in self.bases.get(class_id, ())
+            )
+        ]
+        return [
+            node_id
+            for name in AUTOGRAD_MEMBERS
+            for node_id in self._in_classes(classes, name, file_id, CALLABLE)
+        ]
+
     def _in_classes(
         self, classes: list[int], name: str, file_id: int, want: frozenset[str]
     ) -> list[int]:
@@ -369,6 +393,8 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
             continue
         else:
             found = index.lookup(ref.target, scope, usings, ref.file_id, want)
+            if not found and ref.kind == _CALLS:
+                found = index.autograd_apply(ref.target, scope, usings, ref.file_id)
         if not found and ref.kind == _CALLS:
             # Not defined in the tree: ATen's generated API, an edge to the op it calls.
             if receiver is not None:

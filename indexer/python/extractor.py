@@ -20,6 +20,7 @@ from indexer.harness import Manifest
 from indexer.paths import under_any
 from indexer.python import testconv
 from indexer.python.definitions import DefinitionPass, doc_line
+from indexer.python.library_ops import LibraryOps
 from indexer.python.modname import PackageLayout
 from indexer.python.opinfo import OpinfoScanner
 from indexer.python.scope import (
@@ -76,6 +77,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.methods: dict[int, list[tuple[int, int]]] = {}  # class node -> (method, line)
         self.class_dotted: dict[int, str] = {}  # node -> dotted class name
         self.stars: list[str] = []
+        # Run-time lookups per scope, made into refs once the scope is walked (walk.py).
+        self._lookups: dict[int, list[tuple[int, str, ast.expr, int, Any]]] = {}
         self.module_vars: set[str] = set()
         self.var_names: dict[str, set[str]] = {}  # module variable -> names its value uses
         self.table_vars: set[str] = set()  # module variables holding a container display
@@ -118,6 +121,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self._import_parent_package()
         self._walk_module(tree.body)
         self._string_registries(tree.body)
+        if "library" in text or "custom_op" in text:
+            LibraryOps(self).read(tree.body)
         attrs = self.facts.nodes[self.module_node].attrs
         bindings = {k: v for k, v in self.scope.aliases.items() if v is not None}
         if bindings:

@@ -25,7 +25,8 @@ from functools import cached_property
 from typing import Any
 
 from indexer.link.symbols import Ref, Resolution, SymbolTable
-from indexer.python.names import resolve_dotted, resolve_member_of_bases
+from indexer.python.names import is_class, resolve_dotted, resolve_member_of_bases
+from indexer.python.reflection import WILDCARD, matcher
 
 DEF_KINDS = frozenset({"python_class", "python_function", "test_utility"})
 TEST_DEF_KINDS = frozenset({"test_class", "test_function"})
@@ -107,6 +108,33 @@ class PythonView:
     def python(self, target: str) -> tuple[list[int], bool] | None:
         return resolve_dotted(self, target, self._cache)
 
+    @cached_property
+    def members(self) -> Members:
+        return Members(self)
+
+    def matching(self, target: str, modules: bool) -> list[int]:
+        """The nodes a name looked up at run time can be (``target``: the owner's dotted
+        name, then the name's pattern, ``*`` for its computed parts). ``modules``: the
+        target is a module name (``importlib.import_module``), matched whole."""
+        if modules:
+            match = matcher(target).match
+            return sorted(node_id for name, node_id in self.modules.items() if match(name))
+        star = target.index(WILDCARD) if WILDCARD in target else len(target)
+        owner, _, head = target[:star].rpartition(".")
+        pattern = head + target[star:]
+        if not owner:
+            return []
+        parts = owner.split(".")
+        if len(parts) == 4 and parts[1:3] == ["_ops", "ops"]:
+            parts = [parts[0], *parts[2:]]
+        if len(parts) == 3 and parts[1] == "ops":
+            found = self.members.ops(parts[2], pattern)
+        else:
+            found = self.members.named(owner, pattern)
+        if pattern == WILDCARD and len(found) > MAX_UNWRITTEN:
+            return []  # any of hundreds: left to the module fallback (see MAX_UNWRITTEN)
+        return found
+
     def named(self, target: str) -> list[int]:
         """Op and binding nodes by Python spelling, then ``*.ops.<ns>.<op>[.<overload>]``
         (``torch._ops.ops`` too), then the generated bindings of function variants
@@ -134,6 +162,94 @@ class PythonView:
         return []
 
 
+# A name with no written part (``getattr(torch, name)``, ``getattr(self, name)``) may be
+# anything its owner holds. On PyTorch such lookups on ``torch``, ``torch.ops.aten`` and
+# nn.Module's subclasses match thousands of attributes each, and every aten kernel would
+# reach the root package through them; past this many matches the lookup resolves to
+# nothing, as before such lookups were read, and the module fallback covers it.
+MAX_UNWRITTEN = 100
+
+
+class Members:
+    """What a dotted owner holds, for names looked up at run time
+    (``indexer.python.reflection``): a module's definitions, bindings, submodules and
+    star-imported names; a class's members, its bases' and its subclasses' (``getattr(self,
+    f"handle_{op}")`` in a base finds the handlers its subclasses define); the ops of an op
+    namespace."""
+
+    MAX_DEPTH = 8
+
+    def __init__(self, view: PythonView) -> None:
+        self.view = view
+        self.children: dict[str, set[str]] = defaultdict(set)
+        for dotted in (*view._defs, *view.modules, *view.pynames):
+            parent, _, name = dotted.rpartition(".")
+            if parent:
+                self.children[parent].add(name)
+        self.subclasses: dict[str, list[str]] = defaultdict(list)  # base short name -> classes
+        symbols = view.symbols
+        for node_id, kind in symbols.kind.items():
+            if kind in ("python_class", "test_utility") and is_class(view, node_id):
+                for base in view.attrs(node_id).get("bases", ()):
+                    self.subclasses[base.rsplit(".", 1)[-1]].append(symbols.qualname[node_id])
+        self.namespaces: dict[str, list[int]] = defaultdict(list)
+        for packet, nodes in view.op_packets.items():
+            self.namespaces[packet.split("::", 1)[0]].extend(nodes)
+
+    def ops(self, namespace: str, pattern: str) -> list[int]:
+        match = matcher(pattern).match
+        symbols = self.view.symbols
+        return [
+            node_id
+            for node_id in self.namespaces.get(namespace, ())
+            if match(symbols.qualname[node_id].split("::", 1)[1].split(".", 1)[0])
+        ]
+
+    def named(self, owner: str, pattern: str) -> list[int]:
+        """The nodes of every name matching ``pattern`` that ``owner`` holds."""
+        match = matcher(pattern).match
+        view = self.view
+        found: dict[int, None] = {}
+        for holder, name in self._names(owner):
+            if not match(name):
+                continue
+            dotted = f"{holder}.{name}"
+            resolved = view.python(dotted)
+            nodes = resolved[0] if resolved and resolved[1] else view.named(dotted)
+            found.update(dict.fromkeys(nodes))
+        return list(found)
+
+    def _names(self, owner: str) -> set[tuple[str, str]]:
+        """(holder, name) of each name ``owner`` holds, itself or through what it extends."""
+        found: set[tuple[str, str]] = set()
+        seen: set[str] = set()
+        pending = [(owner, 0)]
+        view = self.view
+        while pending:
+            holder, depth = pending.pop()
+            if holder in seen or depth > self.MAX_DEPTH:
+                continue
+            seen.add(holder)
+            found.update((holder, name) for name in self.children.get(holder, ()))
+            resolved = view.python(holder)
+            if not resolved or not resolved[1]:
+                continue
+            for node_id in resolved[0]:
+                qualname = view.symbols.qualname[node_id]
+                found.update((qualname, name) for name in self.children.get(qualname, ()))
+                attrs = view.attrs(node_id)
+                if view.kind(node_id) == "python_module":
+                    found.update((holder, name) for name in attrs.get("bindings", {}))
+                    pending.extend((star, depth + 1) for star in attrs.get("stars", ()))
+                elif is_class(view, node_id):
+                    pending.extend((base, depth + 1) for base in attrs.get("bases", ()))
+                    pending.extend(
+                        (sub, depth + 1)
+                        for sub in self.subclasses.get(view.symbols.name[node_id], ())
+                    )
+        return found
+
+
 def python_view(symbols: SymbolTable) -> PythonView:
     """The view of ``symbols``, built on first use and kept with it for this link run."""
     view = getattr(symbols, "_python_view", None)
@@ -150,7 +266,7 @@ def _bases(base: str | None) -> Iterator[str]:
 
 
 # Ref attributes worth keeping on the edge (the edge is what queries and selection read).
-PROPAGATED = ("lazy", "dynamic", "via", "method", "operator")
+PROPAGATED = ("lazy", "dynamic", "via", "method", "operator", "pattern")
 
 
 def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
@@ -165,6 +281,8 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
 
 def _resolve_py(view: PythonView, ref: Ref) -> list[tuple[int, dict[str, Any] | None]]:
     target = ref.target
+    if ref.attrs.get("pattern"):
+        return [(node_id, None) for node_id in view.matching(target, ref.kind == "imports")]
     if ref.attrs.get("method"):
         return [(node_id, None) for node_id in view.methods.get(target[1:], ())]
     receiver = ref.attrs.get("receiver")

@@ -59,6 +59,30 @@ class Scope:
     defs: dict[str, int] = field(default_factory=dict)
     def_quals: dict[str, str] = field(default_factory=dict)
     parent: Scope | None = None
+    # Names assigned a string built from written parts (``name = f"_{op}"``), as the
+    # pattern of what they can hold (indexer.python.reflection), and how often each name
+    # is bound in this scope: a pattern counts only for a name bound once.
+    strings: dict[str, str] = field(default_factory=dict)
+    stores: dict[str, int] = field(default_factory=dict)
+
+    def store(self, name: str, pattern: str | None = None) -> None:
+        self.stores[name] = self.stores.get(name, 0) + 1
+        if pattern is None:
+            self.strings.pop(name, None)
+        else:
+            self.strings[name] = pattern
+
+    def string(self, name: str) -> str | None:
+        """The pattern of a name's string value, if its binding is one and the only one in
+        its scope (once the scope is walked whole: a loop may rebind it before a use)."""
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.strings:
+                return scope.strings[name] if scope.stores.get(name) == 1 else None
+            if name in scope.aliases or name in scope.defs or name in scope.stores:
+                return None
+            scope = scope.parent
+        return None
 
     def lookup(self, name: str) -> tuple[str, str | int] | None:
         """("alias", dotted) or ("local", node index), or None if unknown or hidden."""

@@ -8,6 +8,13 @@ from typing import Any
 
 from indexer.python import testconv
 from indexer.python.opinfo import OpinfoScanner
+from indexer.python.reflection import (
+    globals_lookup,
+    is_pattern,
+    lookup_call,
+    name_pattern,
+    string_pattern,
+)
 from indexer.python.scope import Scope, dotted_chain, parameter_names
 from indexer.python.testconv import OpsUse
 
@@ -73,6 +80,7 @@ class ReferencePass:
                 self.walk_stmts([stmt], self.module_node, self.scope, None)
         for index, use in self.ops_tests:
             self._ops_ref(index, use)
+        self._flush_lookups(self.scope)
 
     def _walk_def(self, node: ast.AST) -> None:
         index = self.def_nodes[id(node)]
@@ -91,6 +99,7 @@ class ReferencePass:
                             self.walk_stmts([inner], index, class_scope, None)
                 else:
                     self.walk_stmts([stmt], index, class_scope, None)
+            self._flush_lookups(class_scope)
             if self.facts.nodes[index].kind == "test_class":
                 # A test class runs its helpers (setUp, fixtures-as-methods) for every test.
                 for child, line in self.methods.get(index, ()):
@@ -121,6 +130,7 @@ class ReferencePass:
             self.walk_stmts(node.body, src, scope, cls)
         else:
             self.walk_expr(node.body, src, scope, cls)
+        self._flush_lookups(scope)
 
     def _fixture_refs(
         self, node: ast.FunctionDef | ast.AsyncFunctionDef, index: int, cls: str | None
@@ -170,8 +180,10 @@ class ReferencePass:
                 for target in stmt.targets:  # type: ignore[attr-defined]
                     if type(target) is not ast.Name:
                         self.walk_expr(target, src, scope, cls)
-                    elif local:
+                        continue
+                    if local:
                         scope.aliases[target.id] = self.alias_of(stmt.value, scope)  # type: ignore[attr-defined]
+                    self._string_value(scope, target.id, stmt.value)  # type: ignore[attr-defined]
             elif kind is ast.Expr or kind is ast.Return:
                 if stmt.value is not None:  # type: ignore[attr-defined]
                     self.walk_expr(stmt.value, src, scope, cls)  # type: ignore[attr-defined]
@@ -188,12 +200,16 @@ class ReferencePass:
                     self.walk_expr(expr, src, scope, cls)
                 if local:
                     scope.aliases[stmt.name] = None  # type: ignore[attr-defined]
-                self.walk_stmts(stmt.body, src, Scope(parent=scope), None)  # type: ignore[attr-defined]
+                body_scope = Scope(parent=scope)
+                self.walk_stmts(stmt.body, src, body_scope, None)  # type: ignore[attr-defined]
+                self._flush_lookups(body_scope)
             elif kind is ast.AnnAssign:
                 if stmt.value is not None:  # type: ignore[attr-defined]
                     self.walk_expr(stmt.value, src, scope, cls)  # type: ignore[attr-defined]
-                if local and type(stmt.target) is ast.Name:  # type: ignore[attr-defined]
-                    scope.aliases[stmt.target.id] = None  # type: ignore[attr-defined]
+                if type(stmt.target) is ast.Name:  # type: ignore[attr-defined]
+                    scope.store(stmt.target.id)  # type: ignore[attr-defined]
+                    if local:
+                        scope.aliases[stmt.target.id] = None  # type: ignore[attr-defined]
             elif kind in _TRY_KINDS:
                 self.walk_stmts(stmt.body, src, scope, cls)  # type: ignore[attr-defined]
                 for handler in stmt.handlers:  # type: ignore[attr-defined]
@@ -237,8 +253,10 @@ class ReferencePass:
                 if type(node.ctx) is ast.Load:
                     if not self._chain([node.id], node.lineno, src, scope):
                         self._unbound_name(node, src, scope, cls)
-                elif local:
-                    scope.aliases[node.id] = None
+                else:
+                    scope.store(node.id)
+                    if local:
+                        scope.aliases[node.id] = None
             elif kind is ast.Attribute:
                 chain = dotted_chain(node)
                 if chain is not None:
@@ -259,7 +277,9 @@ class ReferencePass:
                     push(default)
                 self._walk_function_body(node, src, scope, cls)
             else:
-                if kind is ast.BinOp and type(node.op) is ast.MatMult:
+                if kind is ast.Subscript:
+                    self._globals_ref(node, src, scope)
+                elif kind is ast.BinOp and type(node.op) is ast.MatMult:
                     self.emit_ref(
                         src, self.use_kind(src), "py", ".matmul", node.lineno,
                         method=True, operator="@",
@@ -322,6 +342,8 @@ class ReferencePass:
         module = self._dynamic_import(node, scope)
         if module is not None:
             self.emit_import(src, module, node.lineno, lazy=True, dynamic=True)
+        else:
+            self._reflective_call(node, src, scope, cls)
         func = node.func
         if not isinstance(func, ast.Attribute):
             stack.append(func)
@@ -349,3 +371,105 @@ class ReferencePass:
         if not (name.startswith("__") or name.startswith("assert") or name in NOT_TENSOR_METHODS):
             self.emit_ref(src, self.use_kind(src), "py", "." + name, node.lineno, method=True)
         stack.append(receiver)
+
+    # --- names looked up at run time (indexer.python.reflection) ------------------------
+
+    def _reflective_call(self, node: ast.Call, src: int, scope: Scope, cls: str | None) -> None:
+        """``getattr(owner, name)``, ``globals().get(name)``, and ``import_module`` of a
+        computed name: refs to what the name's written parts can match."""
+        lookup = lookup_call(node)
+        if lookup is not None and scope.lookup("getattr") is None:
+            owner = self._owner(lookup[0], scope, cls)
+            if owner is not None:
+                self._later(scope, src, owner, lookup[1], node.lineno, lookup[0])
+            return
+        name = globals_lookup(node)
+        if name is not None:
+            self._later(scope, src, self.modname, name, node.lineno, None)
+            return
+        module = self._computed_import(node, scope)
+        if module is not None:
+            self.emit_import(src, module, node.lineno, lazy=True, dynamic=True, pattern=True)
+
+    @staticmethod
+    def _string_value(scope: Scope, name: str, value: ast.expr) -> None:
+        """Note the pattern of a string a name is assigned (``*`` if it is not one)."""
+        pattern = string_pattern(value, scope.string)
+        scope.store(name, None if pattern is None or pattern == "*" else pattern)
+
+    def _flush_lookups(self, scope: Scope) -> None:
+        """The refs of the scope's run-time lookups, now that every binding of the names
+        they use is known (``Scope.string``)."""
+        for src, owner, expr, line, receiver in self._lookups.pop(id(scope), ()):
+            self._attribute_ref(src, owner, name_pattern(expr, scope.string), line, receiver)
+
+    def _globals_ref(self, node: ast.Subscript, src: int, scope: Scope) -> None:
+        name = globals_lookup(node)
+        if name is not None and scope.lookup("globals") is None:
+            self._later(scope, src, self.modname, name, node.lineno, None)
+
+    def _later(
+        self, scope: Scope, src: int, owner: str, name: ast.expr, line: int, receiver: Any
+    ) -> None:
+        """A lookup's ref, made when its scope has been walked (``_flush_lookups``)."""
+        self._lookups.setdefault(id(scope), []).append((src, owner, name, line, receiver))
+
+    def _owner(self, expr: ast.expr, scope: Scope, cls: str | None) -> str | None:
+        """The dotted name of what ``getattr`` looks in: a module, a class, an op
+        namespace (``torch.ops.ns``), ``self``/``cls`` in a method; None if unknown."""
+        if isinstance(expr, ast.Name) and expr.id in ("self", "cls") and cls is not None:
+            return cls
+        chain = dotted_chain(expr)
+        if chain is None:
+            return None
+        found = scope.lookup(chain[0])
+        if found is None:
+            return None
+        dotted = scope.expand(chain)
+        if dotted is None or not (found[0] == "local" or self.wants(dotted)):
+            return None
+        return dotted
+
+    def _attribute_ref(
+        self, src: int, owner: str, pattern: str, line: int, receiver: ast.expr | None
+    ) -> None:
+        extra: dict[str, Any] = {}
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            extra["receiver"] = receiver.id
+        if is_pattern(pattern):
+            extra["pattern"] = True
+        elif not pattern.isidentifier():
+            return
+        self.emit_ref(src, self.use_kind(src), "py", f"{owner}.{pattern}", line, **extra)
+
+    def _computed_import(self, call: ast.Call, scope: Scope) -> str | None:
+        """The module pattern of ``importlib.import_module(expr[, package])`` or
+        ``__import__(expr)`` whose name is computed but starts with written text
+        (``"pkg.plugins." + name``, ``f".{name}"`` relative to ``__name__``); None for
+        a literal name (a plain import) or one with no written start."""
+        if not call.args or isinstance(call.args[0], ast.Constant):
+            return None
+        chain = dotted_chain(call.func)
+        if chain is None:
+            return None
+        if (scope.expand(chain) or ".".join(chain)) not in (
+            "importlib.import_module",
+            "__import__",
+        ):
+            return None
+        pattern = name_pattern(call.args[0], scope.string)
+        if not is_pattern(pattern) or pattern.startswith("*"):
+            return None
+        if pattern.startswith("."):
+            package = call.args[1] if len(call.args) > 1 else None
+            package = next((k.value for k in call.keywords if k.arg == "package"), package)
+            if not isinstance(package, ast.Name) or package.id not in ("__name__", "__package__"):
+                return None
+            base = self.modname
+            if package.id == "__package__" and not self.is_package:
+                base = self.modname.rpartition(".")[0]
+            level = len(pattern) - len(pattern.lstrip("."))
+            for _ in range(level - 1):
+                base = base.rpartition(".")[0]
+            pattern = f"{base}.{pattern[level:]}"
+        return pattern

@@ -65,6 +65,8 @@ IMPLICIT_METHODS = frozenset(
         "__deepcopy__",
     }
 )
+# What an autograd function's ``apply`` runs (besides ``forward``, implicit already).
+AUTOGRAD_METHODS = frozenset({"backward", "setup_context", "jvp", "vjp", "vmap"})
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
 DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
 REGISTERS = "registers"  # a decorated definition -> the registry its decorator fills
@@ -85,6 +87,11 @@ class Step(NamedTuple):
 
 
 Found = tuple[int, Step, str, int]  # (node reached, how, its kind, its file id)
+
+
+def _like(text: str) -> str:
+    """``text`` as a literal in a LIKE pattern escaped with a backslash."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def placeholders(values: list) -> str:
@@ -211,6 +218,8 @@ class Bridges:
                 data = json.loads(attrs)
                 decorators = {d.rsplit(".", 1)[-1] for d in data.get("decorators") or ()}
                 implicit = name in IMPLICIT_METHODS or bool(decorators & PROPERTY_DECORATORS)
+                if name in AUTOGRAD_METHODS and owner is not None:
+                    implicit = implicit or self._classes().autograd_function(owner)
                 if data.get("method") and not implicit and not self._handed_out(owner, name):
                     explicit[node_id] = name
         return explicit
@@ -283,6 +292,22 @@ class Bridges:
                 " FROM refs r JOIN nodes n ON n.id = r.src_id"
                 " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target LIKE 'torch.ops.%'",
                 (op_name,),
+            )
+        ]
+
+    def _attribute_callers(self, definition: int, attribute: str) -> list[Found]:
+        """A Python function installed as ``Cls.attr`` at import runs where ``.attr(...)``
+        is called on an object the index cannot type, or ``Cls.attr`` is named (resolved
+        or not: the class defines no ``attr`` of its own)."""
+        name = attribute.rpartition(".")[2]
+        return [
+            (src, Step(definition, EdgeKind.CALLS.value, src, definition, file_id, line), kind, nf)
+            for src, file_id, line, kind, nf in self.index.conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND (r.target = ? OR r.target = ?"
+                " OR r.target LIKE ? ESCAPE '\\')",
+                (name, f".{name}", attribute, "%." + _like(attribute)),
             )
         ]
 

@@ -12,6 +12,7 @@ from indexer.paths import is_header, language_of
 from indexer.query.index import Node
 from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
 from indexer.select.diff import FileChange, Hunk
+from indexer.select.macro_users import changed_macros, macro_users
 from indexer.select.model import Entity
 from indexer.select.placed import (
     FUNCTION_KINDS,
@@ -77,6 +78,7 @@ class CppPlacement:
         scope = Scope()
         file_wide: list[str] = []
         outside_new: set[int] = set()
+        outside_old: set[int] = set()
         new_nodes: list[Node] = []
         if new_lines and new is not None:
             new_nodes = self.index.nodes_in_file(path)
@@ -143,7 +145,8 @@ class CppPlacement:
         if scope.unplaced and not result.entities:
             file_wide.append(f"namespace-scope statement at line {scope.unplaced[0]}")
         if is_header(path):
-            self._header(change, scope, file_wide, first, new_nodes, result)
+            macros = None if file_wide else changed_macros([(new, outside_new), (old, outside_old)])
+            self._header(change, scope, file_wide, first, new_nodes, result, macros)
             return
         if file_wide:
             self._everything_in(path, "; ".join(dict.fromkeys(file_wide)), first, result)
@@ -313,6 +316,7 @@ class CppPlacement:
         line: int,
         nodes: list[Node],
         result: FilePlacement,
+        macros: set[str] | None = None,
     ) -> None:
         path = change.path
         if file_wide:
@@ -333,6 +337,18 @@ class CppPlacement:
                 "includes it: its users are outside the index"
             )
             return
+        if macros:  # only macros changed: the code spelling them (indexer.select.macro_users)
+            entities = macro_users(
+                self.index, self._new_bytes, path, includers, macros, f"{path}:{line}"
+            )
+            if entities is not None:
+                result.entities += entities
+                if not entities:
+                    result.notes.append(
+                        f"{path}:{line}: the changed macros ({', '.join(sorted(macros))}) are"
+                        " spelled by no code of the files including the header"
+                    )
+                return
         ids = self._ids_in_files(includers)
         result.entities.append(
             Entity(
@@ -345,6 +361,12 @@ class CppPlacement:
                 members=sorted(includers)[:MEMBERS_SHOWN],
             )
         )
+
+    def _new_bytes(self, path: str) -> bytes | None:
+        try:
+            return (self.diff.source / path).read_bytes()
+        except OSError:
+            return None
 
     def _includers(self, path: str) -> set[str]:
         """Files including ``path``, transitively (reverse ``includes`` edges)."""

@@ -11,7 +11,9 @@ reaches is widened once, soundly:
 
 If the widened set reaches no test either, the users are invisible to the index
 (generated code, function pointers, dynamic lookup) and the selection runs everything,
-naming the entity.
+naming the entity; unless every chain from it ends at ops nothing in the tree names,
+whose callers are outside the tree (``indexer.select.outside_users``): then no test can
+run it, and a note says so.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from indexer.paths import is_header
 from indexer.query.index import Index, Node
 from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Selection
+from indexer.select.outside_users import ends, unnamed_ops
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
 from indexer.select.reach import FileQuota, Known, Reach
@@ -254,6 +257,16 @@ def _everything(selection: Selection, label: str, entity: Entity) -> None:
     )
 
 
+def _only_outside_users(
+    index: Index, walker: ImpactWalker, placer: Placer, entities: list[Entity]
+) -> list[str] | None:
+    """The ops ending every chain from these entities, if all are ops nothing in the tree
+    names; else None."""
+    starts = {node_id for entity in entities for node_id in entity.node_ids}
+    alone = walker.walk(dict.fromkeys(starts, 0))
+    return unnamed_ops(index, placer.diff.source, ends(alone, starts, index))
+
+
 def apply_fallbacks(
     index: Index,
     walker: ImpactWalker,
@@ -298,5 +311,19 @@ def apply_fallbacks(
         if position in credited or _reaches_tests(walker, wider, position, tests, known):
             covered.update(positions)
     for position, entity in unreached:
-        if position not in covered:
-            _everything(selection, widening.named.get(position, entity.label), entity)
+        if position in covered:
+            continue
+        wider = [
+            selection.entities[first + offset]
+            for offset, positions in enumerate(widening.covers)
+            if position in positions
+        ]
+        outside = _only_outside_users(index, walker, placer, [*wider, entity])
+        if outside is not None:
+            selection.notes.append(
+                f"{entity.label} (changed at {entity.evidence}) reaches no test: every "
+                f"chain from it ends at ops nothing in the tree names ({', '.join(outside)}),"
+                " whose callers are outside the tree"
+            )
+            continue
+        _everything(selection, widening.named.get(position, entity.label), entity)

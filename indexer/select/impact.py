@@ -40,6 +40,7 @@ from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
+from indexer.python.reflection import is_pattern
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import judgments
@@ -144,7 +145,7 @@ class ImpactWalker(Bridges, EdgeRows):
             )
         return self._test_side
 
-    def _calls(self, file_id: int, line: int, target: str) -> bool:
+    def _calls(self, file_id: int, line: int, target: str, src: int | None = None) -> bool:
         """Whether ``line`` of the file calls ``target`` (a judgment of the file's text
         alone, kept across runs by its content: ``indexer.select.judgments``)."""
         if not target:
@@ -152,16 +153,20 @@ class ImpactWalker(Bridges, EdgeRows):
         path = self._path(file_id)
         digest = self.statements.digest(path)
         if digest is None:
-            return self._judge_call(path, line, target)
+            return self._judge_call(path, line, target, src)
         key = f"{digest}:{line}:{target}"
         answer = self.judgments.get(key)
         if answer is None:
-            answer = self._judge_call(path, line, target)
+            answer = self._judge_call(path, line, target, src)
             self.judgments.put(key, answer)
         return answer
 
-    def _judge_call(self, path: str, line: int, target: str) -> bool:
+    def _judge_call(self, path: str, line: int, target: str, src: int | None = None) -> bool:
         name = target.rsplit(".", 1)[-1]
+        if is_pattern(name):  # looked up at run time: getattr(torch.ops.ns, name)
+            node = self.index.node(src) if src is not None else None
+            where = (node.line, node.end_line) if node is not None else None
+            return self.statements.looks_up_to_call(path, line, where)
         if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
             return False  # memo.add(m) on a set: not the op
         return self.statements.calls_at(path, line, name)
@@ -195,6 +200,8 @@ class ImpactWalker(Bridges, EdgeRows):
             reach.module_names.pop(module, None)
             return []
         reach.module_names[module] = reach.module_names.get(module, frozenset()) | use.names
+        if use.attribute is not None:
+            return self._attribute_callers(step.dst, use.attribute)
         if use.op_name is None:
             return []
         return self._registered_op_callers(step.dst, use.op_name)
@@ -476,7 +483,7 @@ class ImpactWalker(Bridges, EdgeRows):
                         and src_kind in LIBRARY_PYTHON
                         and reach.kind.get(dst) in COMPILED
                         and src_file not in test_side
-                        and not self._calls(src_file, line, self._target(ref_id))
+                        and not self._calls(src_file, line, self._target(ref_id), src)
                     ):
                         continue  # names the op without running it (a table, a key)
                     pending.add(src)

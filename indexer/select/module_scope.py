@@ -56,14 +56,17 @@ class StatementUse:
     run_at_import: bool  # importing the module may run the named code
     names: frozenset[str]  # module names bound to it (when not run at import)
     op_name: str | None = None  # the op it is registered as (run where that op is called)
+    # ``Cls.attr`` it is installed as (``SparseTensor.partition = partition``): run where
+    # ``.attr`` is called or ``Cls.attr`` named, not by every importer of the module.
+    attribute: str | None = None
 
 
 RUN = StatementUse(True, frozenset())
 
 
 def _as_list(use: StatementUse) -> list:
-    """A StatementUse as the judgments keep it (JSON): [run, names, op name]."""
-    return [use.run_at_import, sorted(use.names), use.op_name]
+    """A StatementUse as the judgments keep it (JSON): [run, names, op name, attribute]."""
+    return [use.run_at_import, sorted(use.names), use.op_name, use.attribute]
 
 
 def _is_use(kept: Any, fields: int) -> bool:
@@ -75,18 +78,19 @@ def _is_use(kept: Any, fields: int) -> bool:
         and isinstance(kept[1], list)
         and all(isinstance(name, str) for name in kept[1])
         and (fields < 3 or kept[2] is None or isinstance(kept[2], str))
+        and (fields < 4 or kept[3] is None or isinstance(kept[3], str))
     )
 
 
 def _is_plan(kept: Any) -> bool:
     """Whether a kept value reads as ``_use_plan`` gives it: [calls, *_as_list]."""
     return (
-        isinstance(kept, list) and bool(kept) and isinstance(kept[0], bool) and _is_use(kept[1:], 3)
+        isinstance(kept, list) and bool(kept) and isinstance(kept[0], bool) and _is_use(kept[1:], 4)
     )
 
 
 def _from_list(kept: list) -> StatementUse:
-    return StatementUse(bool(kept[0]), frozenset(kept[1]), kept[2])
+    return StatementUse(bool(kept[0]), frozenset(kept[1]), kept[2], kept[3])
 
 
 @lru_cache(maxsize=1024)
@@ -100,6 +104,19 @@ def _line_end_pattern(name: str) -> re.Pattern[str]:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+# getattr(owner, name)(...), on one line; or its value kept whole to be called later.
+_CALLED_LOOKUP = re.compile(r"\bgetattr\s*\((?:[^()]|\([^()]*\))*\)\s*\(")
+_ASSIGNED = re.compile(
+    r"(?:^\s*|:=|\bif\s|\bwhile\s|\()?(?<![.\w\]])([A-Za-z_]\w*)\s*(?::[^=]*)?:?=\s*getattr\s*\("
+)
+_KEPT_LOOKUP = re.compile(r"(?:(?<![=!<>])=|\breturn|\blambda[^:]*:)\s*getattr\s*\(")
+
+
+@lru_cache(maxsize=1024)
+def _looked_up_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\bgetattr\s*\(.*[\"']{re.escape(name)}[\"']")
 
 
 @lru_cache(maxsize=1024)
@@ -141,6 +158,24 @@ def _bound(written: list[ast.expr]) -> tuple[set[str], bool]:
         else:
             mutates = True
     return names, mutates
+
+
+def _installed_as(stmt: ast.stmt, name: str) -> str | None:
+    """``Cls.attr`` of ``Cls.attr = name`` (a function made a method of a class, as
+    torch_sparse's ``SparseTensor.partition = partition``): ``Cls`` a capitalized name,
+    the value ``name`` itself, nothing else assigned."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return None
+    target, value = stmt.targets[0], stmt.value
+    if (
+        isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id[:1].isupper()
+        and isinstance(value, ast.Name)
+        and value.id == name
+    ):
+        return f"{target.value.id}.{target.attr}"
+    return None
 
 
 def _defined_at(tree: ast.Module, line: int) -> FunctionNode | None:
@@ -224,12 +259,45 @@ class ModuleStatements:
         text = lines[line - 1]
         if pattern.search(text) or _stored_pattern(name).search(text):
             return True
+        if "getattr" in text and _looked_up_pattern(name).search(text):
+            return self._looks_up_to_call(text, lines)  # getattr(torch.ops.ns, "x")(...)
         # name at the end of the line, its arguments on the next: torch.atan2\n(a, b)
         return bool(
             line < len(lines)
             and lines[line].lstrip().startswith("(")
             and _line_end_pattern(name).search(text)
         )
+
+    def looks_up_to_call(self, path: str, line: int, where: tuple[int, int] | None = None) -> bool:
+        """Whether the ``getattr`` on ``line`` is made to call what it finds: called at
+        once (``getattr(torch.ops.aten, name)(x)``) or kept whole (``fn = getattr(...)``,
+        ``return getattr(...)``), not only passed along (``register_meta(getattr(aten,
+        name))`` registers a kernel for the op, running none of its own). A value kept
+        in a variable counts when ``where`` (the lines of the definition making the
+        lookup; the whole file if None) calls that variable. True when the line cannot be
+        read."""
+        lines = self.lines(path)
+        if lines is None or not 0 < line <= len(lines):
+            return True
+        if where is not None and where[0] <= line <= where[1]:
+            return self._looks_up_to_call(lines[line - 1], lines[where[0] - 1 : where[1]])
+        return self._looks_up_to_call(lines[line - 1], lines)
+
+    @staticmethod
+    def _looks_up_to_call(text: str, lines: list[str] | None = None) -> bool:
+        """See ``looks_up_to_call``; a lookup kept in a variable counts when the file
+        calls that variable somewhere (``aten_fn = getattr(aten, name)`` only handed to
+        ``out_wrapper()(aten_fn)`` is not; unknown without ``lines``: it counts)."""
+        if _CALLED_LOOKUP.search(text):
+            return True
+        kept = _KEPT_LOOKUP.search(text)
+        if kept is None:
+            return False
+        variable = _ASSIGNED.search(text)
+        if variable is None or lines is None:
+            return True  # return getattr(...), lambda: getattr(...), self.x = getattr(...)
+        called = _call_pattern(variable.group(1))
+        return any(called.search(other) for other in lines)
 
     def _tree(self, path: str) -> ast.Module | None:
         if path not in self._trees:
@@ -484,6 +552,9 @@ class ModuleStatements:
                 registered = _registered_op(node, name)
         if registered is not None:
             return [calls, *_as_list(StatementUse(False, frozenset(), registered))]
+        attribute = _installed_as(stmt, name)
+        if attribute is not None:
+            return [calls, *_as_list(StatementUse(False, frozenset(), None, attribute))]
         names, mutates = _bound(targets(stmt))
         if mutates:
             # stored into a registry or an object: run later, by anyone

@@ -35,6 +35,7 @@ class ClassHierarchy:
         self._bases: dict[int, list[tuple[int, int | None, int]]] = {}
         self._methods: dict[tuple[int, str], tuple[int, int] | None] = {}
         self._value_methods: dict[int, frozenset[str]] = {}
+        self._autograd: dict[int, bool] = {}
 
     def _direct_bases(self, class_id: int) -> list[tuple[int, int | None, int]]:
         """(base class id, file id, line) of each base of ``class_id`` found in the index."""
@@ -63,6 +64,21 @@ class ClassHierarchy:
                 found.append((base[0], file_id, line))
         self._bases[class_id] = found
         return found
+
+    def autograd_function(self, class_id: int) -> bool:
+        """Whether the class is an autograd function: it or an indexed ancestor names a base
+        called ``Function`` or ``*Function`` (``torch.autograd.Function``,
+        ``InplaceFunction``), whose ``apply`` runs its ``forward``, ``setup_context``,
+        ``backward``, ``jvp`` and ``vmap``."""
+        if class_id not in self._autograd:
+            self._autograd[class_id] = False  # a cycle in the bases ends here
+            row = self.index.conn.execute("SELECT attrs FROM nodes WHERE id = ?", (class_id,))
+            attrs = (row.fetchone() or (None,))[0]
+            bases = json.loads(attrs).get("bases") or () if attrs else ()
+            self._autograd[class_id] = any(
+                base.rsplit(".", 1)[-1].endswith("Function") for base in bases
+            ) or any(self.autograd_function(base) for base, _, _ in self._direct_bases(class_id))
+        return self._autograd[class_id]
 
     def value_methods(self, class_id: int) -> frozenset[str]:
         """Method names the class or an ancestor hands out as values (``return
