@@ -49,6 +49,8 @@ class AnswerOut(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
     total: int | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    budget: int | None = None  # characters the text kept to; items holds every line
+    more: str = ""  # how to ask for what the text left out
 
 
 ToolResult = Annotated[CallToolResult, AnswerOut]

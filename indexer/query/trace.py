@@ -8,8 +8,12 @@ The chain of one op, each hop with file:line:
        TORCH_IMPL_FUNC, delegates through structured_delegate, kernels registered from
        other files through m.impl)
     -> DispatchStubs the implementations call and the kernels registered for them
-    -> CUDA kernels launched
+    -> CUDA kernels launched, and library calls (cuBLAS, cuDNN, MKL, oneDNN...)
+    -> for a composite kernel (or one that only forwards), the ops it calls, traced on
+       the same way for the backend asked (indexer/query/below_kernel.py)
     -> backward formulas (derivatives.yaml).
+
+Python code naming the op is counted, and listed with ``focus="python"``.
 
 ``focus`` narrows the answer: ``python``, ``dispatch``, ``stubs``, ``cuda``, ``backward``,
 or a dispatch key (``CPU``, ``CUDA``, ``QuantizedCPU``...). An unknown name answers "not
@@ -22,14 +26,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.query import op_chain
+from indexer.query import below_kernel, op_chain
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
+MAX_NAMED = 3  # ops a Python definition names, listed before their chains
 MAX_LISTED = 12  # kernels / formulas shown per hop
+MAX_FOLLOWED = 4  # ops a composite kernel calls that are traced on
+MAX_LIBRARY_CALLS = 4
+MAX_FOLLOW_DEPTH = 6  # indentation past which called ops are listed, not traced
+MAX_TRACED_CALLS = 6  # called ops traced on in one answer; the rest are listed
+CUDA_LIBRARIES = frozenset(
+    {
+        "cuBLAS",
+        "cuBLASLt",
+        "cuDNN",
+        "cuSOLVER",
+        "cuSOLVER/cuBLAS",
+        "cuSPARSE",
+        "cuFFT",
+        "cuRAND",
+        "MAGMA",
+        "MIOpen",
+        "hipBLAS",
+        "rocBLAS",
+    }
+)
 PARTS = ("python", "dispatch", "stubs", "cuda", "backward")
 FOCUS_PARTS = {
     "python": {"python"},
@@ -54,10 +79,23 @@ class _Focus:
     cuda_only: bool = False
 
     def wants_key(self, keys: list[str]) -> bool:
-        if self.key is not None:
-            return any(key.lower() == self.key.lower() for key in keys) or not keys
+        if self.key is not None:  # a composite kernel runs on every backend
+            wanted = self.key.lower()
+            return not keys or any(k.lower() == wanted or "Composite" in k for k in keys)
         if self.cuda_only:
             return any("CUDA" in key or "Composite" in key for key in keys) or not keys
+        return True
+
+    @property
+    def backend(self) -> bool:
+        """Whether the focus names a backend (``cuda``, a dispatch key)."""
+        return self.cuda_only or self.key is not None
+
+    def wants_library(self, library: str) -> bool:
+        if self.cuda_only or (self.key and "cuda" in self.key.lower()):
+            return library in CUDA_LIBRARIES
+        if self.key and self.key.lower() == "cpu":
+            return library not in CUDA_LIBRARIES
         return True
 
 
@@ -83,6 +121,8 @@ class _Trace:
     visited: set[int] = field(default_factory=set)
     summary: list[dict[str, Any]] = field(default_factory=list)
     generated_stubs: dict[int, dict[str, Any]] = field(default_factory=dict)  # ufunc stubs
+    shown: set[int] = field(default_factory=set)  # implementations listed
+    followed: int = 0  # ops traced on from the kernels calling them
 
     def add(self, label: str, evidence: str | None, detail: str, depth: int, **data: Any) -> None:
         self.answer.items.append(Item(label, evidence, detail, depth, data))
@@ -98,6 +138,8 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     answer = Answer("trace", func)
     run = _Trace(index, wanted, answer)
     ops = primary_order(found.ops)
+    if found.python:
+        ops = _by_relevance(ops, [python.name for python in found.python])
     what = f"{len(ops)} op{'s' if len(ops) != 1 else ''}" if ops else "no op"
     answer.title = f"trace {func} ({found.how}): {what}"
     if wanted.key or focus:
@@ -110,19 +152,59 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     for python in found.python:
         detail = "Python definition" + ("" if ops or found.bindings else "; names no op or binding")
         run.add(python.qualname, python.evidence, detail, 0, kind=python.kind)
-        for node in [*ops, *found.bindings][:MAX_LISTED]:
+        named = [*ops, *found.bindings]
+        for node in named[:MAX_NAMED]:
             where = f"referenced here; {node.kind} at {node.evidence}"
             run.add(f"-> {node.qualname}", found.via.get(node.id), where, 1)
+        if len(named) > MAX_NAMED:
+            rest = ", ".join(node.qualname for node in named[MAX_NAMED:])
+            run.add(f"also names {rest}", None, "", 1)
     for binding in found.bindings:
         _binding_chain(run, binding)
     for op in ops[:MAX_OPS]:
-        if op.id not in run.visited:  # else traced in full above, as a delegate
-            _op_chain(run, op, 0)
+        if op.id in run.visited:  # traced in full above, as a delegate
+            continue
+        same = _same_kernels(run, op)
+        if same is not None:  # an overload of one traced above, with nothing new
+            run.add(op.qualname, op.evidence, f"same kernels as {same} above", 0)
+            continue
+        _op_chain(run, op, 0)
     if len(ops) > MAX_OPS:
         rest = ", ".join(op.qualname for op in ops[MAX_OPS:])
         answer.notes.append(f"{len(ops) - MAX_OPS} more ops match, not traced: {rest}")
     answer.data = {"ops": run.summary, "matched_by": found.how}
     return answer
+
+
+def _by_relevance(ops: list[Node], names: list[str]) -> list[Node]:
+    """Ops a Python function names, those named like it first (``embedding_bag`` for
+    ``F.embedding_bag``); ops that only allocate or re-view a tensor dropped when others
+    are left."""
+
+    def rank(op: Node) -> int:
+        if op.name.lstrip("_") in {name.lstrip("_") for name in names}:
+            return 0
+        return 2 if op.name in below_kernel.PLUMBING else 1
+
+    ranked = sorted(ops, key=rank)
+    kept = [op for op in ranked if rank(op) < 2]
+    return kept or ranked
+
+
+def _same_kernels(run: _Trace, op: Node) -> str | None:
+    """The op traced above that an overload of the same name shares every dispatch target
+    with (``aten::nll_loss.out`` after ``aten::nll_loss``), if any: merged into one line."""
+    traced = [
+        record["op"]
+        for record in run.summary
+        if record["op"].split(".")[0] == op.qualname.split(".")[0]
+    ]
+    if not traced:
+        return None
+    targets = {hop.node.id for hop in op_chain.dispatch_hops(run.index, op.id)}
+    if targets and targets <= run.shown | run.visited:
+        return traced[0]
+    return None
 
 
 def _binding_chain(run: _Trace, binding: Node) -> None:
@@ -139,14 +221,19 @@ def _binding_chain(run: _Trace, binding: Node) -> None:
         )
 
 
-def _op_chain(run: _Trace, op: Node, depth: int) -> None:
+def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -> None:
     index = run.index
     run.visited.add(op.id)
     record: dict[str, Any] = {"op": op.qualname, "entry": op.evidence, "dispatch": []}
+    if called_at:
+        record["called_at"] = called_at
     run.summary.append(record)
     schema = op.attrs.get("schema") or op.qualname
     source = op.attrs.get("source") or "op"
-    run.add(op.qualname, op.evidence, f"op ({source})", depth, schema=schema)
+    if called_at:
+        run.add(f"-> {op.qualname}", op.evidence, f"op called at {called_at}", depth, schema=schema)
+    else:
+        run.add(op.qualname, op.evidence, f"op ({source})", depth, schema=schema)
     if "python" in run.focus.parts and depth == 0:
         names = [name for name in op.attrs.get("python_names") or [] if ".ops." not in name]
         ops_names = [name for name in op.attrs.get("python_names") or [] if ".ops." in name]
@@ -154,11 +241,14 @@ def _op_chain(run: _Trace, op: Node, depth: int) -> None:
         if shown:
             run.add("Python: " + ", ".join(shown), op.evidence, "entry points", depth + 1)
         record["python"] = op.attrs.get("python_names") or []
-        references, total = op_chain.python_references(index, op)
+        listed = run.focus.parts == {"python"}
+        references, total = op_chain.python_references(index, op, limit=10 if listed else 0)
         for hop in references:
             run.add(hop.node.qualname, hop.evidence, "Python code naming the op", depth + 1)
         if total > len(references):
-            run.add(f"... {total - len(references)} more Python references", None, "", depth + 1)
+            more = "more " if references else ""
+            how = "" if listed else " (focus='python' lists them)"
+            run.add(f"{total - len(references)} {more}Python references{how}", None, "", depth + 1)
     if run.focus.parts & {"dispatch", "stubs", "cuda"}:
         _dispatch(run, op, depth + 1, record)
     if "backward" in run.focus.parts:
@@ -183,20 +273,121 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         else:
             found.append(hop)
     found.extend(op_chain.unresolved(index, op.id))
-    for hop, keys in op_chain.merge_keys(found):
-        if isinstance(hop, op_chain.Hop):
-            _implementation(run, hop, keys, depth, record, implementations)
-        else:
-            _missing(run, hop, keys, depth, record, implementations)
+    entries = sorted(op_chain.merge_keys(found), key=_key_rank)
+    usual = [entry for entry in entries if _key_rank(entry) < (0, len(_USUAL_KEYS))]
+    # CPU, CUDA and composite kernels, then the delegate holding them (add.Tensor's are
+    # add.out's), then the other backends' (Vulkan, sparse, nested...).
+    for hop, keys in usual:
+        _entry(run, hop, keys, depth, record, implementations)
     _generated(run, found, depth, record)
     for hop in delegates:
         via = "structured_delegate" if hop.attrs.get("structured_delegate") else "autogen"
         run.add(f"{via} -> {hop.node.qualname}", hop.evidence, "delegates its kernels", depth)
         if hop.node.id not in run.visited:
             _op_chain(run, hop.node, depth + 1)
+    for hop, keys in entries[len(usual) :]:
+        _entry(run, hop, keys, depth, record, implementations)
     if implementations and run.focus.parts & {"stubs", "cuda"}:
         nodes = [node for node, _ in implementations.values()]
         _implementation_chain(run, nodes, depth)
+    if implementations and "dispatch" in run.focus.parts:
+        _follow_calls(run, op, list(implementations.values()), depth, record)
+
+
+def _follow_calls(
+    run: _Trace,
+    op: Node,
+    implementations: list[tuple[Node, list[str]]],
+    depth: int,
+    record: dict[str, Any],
+) -> None:
+    """Trace on the ops a composite kernel calls, or a kernel that only forwards (it
+    reaches no stub, launch or library call itself): that is where the work is done."""
+    index = run.index
+    implicit = not (op.attrs.get("dispatch") or {})
+    backend = run.focus.backend
+    for node, keys in implementations:
+        composite = implicit or any(key.startswith("Composite") for key in keys)
+        if not composite and (not backend or _does_work(index, node)):
+            continue
+        calls = [
+            call for call in below_kernel.ops_called(index, [node.id]) if _serves(run, call.op)
+        ]
+        calls.sort(key=lambda call: not _has_own_kernel(run, call.op))
+        record.setdefault("calls_ops", []).extend(
+            {"from": node.qualname, "op": call.op.qualname, "called_at": call.evidence}
+            for call in calls
+        )
+        for call in calls[:MAX_FOLLOWED]:
+            if not backend:  # listed: a backend in focus traces them on
+                where = f"op called at {call.evidence}; focus='CUDA' or 'CPU' traces it on"
+                run.add(f"-> {call.op.qualname}", call.op.evidence, where, depth + 1)
+                continue
+            if (
+                call.op.id in run.visited
+                or depth + 1 > MAX_FOLLOW_DEPTH
+                or run.followed >= MAX_TRACED_CALLS
+            ):
+                detail = f"op called at {call.evidence}; " + (
+                    "traced above"
+                    if call.op.id in run.visited
+                    else f"trace {call.op.qualname} for its kernels"
+                )
+                run.add(f"-> {call.op.qualname}", call.op.evidence, detail, depth + 1)
+                continue
+            run.followed += 1
+            _op_chain(run, call.op, depth + 1, called_at=call.evidence)
+        if len(calls) > MAX_FOLLOWED:
+            rest = ", ".join(call.op.qualname for call in calls[MAX_FOLLOWED:])
+            run.add(f"{len(calls) - MAX_FOLLOWED} more ops called: {rest}", None, "", depth + 1)
+
+
+def _does_work(index: Index, node: Node) -> bool:
+    """Whether a kernel reaches a stub, a CUDA kernel or a library call itself."""
+    return bool(
+        op_chain.stubs_called(index, [node.id]).hops
+        or op_chain.kernels_launched(index, [node.id]).hops
+        or below_kernel.library_calls(index, [node.id])
+    )
+
+
+def _serves(run: _Trace, op: Node) -> bool:
+    """Whether an op called by a kernel can run on the backend asked: it has a kernel for
+    it, or no dispatch table (a composite, or a structured delegate)."""
+    table = op.attrs.get("dispatch") or {}
+    return not table or run.focus.wants_key(list(table))
+
+
+def _has_own_kernel(run: _Trace, op: Node) -> bool:
+    table = op.attrs.get("dispatch") or {}
+    if not table:
+        return bool(op.attrs.get("structured_delegate"))
+    return any(not key.startswith("Composite") for key in table if run.focus.wants_key([key]))
+
+
+_USUAL_KEYS = ("CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
+
+
+def _entry(
+    run: _Trace,
+    hop: Any,
+    keys: list[str],
+    depth: int,
+    record: dict[str, Any],
+    implementations: dict[int, tuple[Node, list[str]]],
+) -> None:
+    if isinstance(hop, op_chain.Hop):
+        _implementation(run, hop, keys, depth, record, implementations)
+    else:
+        _missing(run, hop, keys, depth, record, implementations)
+
+
+def _key_rank(entry: tuple[Any, list[str]]) -> tuple[int, int]:
+    """Dispatch entries in the order a reader looks for them: CPU and CUDA, composites,
+    then other backends, and registrations from test code last."""
+    hop, keys = entry
+    usual = min((_USUAL_KEYS.index(key) for key in keys if key in _USUAL_KEYS), default=9)
+    return (1 if "/test/" in hop.path else 0, usual)
 
 
 def _implementation(
@@ -237,6 +428,7 @@ def _implementation(
             or ("structured" if hop.attrs.get("structured") else "kernel"),
         }
     )
+    run.shown.add(target.id)
     previous = implementations.get(target.id)
     implementations[target.id] = (target, sorted(set(keys) | set(previous[1] if previous else [])))
 
@@ -384,6 +576,37 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 }
                 for hop in launched.hops
             )
+        _libraries(run, [*ids, *(hop.node.id for hop in kernels)], depth)
+
+
+def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
+    """Library calls (cuBLAS, cuDNN, MKL, oneDNN...) the implementations reach, for the
+    backend asked, each with its call site."""
+    calls = [
+        call
+        for call in below_kernel.library_calls(run.index, function_ids)
+        if run.focus.wants_library(call.library)
+    ]
+    work = [call for call in calls if not call.setup]
+    calls = work or calls  # set-up calls (cudnnSetStream) only when nothing else is found
+    for call in calls[:MAX_LIBRARY_CALLS]:
+        where = f"{call.library} call at {call.evidence}"
+        if call.definition:
+            where += f"; PyTorch's {call.library} wrapper"
+        run.add(f"{call.library}: {call.name}", call.definition or call.evidence, where, depth)
+    if len(calls) > MAX_LIBRARY_CALLS:
+        rest = ", ".join(call.name for call in calls[MAX_LIBRARY_CALLS:][:6])
+        run.add(f"{len(calls) - MAX_LIBRARY_CALLS} more library calls: {rest}", None, "", depth)
+    if run.summary and calls:
+        run.summary[-1].setdefault("library_calls", []).extend(
+            {
+                "library": call.library,
+                "name": call.name,
+                "call_site": call.evidence,
+                "definition": call.definition,
+            }
+            for call in calls
+        )
 
 
 def _unique_nodes(pairs: list[tuple[Node, Any]]) -> list[tuple[Node, Any]]:
