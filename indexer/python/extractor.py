@@ -77,6 +77,9 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.class_dotted: dict[int, str] = {}  # node -> dotted class name
         self.stars: list[str] = []
         self.module_vars: set[str] = set()
+        # module variable -> [first, last line] of the assignment binding it to a call's
+        # result (max_pool2d = boolean_dispatch(...)): where the name is defined
+        self.var_lines: dict[str, list[int]] = {}
         self.var_names: dict[str, set[str]] = {}  # module variable -> names its value uses
         self.table_vars: set[str] = set()  # module variables holding a container display
         self.code_vars: frozenset[str] = frozenset()  # see _code_vars
@@ -127,6 +130,9 @@ class FileIndexer(DefinitionPass, ReferencePass):
         variables = sorted(self.module_vars - set(bindings) - set(self.scope.defs))
         if variables:
             attrs["vars"] = variables
+            lines = {name: self.var_lines[name] for name in variables if name in self.var_lines}
+            if lines:
+                attrs["var_lines"] = lines
         if summaries:
             attrs["opinfo_lists"] = summaries
         self._value_methods()

@@ -63,12 +63,11 @@ class Answer:
     def to_text(self) -> str:
         head = [self.title] if self.title else []
         tail = []
-        if self.total is not None and self.total > len(self.items):
-            tail.append(f"... {self.total - len(self.items)} more not shown")
         if self.suggestions:
             tail.append("Closest known names: " + ", ".join(self.suggestions))
         tail.extend(f"note: {note}" for note in self.notes)
         body = [item.to_text() for item in self.items]
+        kept = len(body)
         if self.budget is not None:
             room = self.budget - sum(len(line) + 1 for line in head + tail) - _FOOTER_ROOM
             kept = 0
@@ -77,12 +76,16 @@ class Answer:
                 if room < 0 and kept:
                     break
                 kept += 1
-            if kept < len(body):
-                left = len(body) - kept
-                how = f"; {self.more}" if self.more else ""
-                plural = "s" if left != 1 else ""
-                footer = f"... {left} more line{plural} in the structured output{how}"
-                body = [*body[:kept], footer]
+        in_data = len(body) - kept  # items the structured output holds, the text leaves out
+        beyond = (self.total - len(self.items)) if self.total is not None else 0
+        if in_data or beyond > 0:
+            where = ""
+            if in_data and beyond > 0:
+                where = f" ({in_data} of them in the structured output)"
+            elif in_data:
+                where = " (in the structured output)"
+            how = f"; {self.more}" if self.more else ""
+            body = [*body[:kept], f"... {in_data + max(beyond, 0)} more not shown{where}{how}"]
         lines = head + body + tail
         if not lines:
             lines.append(f"{self.tool}({self.query!r}): no results")

@@ -127,11 +127,27 @@ def same_name(index: Index, written: str, limit: int = 5) -> list[Node]:
         return []
     suffix = "::".join(parts)
     found = []
-    for node in index.find(parts[-1], kinds=_CPP_KINDS):
+    nodes = index.find(parts[-1], kinds=_CPP_KINDS)
+    for node in nodes:
         plain = "::".join(p for p in node.qualname.split("::") if p != "(anonymous)")
         if plain == suffix or plain.endswith(f"::{suffix}"):
             found.append(node)
+    if not found and len(parts) > 1:
+        # A definition whose namespace the parser lost (or wrote differently): the same
+        # name in any namespace, the structured kernel's class with it.
+        tail = parts[-2:] if parts[-1] == "impl" else parts[-1:]
+        loose = "::".join(tail)
+        found = [
+            node for node in nodes if node.qualname == loose or node.qualname.endswith(f"::{loose}")
+        ]
     return found[:limit]
+
+
+def searched_for(written: str) -> str:
+    """What :func:`same_name` looked for, said in an answer that found nothing."""
+    parts = [part for part in written.split("::") if part]
+    tail = "::".join(parts[-2:] if parts[-1:] == ["impl"] else parts[-1:])
+    return f"{written}, and {tail} in any namespace"
 
 
 def keys_of(attrs: dict[str, Any]) -> list[str]:

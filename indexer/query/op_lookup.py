@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from indexer.query.index import Index, Node
+from indexer.query.py_lookup import assignment
 
 OP = "op"
 OP_LIKE = ("op", "registration")
@@ -143,6 +144,17 @@ def lookup(index: Index, name: str) -> Lookup:
             python=exact,
             via=via,
             how="Python definition",
+        )
+    bound = assignment(index, name)
+    if bound is not None:  # f = helper(...): what f's value names is what it runs
+        node, named = bound
+        reached, via = ops_referenced(index, named[:10])
+        return Lookup(
+            ops=[n for n in reached if n.kind == OP],
+            bindings=[n for n in reached if n.kind == "binding"],
+            python=[node, *named[:3]],
+            via=via,
+            how="Python name bound by assignment",
         )
     return Lookup()
 

@@ -65,6 +65,9 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
     if exact:
         return exact, "qualified name"
     names = names or IndexNames(index)
+    bound = assignment(index, name) if "." in name else None
+    if bound is not None:
+        return [bound[0]], "assignment"
     if "." in name:
         resolved = resolve_dotted(names, name)
         if resolved and resolved[1]:
@@ -75,6 +78,35 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
         suffix = "." + name
         candidates = [node for node in candidates if ("." + node.qualname).endswith(suffix)]
     return candidates, "short name"
+
+
+ASSIGNMENT = "python_assignment"  # the kind of an assignment-bound name's Node
+
+
+def assignment(index: Index, name: str) -> tuple[Node, list[Node]] | None:
+    """``torch.nn.functional.max_pool2d``, bound at module level to a call's result
+    (``max_pool2d = boolean_dispatch(...)``): (a Node for the name, at the assignment's
+    lines, and the definitions the assignment names), or None. The index keeps such
+    names as module variables, with their lines (``var_lines``), not as nodes."""
+    module_name, _, var = name.strip().rpartition(".")
+    if not module_name:
+        return None
+    modules = [n for n in index.find(module_name, ["python_module"]) if n.qualname == module_name]
+    for module in modules:
+        lines = (module.attrs.get("var_lines") or {}).get(var)
+        if not lines:
+            continue
+        first, last = lines
+        named = [
+            index.node(edge.dst)
+            for edge in index.out_edges(module.id, ["references"])
+            if first <= edge.line <= last
+        ]
+        node = Node(
+            module.id, ASSIGNMENT, var, name.strip(), module.path, first, last, module.id, {}
+        )
+        return node, list({n.id: n for n in named if n.kind in DEF_KINDS}.values())
+    return None
 
 
 def is_class(node: Node) -> bool:

@@ -30,6 +30,7 @@ from indexer.query import below_kernel, op_chain
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
+from indexer.query.py_lookup import ASSIGNMENT
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
@@ -150,7 +151,8 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         if not ops:
             _implementation_chain(run, [function], 1)
     for python in found.python:
-        detail = "Python definition" + ("" if ops or found.bindings else "; names no op or binding")
+        what = "bound by assignment" if python.kind == ASSIGNMENT else "Python definition"
+        detail = what + ("" if ops or found.bindings else "; names no op or binding")
         run.add(python.qualname, python.evidence, detail, 0, kind=python.kind)
         named = [*ops, *found.bindings]
         for node in named[:MAX_NAMED]:
@@ -173,6 +175,7 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         rest = ", ".join(op.qualname for op in ops[MAX_OPS:])
         answer.notes.append(f"{len(ops) - MAX_OPS} more ops match, not traced: {rest}")
     answer.data = {"ops": run.summary, "matched_by": found.how}
+    answer.more = "focus='cuda', 'CPU' (a dispatch key), 'python' or 'backward' narrows it; limit=N shows N lines"
     return answer
 
 
@@ -445,12 +448,10 @@ def _missing(
         return
     label = f"{', '.join(keys) or '?'}: {missing.target}"
     candidates = op_chain.same_name(run.index, missing.target)
-    detail = "no definition found in the index"
+    detail = f"no definition in the index (searched {op_chain.searched_for(missing.target)})"
     if missing.attrs.get("role") == "ufunc_stub":
         files = missing.attrs.get("generated_files") or ["ufunc files"]
         detail = f"not declared in the source: torchgen declares it in the generated {files[0]}"
-    elif keys and all(key.startswith("MPS") for key in keys):
-        detail += " (MPS kernels are Objective-C++ .mm files, which are not indexed)"
     if candidates:
         detail = "not linked by C++ scope rules; definitions of that name below"
     run.add(label, missing.evidence, detail, depth, keys=keys)
