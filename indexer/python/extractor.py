@@ -130,9 +130,15 @@ class FileIndexer(DefinitionPass, ReferencePass):
         variables = sorted(self.module_vars - set(bindings) - set(self.scope.defs))
         if variables:
             attrs["vars"] = variables
-            lines = {name: self.var_lines[name] for name in variables if name in self.var_lines}
-            if lines:
-                attrs["var_lines"] = lines
+        # Names bound to a call's result (a variable, or an alias through a wrapper such as
+        # _add_docstr), where no def of the name comes later.
+        lines = {
+            name: where
+            for name, where in sorted(self.var_lines.items())
+            if name not in self.scope.defs
+        }
+        if lines:
+            attrs["var_lines"] = lines
         if summaries:
             attrs["opinfo_lists"] = summaries
         self._value_methods()

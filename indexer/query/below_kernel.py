@@ -129,14 +129,27 @@ def ops_called(index: Index, function_ids: Iterable[int]) -> list[OpCall]:
     """Ops the functions call through ATen's API, nearest first, each op once."""
     reach = op_chain.walk_out(index, list(function_ids), ["calls"], OP_DEPTH, {"op"})
     found: dict[int, OpCall] = {}
-    for hop in reach.hops:
+    sites: set[str] = set()
+    # One op per call site: at::cumsum(...) links to every overload its arity allows,
+    # and the first in primary order (functional, default overload) stands for them.
+    for hop in sorted(reach.hops, key=lambda hop: _overload_rank(hop.node)):
         if hop.node.name in PLUMBING or hop.node.name.rstrip("_") in PLUMBING:
             continue
+        if hop.evidence in sites and hop.attrs.get("ambiguous"):
+            continue
+        sites.add(hop.evidence)
         found.setdefault(hop.node.id, OpCall(hop.node, hop.evidence, hop.attrs["from"]))
-    return list(found.values())
+    order = {hop.node.id: i for i, hop in enumerate(reach.hops)}
+    return sorted(found.values(), key=lambda call: order[call.op.id])
 
 
-def _raw_calls(index: Index) -> dict[int, list[tuple[str, str, int]]]:
+def _overload_rank(op: Node) -> tuple[int, int]:
+    overload = str(op.attrs.get("overload") or "")
+    out = "out" in overload.split("_") or overload.endswith("out")
+    return (1 if out else 0, 0 if not overload else 1)
+
+
+def raw_calls(index: Index) -> dict[int, list[tuple[str, str, int]]]:
     """function id -> (name, path, line) of each raw library call in its body (read once
     per index, by ranges of the refs' target_key index)."""
 
@@ -165,30 +178,72 @@ _SETUP_WORDS = ("Set", "Get", "Create", "Destroy", "Descriptor", "Handle")
 def library_calls(index: Index, function_ids: Iterable[int]) -> list[LibraryCall]:
     """Library calls the functions reach, nearest first: calls crossing into PyTorch's
     wrapper of a library (from code outside it), and raw API calls in the bodies walked;
-    calls that only set a library up (``cudnnSetStream``) last."""
-    starts = list(function_ids)
-    raw = _raw_calls(index)
-    found: dict[tuple[str, str], LibraryCall] = {}
+    calls that only set a library up (``cudnnSetStream``) last. Memoized per index: a
+    trace asks for the same kernels' calls several times."""
+    key = tuple(sorted(set(function_ids)))
+    return op_chain.memoized(index, "library-calls", key, lambda: _library_calls(index, list(key)))
+
+
+def _library_calls(index: Index, starts: list[int]) -> list[LibraryCall]:
+    raw = raw_calls(index)
+    paths = index.file_paths()
+    found: dict[tuple[str, str], tuple[str, str, str, int, int | None]] = {}
 
     def add_raw(function_id: int) -> None:
         for name, path, line in raw.get(function_id, ()):
             library = library_of_name(name) or "library"
-            found.setdefault(
-                (library, name.split("<", 1)[0]),
-                LibraryCall(library, name, f"{path}:{line}", function_id),
-            )
+            key = (library, name.split("<", 1)[0])
+            found.setdefault(key, (library, name, f"{path}:{line}", function_id, None))
 
     for start in starts:
         add_raw(start)
-    reach = op_chain.walk_out(index, starts, ["calls"], LIBRARY_DEPTH, {"cpp_function"})
-    callers = {node.id: node for node in index.nodes({hop.attrs["from"] for hop in reach.hops})}
-    for hop in reach.hops:
-        library = library_of_path(hop.node.path)
-        caller = callers.get(hop.attrs["from"])
-        if library is not None and caller is not None and library_of_path(caller.path) != library:
-            found.setdefault(
-                (library, hop.node.qualname),
-                LibraryCall(library, hop.node.qualname, hop.evidence, caller.id, hop.node.evidence),
+    # A light walk: ids and files only; the few nodes an answer names are read after.
+    file_of = _files_of(index, starts)
+    frontier, seen = list(starts), set(starts)
+    for _ in range(LIBRARY_DEPTH):
+        rows = op_chain._level_edges(index, frontier, ["calls"])
+        targets = [
+            dst for _, dst, _, _, _, kind in rows if kind == "cpp_function" and dst not in seen
+        ]
+        file_of.update(_files_of(index, targets))
+        following = []
+        for src, dst, path, line, _, kind in rows:
+            if kind != "cpp_function" or dst in seen:
+                continue
+            seen.add(dst)
+            library = library_of_path(paths.get(file_of.get(dst, -1), ""))
+            if library is not None:
+                if library_of_path(paths.get(file_of.get(src, -1), "")) != library:
+                    found.setdefault((library, str(dst)), (library, "", f"{path}:{line}", src, dst))
+            else:
+                following.append(dst)
+            add_raw(dst)
+            if len(seen) >= op_chain.WALK_BUDGET:
+                break
+        frontier = following
+        if not frontier or len(seen) >= op_chain.WALK_BUDGET:
+            break
+    wrappers = {
+        node.id: node for node in index.nodes(v[4] for v in found.values() if v[4] is not None)
+    }
+    calls = []
+    for library, name, site, caller, wrapper in found.values():
+        if wrapper is None:
+            calls.append(LibraryCall(library, name, site, caller))
+        elif wrapper in wrappers:
+            node = wrappers[wrapper]
+            calls.append(LibraryCall(library, node.qualname, site, caller, node.evidence))
+    return sorted(calls, key=lambda call: call.setup)
+
+
+def _files_of(index: Index, ids: list[int]) -> dict[int, int]:
+    """node id -> file id, one query per batch."""
+    found: dict[int, int] = {}
+    for start in range(0, len(ids), 900):
+        batch = ids[start : start + 900]
+        found.update(
+            index.conn.execute(
+                f"SELECT id, file_id FROM nodes WHERE id IN ({','.join('?' * len(batch))})", batch
             )
-        add_raw(hop.node.id)
-    return sorted(found.values(), key=lambda call: call.setup)
+        )
+    return found

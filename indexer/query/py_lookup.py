@@ -115,15 +115,24 @@ def is_class(node: Node) -> bool:
     )
 
 
+def short_names(index: Index) -> dict[str, list[str]]:
+    """Python definitions' last name -> qualified names (read once per index)."""
+
+    def read() -> dict[str, list[str]]:
+        table: dict[str, list[str]] = {}
+        for short, qualname in index.conn.execute(
+            f"SELECT name, qualname FROM nodes WHERE kind IN {PYTHON_KINDS} OR kind = 'test_class'"
+        ):
+            table.setdefault(short, []).append(qualname)
+        return table
+
+    return index.shared("python-short-names", read)
+
+
 def suggest(index: Index, name: str, limit: int = 5) -> list[str]:
     """Close Python names by their last component (``Lienar`` -> ``...Linear``), then the
     index's general suggestions."""
-    rows = index.conn.execute(
-        f"SELECT name, qualname FROM nodes WHERE kind IN {PYTHON_KINDS} OR kind = 'test_class'"
-    ).fetchall()
-    by_short: dict[str, list[str]] = {}
-    for short, qualname in rows:
-        by_short.setdefault(short, []).append(qualname)
+    by_short = short_names(index)
     short = name.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(short, list(by_short), n=limit, cutoff=0.6)
     found = [qual for match in close for qual in sorted(by_short[match], key=len)]

@@ -1,0 +1,24 @@
+"""The per-index lookup tables queries build on first use, for a server to build when idle.
+
+Each is read once per index (``Index.shared``) and costs a few hundred milliseconds on
+PyTorch: the ops' Python names, the raw library calls, the Python short names that
+"not found" answers suggest from. Loaded ahead, the first question pays none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from indexer.query.index import Index
+
+
+def tables() -> list[tuple[str, Callable[[Index], object]]]:
+    from indexer.query.below_kernel import raw_calls
+    from indexer.query.op_lookup import python_names
+    from indexer.query.py_lookup import short_names
+
+    return [
+        ("the ops' Python names", python_names),
+        ("the raw library calls", raw_calls),
+        ("the Python short names", short_names),
+    ]
