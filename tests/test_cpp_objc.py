@@ -144,3 +144,12 @@ def test_block_types_and_macro_signed_blocks_keep_the_namespace(built) -> None:
     assert kernel.line == line_of(path, "Tensor mps_max_pool2d(")
     one(index, "at::native::mps::run_sync")
     assert "at::native::mps::pool2d_template" in calls_of(index, kernel)
+
+
+def test_a_ternary_in_a_message_argument_keeps_its_operands() -> None:
+    """`padW * dW : padW` is a ternary's colon, not a selector part `dW:` (Pooling.mm):
+    blanking it broke the rest of the file."""
+    from indexer.cpp.objc import as_cpp
+
+    code = b"x = [d descriptorWithWidth:w paddingRight:ceil ? p * s : p name:nil];\n"
+    assert as_cpp(code) == b"x = (d                    ,w             ,ceil ? p * s : p     ,nil);\n"

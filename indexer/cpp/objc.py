@@ -37,7 +37,9 @@ _BOXED = re.compile(rb"@(?=[\d\"\[({]|-\d|(?:YES|NO|selector|encode|available)\b
 _TOKENS = re.compile(rb'[\[\]]|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # In a bracket's text with nested brackets masked: a receiver, then a selector.
 _SEND = re.compile(rb"\s*[^\s,:;{}=]+\s+([A-Za-z_]\w*)\s*(:|$)")
-_SELECTOR_PART = re.compile(rb"(?<![\w:])([A-Za-z_]\w*)\s*:(?!:)")
+# A selector part is a name and its colon, written together: `a ? b : c` (a ternary in
+# an argument, a space before its colon) is not one.
+_SELECTOR_PART = re.compile(rb"(?<![\w:])([A-Za-z_]\w*):(?!:)")
 _STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
 
 
@@ -93,8 +95,8 @@ def _send(data: bytes, start: int, end: int) -> list[tuple[int, bytes]]:
         elif byte == 0x5D:  # ]
             depth -= 1
             inner[index] = 0x52
-        elif depth:
-            inner[index] = 0x52 if byte not in b"\n" else byte
+        elif depth:  # newlines too: a receiver [[X alloc] init...] may span lines
+            inner[index] = 0x52
     match = _SEND.match(inner)
     if match is None:
         return []
