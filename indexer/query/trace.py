@@ -88,6 +88,10 @@ class _Focus:
         return True
 
     @property
+    def cpu_only(self) -> bool:
+        return self.key is not None and self.key.lower() == "cpu"
+
+    @property
     def backend(self) -> bool:
         """Whether the focus names a backend (``cuda``, a dispatch key)."""
         return self.cuda_only or self.key is not None
@@ -276,7 +280,7 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         else:
             found.append(hop)
     found.extend(op_chain.unresolved(index, op.id))
-    entries = sorted(op_chain.merge_keys(found), key=_key_rank)
+    entries = sorted(op_chain.merge_keys(_fitting(op, found)), key=_key_rank)
     usual = [entry for entry in entries if _key_rank(entry) < (0, len(_USUAL_KEYS))]
     # CPU, CUDA and composite kernels, then the delegate holding them (add.Tensor's are
     # add.out's), then the other backends' (Vulkan, sparse, nested...).
@@ -366,6 +370,33 @@ def _has_own_kernel(run: _Trace, op: Node) -> bool:
     if not table:
         return bool(op.attrs.get("structured_delegate"))
     return any(not key.startswith("Composite") for key in table if run.focus.wants_key([key]))
+
+
+def _fitting(op: Node, hops: list[Any]) -> list[Any]:
+    """Of the definitions an ambiguous dispatch entry names (``sort``: a Dimname overload
+    in NamedTensor.cpp, the kernel in Sorting.cpp), those whose parameters can take the
+    op's arguments; all of them if none can."""
+    by_site: dict[str, list[Any]] = {}
+    for hop in hops:
+        by_site.setdefault(hop.evidence, []).append(hop)
+    kept = []
+    for group in by_site.values():
+        nodes = [hop for hop in group if isinstance(hop, op_chain.Hop)]
+        fit = [hop for hop in nodes if _fits(op, hop.node)] if len(nodes) > 1 else nodes
+        kept.extend(fit if fit else nodes)
+        kept.extend(hop for hop in group if not isinstance(hop, op_chain.Hop))
+    return kept
+
+
+def _fits(op: Node, function: Node) -> bool:
+    arguments = op.attrs.get("arguments")
+    arity = function.attrs.get("arity")
+    if not arguments or not arity:
+        return True
+    if not arity[0] <= len(arguments) <= arity[1]:
+        return False
+    named = any("Dimname" in str(argument.get("type", "")) for argument in arguments)
+    return named == ("Dimname" in str(function.attrs.get("signature", "")))
 
 
 _USUAL_KEYS = ("CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
@@ -539,7 +570,9 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                     depth + 1,
                 )
             for kernel in registered[:MAX_LISTED]:
-                if run.focus.cuda_only and not _is_cuda(kernel):
+                if (run.focus.cuda_only and not _is_cuda(kernel)) or (
+                    run.focus.cpu_only and _is_cuda(kernel)
+                ):
                     continue
                 kernels.append(kernel)
                 macro = kernel.attrs.get("macro") or "registered"
@@ -551,7 +584,7 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 )
         if reach.truncated:
             run.answer.notes.append("stub search stopped at its node budget; more may exist")
-    if "cuda" in run.focus.parts:
+    if "cuda" in run.focus.parts and not run.focus.cpu_only:
         hosts = [i for i in ids if i not in stub_ids] + [hop.node.id for hop in kernels]
         launched = op_chain.kernels_launched(index, hosts)
         for hop in launched.hops[:MAX_LISTED]:
