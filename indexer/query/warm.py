@@ -12,12 +12,22 @@ from collections.abc import Callable
 from indexer.query.index import Index
 
 
+def _query_modules(index: Index) -> None:
+    """Import the tools' query modules (the MCP server imports them on first use)."""
+    import indexer.query.graph
+    import indexer.query.modules
+    import indexer.query.search
+    import indexer.query.tests
+    import indexer.query.trace  # noqa: F401
+
+
 def tables() -> list[tuple[str, Callable[[Index], object]]]:
     from indexer.query.below_kernel import raw_calls
     from indexer.query.op_lookup import python_names
     from indexer.query.py_lookup import short_names
 
     return [
+        ("the query modules", _query_modules),
         ("the ops' Python names", python_names),
         ("the raw library calls", raw_calls),
         ("the Python short names", short_names),
