@@ -20,6 +20,7 @@ these tiers: it belongs in :func:`tier`'s caller as one more key in front.
 from __future__ import annotations
 
 import ast
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -57,13 +58,11 @@ class OpsFilters:
         written): True, False, or None when the list's condition cannot be read."""
         if not list_text or list_text.endswith("..."):
             return None if list_text else True
-        try:
-            expr = ast.parse(list_text, mode="eval").body
-        except SyntaxError:
-            return None
-        condition = _condition(expr)
+        condition = _parsed(list_text)
         if condition is None:
-            return True  # no filter: every entry of the lists it names
+            return None
+        if condition is _NO_FILTER:
+            return True  # every entry of the lists it names
         variable, test = condition
         return self._evaluate(test, variable, path, entry)
 
@@ -138,6 +137,20 @@ class OpsFilters:
         with self._lock:
             self._literals[path] = found
         return found
+
+
+_NO_FILTER = ("", ast.Constant(True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(list_text: str) -> tuple[str, ast.expr] | None:
+    """(loop variable, condition) of an @ops list, ``_NO_FILTER`` if it filters nothing,
+    None if it cannot be read (parsed once per text: OpInfo tests share a few lists)."""
+    try:
+        expr = ast.parse(list_text, mode="eval").body
+    except SyntaxError:
+        return None
+    return _condition(expr) or _NO_FILTER
 
 
 def _condition(expr: ast.expr) -> tuple[str, ast.expr] | None:
