@@ -376,13 +376,15 @@ def _fitting(op: Node, hops: list[Any]) -> list[Any]:
     """Of the definitions an ambiguous dispatch entry names (``sort``: a Dimname overload
     in NamedTensor.cpp, the kernel in Sorting.cpp), those whose parameters can take the
     op's arguments; all of them if none can."""
-    by_site: dict[str, list[Any]] = {}
+    by_site: dict[tuple[str, str], list[Any]] = {}
     for hop in hops:
-        by_site.setdefault(hop.evidence, []).append(hop)
+        name = hop.node.qualname if isinstance(hop, op_chain.Hop) else hop.target
+        by_site.setdefault((hop.evidence, name), []).append(hop)
     kept = []
     for group in by_site.values():
         nodes = [hop for hop in group if isinstance(hop, op_chain.Hop)]
-        fit = [hop for hop in nodes if _fits(op, hop.node)] if len(nodes) > 1 else nodes
+        overloads = len(nodes) > 1 and not any(hop.attrs.get("role") for hop in nodes)
+        fit = [hop for hop in nodes if _fits(op, hop.node)] if overloads else nodes
         kept.extend(fit if fit else nodes)
         kept.extend(hop for hop in group if not isinstance(hop, op_chain.Hop))
     return kept
