@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.query import below_kernel, op_chain
+from indexer.query import below_kernel, op_chain, trace_order
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
@@ -144,7 +144,7 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     run = _Trace(index, wanted, answer)
     ops = primary_order(found.ops)
     if found.python:
-        ops = _by_relevance(ops, [python.name for python in found.python])
+        ops = trace_order.by_relevance(ops, [python.name for python in found.python])
     what = f"{len(ops)} op{'s' if len(ops) != 1 else ''}" if ops else "no op"
     answer.title = f"trace {func} ({found.how}): {what}"
     if wanted.key or focus:
@@ -181,21 +181,6 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     answer.data = {"ops": run.summary, "matched_by": found.how}
     answer.more = "focus='cuda', 'CPU' (a dispatch key), 'python' or 'backward' narrows it; limit=N shows N lines"
     return answer
-
-
-def _by_relevance(ops: list[Node], names: list[str]) -> list[Node]:
-    """Ops a Python function names, those named like it first (``embedding_bag`` for
-    ``F.embedding_bag``); ops that only allocate or re-view a tensor dropped when others
-    are left."""
-
-    def rank(op: Node) -> int:
-        if op.name.lstrip("_") in {name.lstrip("_") for name in names}:
-            return 0
-        return 2 if op.name in below_kernel.PLUMBING else 1
-
-    ranked = sorted(ops, key=rank)
-    kept = [op for op in ranked if rank(op) < 2]
-    return kept or ranked
 
 
 def _same_kernels(run: _Trace, op: Node) -> str | None:
@@ -280,8 +265,10 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         else:
             found.append(hop)
     found.extend(op_chain.unresolved(index, op.id))
-    entries = sorted(op_chain.merge_keys(_fitting(op, found)), key=_key_rank)
-    usual = [entry for entry in entries if _key_rank(entry) < (0, len(_USUAL_KEYS))]
+    entries = sorted(op_chain.merge_keys(trace_order.fitting(op, found)), key=trace_order.key_rank)
+    usual = [
+        entry for entry in entries if trace_order.key_rank(entry) < (0, len(trace_order.USUAL_KEYS))
+    ]
     # CPU, CUDA and composite kernels, then the delegate holding them (add.Tensor's are
     # add.out's), then the other backends' (Vulkan, sparse, nested...).
     for hop, keys in usual:
@@ -372,38 +359,6 @@ def _has_own_kernel(run: _Trace, op: Node) -> bool:
     return any(not key.startswith("Composite") for key in table if run.focus.wants_key([key]))
 
 
-def _fitting(op: Node, hops: list[Any]) -> list[Any]:
-    """Of the definitions an ambiguous dispatch entry names (``sort``: a Dimname overload
-    in NamedTensor.cpp, the kernel in Sorting.cpp), those whose parameters can take the
-    op's arguments; all of them if none can."""
-    by_site: dict[tuple[str, str], list[Any]] = {}
-    for hop in hops:
-        name = hop.node.qualname if isinstance(hop, op_chain.Hop) else hop.target
-        by_site.setdefault((hop.evidence, name), []).append(hop)
-    kept = []
-    for group in by_site.values():
-        nodes = [hop for hop in group if isinstance(hop, op_chain.Hop)]
-        overloads = len(nodes) > 1 and not any(hop.attrs.get("role") for hop in nodes)
-        fit = [hop for hop in nodes if _fits(op, hop.node)] if overloads else nodes
-        kept.extend(fit if fit else nodes)
-        kept.extend(hop for hop in group if not isinstance(hop, op_chain.Hop))
-    return kept
-
-
-def _fits(op: Node, function: Node) -> bool:
-    arguments = op.attrs.get("arguments")
-    arity = function.attrs.get("arity")
-    if not arguments or not arity:
-        return True
-    if not arity[0] <= len(arguments) <= arity[1]:
-        return False
-    named = any("Dimname" in str(argument.get("type", "")) for argument in arguments)
-    return named == ("Dimname" in str(function.attrs.get("signature", "")))
-
-
-_USUAL_KEYS = ("CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
-
-
 def _entry(
     run: _Trace,
     hop: Any,
@@ -416,14 +371,6 @@ def _entry(
         _implementation(run, hop, keys, depth, record, implementations)
     else:
         _missing(run, hop, keys, depth, record, implementations)
-
-
-def _key_rank(entry: tuple[Any, list[str]]) -> tuple[int, int]:
-    """Dispatch entries in the order a reader looks for them: CPU and CUDA, composites,
-    then other backends, and registrations from test code last."""
-    hop, keys = entry
-    usual = min((_USUAL_KEYS.index(key) for key in keys if key in _USUAL_KEYS), default=9)
-    return (1 if "/test/" in hop.path else 0, usual)
 
 
 def _implementation(
