@@ -36,7 +36,7 @@ PLUMBING = frozenset(
     view view_as reshape reshape_as expand expand_as unsqueeze squeeze flatten unflatten
     select slice narrow permute transpose t movedim unbind split chunk as_strided
     item size stride dim numel is_contiguous is_nonzero result_type
-    _local_scalar_dense set_ lift_fresh
+    _local_scalar_dense set_ lift_fresh resolve_conj resolve_neg
     """.split()  # noqa: SIM905 (a word list reads better as words)
 )
 
@@ -197,8 +197,12 @@ def _library_calls(index: Index, starts: list[int]) -> list[LibraryCall]:
 
     for start in starts:
         add_raw(start)
-    # A light walk: ids and files only; the few nodes an answer names are read after.
     file_of = _files_of(index, starts)
+    for start in starts:  # a kernel of PyTorch's library integration (native/cudnn/...)
+        library = library_of_path(paths.get(file_of.get(start, -1), ""))
+        if library is not None:
+            found.setdefault((library, str(start)), (library, "", "", start, start))
+    # A light walk: ids and files only; the few nodes an answer names are read after.
     frontier, seen = list(starts), set(starts)
     for _ in range(LIBRARY_DEPTH):
         rows = op_chain._level_edges(index, frontier, ["calls"])
@@ -232,6 +236,7 @@ def _library_calls(index: Index, starts: list[int]) -> list[LibraryCall]:
             calls.append(LibraryCall(library, name, site, caller))
         elif wrapper in wrappers:
             node = wrappers[wrapper]
+            site = site or node.evidence  # the kernel itself: its definition
             calls.append(LibraryCall(library, node.qualname, site, caller, node.evidence))
     return sorted(calls, key=lambda call: call.setup)
 

@@ -165,11 +165,16 @@ def lookup(index: Index, name: str) -> Lookup:
     bound = assignment(index, name)
     if bound is not None:  # f = helper(...): what f's value names is what it runs
         node, named = bound
-        reached, via = ops_referenced(index, named[:10])
+        # conv2d = _add_docstr(torch.conv2d, ...) names the op itself
+        direct = [n for n in named if n.kind in (OP, "binding")]
+        definitions = [n for n in named if n.kind not in (OP, "binding")]
+        reached, via = ops_referenced(index, definitions[:10])
+        reached = _unique([*direct, *reached])
+        via.update({n.id: node.evidence for n in direct})
         return Lookup(
             ops=[n for n in reached if n.kind == OP],
             bindings=[n for n in reached if n.kind == "binding"],
-            python=[node, *named[:3]],
+            python=[node, *definitions[:3]],
             via=via,
             how="Python name bound by assignment",
         )

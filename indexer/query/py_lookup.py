@@ -81,12 +81,13 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
 
 
 ASSIGNMENT = "python_assignment"  # the kind of an assignment-bound name's Node
+NAMED_OPS = ("op", "binding")  # what an assignment may name besides definitions
 
 
 def assignment(index: Index, name: str) -> tuple[Node, list[Node]] | None:
     """``torch.nn.functional.max_pool2d``, bound at module level to a call's result
     (``max_pool2d = boolean_dispatch(...)``): (a Node for the name, at the assignment's
-    lines, and the definitions the assignment names), or None. The index keeps such
+    lines, and the definitions, ops and bindings the assignment names), or None. The index keeps such
     names as module variables, with their lines (``var_lines``), not as nodes."""
     module_name, _, var = name.strip().rpartition(".")
     if not module_name:
@@ -105,7 +106,8 @@ def assignment(index: Index, name: str) -> tuple[Node, list[Node]] | None:
         node = Node(
             module.id, ASSIGNMENT, var, name.strip(), module.path, first, last, module.id, {}
         )
-        return node, list({n.id: n for n in named if n.kind in DEF_KINDS}.values())
+        kept = {n.id: n for n in named if n.kind in DEF_KINDS or n.kind in NAMED_OPS}
+        return node, list(kept.values())
     return None
 
 

@@ -83,8 +83,8 @@ class _Focus:
         if self.key is not None:  # a composite kernel runs on every backend
             wanted = self.key.lower()
             return not keys or any(k.lower() == wanted or "Composite" in k for k in keys)
-        if self.cuda_only:
-            return any("CUDA" in key or "Composite" in key for key in keys) or not keys
+        if self.cuda_only:  # dense CUDA: SparseCUDA, NestedTensorCUDA... are asked by key
+            return any(key == "CUDA" or "Composite" in key for key in keys) or not keys
         return True
 
     @property
@@ -496,6 +496,8 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
         stubs.extend((node, None) for node in functions if node.kind == "dispatch_stub")
         for stub, hop in _unique_nodes(stubs):
             registered = op_chain.stub_kernels(index, stub)
+            if hop is not None and not _serves_backend(run, registered):
+                continue  # a CPU-only stub in a CUDA trace (or the reverse) is not the way
             if hop is not None:
                 run.add(
                     stub.qualname, stub.evidence, f"DispatchStub, called at {hop.evidence}", depth
@@ -590,6 +592,15 @@ def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
             }
             for call in calls
         )
+
+
+def _serves_backend(run: _Trace, registered: list[op_chain.Hop]) -> bool:
+    """Whether a stub some kernel calls has a kernel for the backend focus asks."""
+    if run.focus.cuda_only:
+        return any(_is_cuda(kernel) for kernel in registered)
+    if run.focus.cpu_only:
+        return any(not _is_cuda(kernel) for kernel in registered)
+    return True
 
 
 def _unique_nodes(pairs: list[tuple[Node, Any]]) -> list[tuple[Node, Any]]:
