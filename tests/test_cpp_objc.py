@@ -152,4 +152,6 @@ def test_a_ternary_in_a_message_argument_keeps_its_operands() -> None:
     from indexer.cpp.objc import as_cpp
 
     code = b"x = [d descriptorWithWidth:w paddingRight:ceil ? p * s : p name:nil];\n"
-    assert as_cpp(code) == b"x = (d                    ,w             ,ceil ? p * s : p     ,nil);\n"
+    assert (
+        as_cpp(code) == b"x = (d                    ,w             ,ceil ? p * s : p     ,nil);\n"
+    )
