@@ -67,16 +67,11 @@ class Answer:
             tail.append("Closest known names: " + ", ".join(self.suggestions))
         tail.extend(f"note: {note}" for note in self.notes)
         body = [item.to_text() for item in self.items]
-        kept = len(body)
+        shown = len(body)
         if self.budget is not None:
             room = self.budget - sum(len(line) + 1 for line in head + tail) - _FOOTER_ROOM
-            kept = 0
-            for line in body:
-                room -= len(line) + 1
-                if room < 0 and kept:
-                    break
-                kept += 1
-        in_data = len(body) - kept  # items the structured output holds, the text leaves out
+            body = _within(body, [bool(item.data.get("minor")) for item in self.items], room)
+        in_data = shown - len(body)  # items the structured output holds, the text leaves out
         beyond = (self.total - len(self.items)) if self.total is not None else 0
         if in_data or beyond > 0:
             where = ""
@@ -85,7 +80,7 @@ class Answer:
             elif in_data:
                 where = " (in the structured output)"
             how = f"; {self.more}" if self.more else ""
-            body = [*body[:kept], f"... {in_data + max(beyond, 0)} more not shown{where}{how}"]
+            body = [*body, f"... {in_data + max(beyond, 0)} more not shown{where}{how}"]
         lines = head + body + tail
         if not lines:
             lines.append(f"{self.tool}({self.query!r}): no results")
@@ -93,3 +88,25 @@ class Answer:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _within(lines: list[str], minor: list[bool], room: int) -> list[str]:
+    """The lines that fit in ``room`` characters: minor lines (indirections, counts,
+    mentions) are left out first, the last of them first; then the list is cut at the
+    end. The first line is always kept."""
+    size = sum(len(line) + 1 for line in lines)
+    keep = [True] * len(lines)
+    for position in range(len(lines) - 1, 0, -1):
+        if size <= room:
+            break
+        if minor[position]:
+            keep[position] = False
+            size -= len(lines[position]) + 1
+    kept = [line for line, wanted in zip(lines, keep, strict=True) if wanted]
+    cut = 0
+    for line in kept:
+        room -= len(line) + 1
+        if room < 0 and cut:
+            break
+        cut += 1
+    return kept[:cut]

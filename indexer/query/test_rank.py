@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ class OpsFilters:
 
     def __init__(self, source_root: str | None) -> None:
         self.root = Path(source_root) if source_root else None
-        self._literals: dict[str, dict[str, frozenset[str]]] = {}
+        self._literals: dict[tuple[str, str], frozenset[str] | None] = {}
         self._lock = threading.Lock()
 
     def holds(self, list_text: str | None, path: str, entry: dict[str, Any]) -> bool | None:
@@ -107,36 +108,79 @@ class OpsFilters:
             names = [_string(element) for element in right.elts]
             return None if None in names else value in names
         if isinstance(right, ast.Name):
-            names = self._module_strings(path).get(right.id)
+            names = self._module_strings(path, right.id)
             return None if names is None else value in names
         return None
 
-    def _module_strings(self, path: str) -> dict[str, frozenset[str]]:
-        """Module-level names bound to a literal collection of strings in ``path``."""
+    def _module_strings(self, path: str, name: str) -> frozenset[str] | None:
+        """The strings of ``name = [...]`` (a list, tuple or set literal, or one wrapped
+        in ``set(...)``) at module level in ``path``; None if it is not one. Only that
+        statement is parsed: test files run to thousands of lines."""
+        key = (path, name)
         with self._lock:
-            cached = self._literals.get(path)
-        if cached is not None:
-            return cached
-        found: dict[str, frozenset[str]] = {}
-        if self.root is not None:
-            try:
-                tree = ast.parse((self.root / path).read_bytes())
-            except (OSError, SyntaxError, ValueError):
-                tree = None
-            for stmt in tree.body if tree else ():
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-                    target, value = stmt.targets[0], stmt.value
-                    if isinstance(value, ast.Call) and len(value.args) == 1:
-                        value = value.args[0]  # set([...]), frozenset({...}), tuple(...)
-                    if isinstance(target, ast.Name) and isinstance(
-                        value, (ast.List, ast.Tuple, ast.Set)
-                    ):
-                        names = [_string(element) for element in value.elts]
-                        if None not in names:
-                            found[target.id] = frozenset(names)  # type: ignore[arg-type]
+            if key in self._literals:
+                return self._literals[key]
+        found = self._read_strings(path, name)
         with self._lock:
-            self._literals[path] = found
+            self._literals[key] = found
         return found
+
+    def _read_strings(self, path: str, name: str) -> frozenset[str] | None:
+        if self.root is None:
+            return None
+        try:
+            text = (self.root / path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        match = re.search(rf"^{re.escape(name)}\s*(?::[^=\n]*)?=", text, re.M)
+        if match is None:
+            return None
+        statement = text[match.start() : _statement_end(text, match.end())]
+        try:
+            tree = ast.parse(statement)
+        except SyntaxError:
+            return None
+        value = getattr(tree.body[0], "value", None) if tree.body else None
+        if isinstance(value, ast.Call) and len(value.args) == 1:
+            value = value.args[0]  # set([...]), frozenset({...}), tuple(...)
+        if not isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+            return None
+        names = [_string(element) for element in value.elts]
+        return None if None in names else frozenset(names)  # type: ignore[arg-type]
+
+
+def _statement_end(text: str, start: int) -> int:
+    """Where the statement going on at ``start`` ends: the first newline outside
+    brackets and strings (a rough scan: comments and string prefixes aside)."""
+    depth = 0
+    quote = ""
+    position = start
+    while position < len(text):
+        char = text[position]
+        if quote:
+            if char == "\\":
+                position += 1
+            elif text.startswith(quote, position):
+                position += len(quote) - 1
+                quote = ""
+        elif char in "\"'":
+            quote = (
+                text[position : position + 3]
+                if text[position : position + 3] in ('"""', "'''")
+                else char
+            )
+            position += len(quote) - 1
+        elif char == "#":
+            newline = text.find("\n", position)
+            position = len(text) if newline < 0 else newline - 1
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "\n" and depth <= 0:
+            return position
+        position += 1
+    return len(text)
 
 
 _NO_FILTER = ("", ast.Constant(True))

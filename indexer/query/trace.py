@@ -38,6 +38,7 @@ MAX_NAMED = 3  # ops a Python definition names, listed before their chains
 MAX_LISTED = 12  # kernels / formulas shown per hop
 MAX_FOLLOWED = 4  # ops a composite kernel calls that are traced on
 MAX_LIBRARY_CALLS = 4
+MAJOR_LAUNCHES = 2  # launches / library calls per kernel the text keeps before minor lines
 MAX_FOLLOW_DEPTH = 6  # indentation past which called ops are listed, not traced
 MAX_TRACED_CALLS = 6  # called ops traced on in one answer; the rest are listed
 CUDA_LIBRARIES = frozenset(
@@ -128,8 +129,21 @@ class _Trace:
     generated_stubs: dict[int, dict[str, Any]] = field(default_factory=dict)  # ufunc stubs
     shown: set[int] = field(default_factory=set)  # implementations listed
     followed: int = 0  # ops traced on from the kernels calling them
+    nested: int = 0  # how many called ops deep the trace is
 
-    def add(self, label: str, evidence: str | None, detail: str, depth: int, **data: Any) -> None:
+    def add(
+        self,
+        label: str,
+        evidence: str | None,
+        detail: str,
+        depth: int,
+        minor: bool = False,
+        **data: Any,
+    ) -> None:
+        """One line; ``minor`` lines (indirections, counts, mentions) are the first the
+        text leaves out when over its budget (Answer.to_text)."""
+        if minor:
+            data["minor"] = True
         self.answer.items.append(Item(label, evidence, detail, depth, data))
 
 
@@ -161,10 +175,10 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         named = [*ops, *found.bindings]
         for node in named[:MAX_NAMED]:
             where = f"referenced here; {node.kind} at {node.evidence}"
-            run.add(f"-> {node.qualname}", found.via.get(node.id), where, 1)
+            run.add(f"-> {node.qualname}", found.via.get(node.id), where, 1, minor=True)
         if len(named) > MAX_NAMED:
             rest = ", ".join(node.qualname for node in named[MAX_NAMED:])
-            run.add(f"also names {rest}", None, "", 1)
+            run.add(f"also names {rest}", None, "", 1, minor=True)
     for binding in found.bindings:
         _binding_chain(run, binding)
     for op in ops[:MAX_OPS]:
@@ -225,13 +239,16 @@ def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -
     if called_at:
         run.add(f"-> {op.qualname}", op.evidence, f"op called at {called_at}", depth, schema=schema)
     else:
-        run.add(op.qualname, op.evidence, f"op ({source})", depth, schema=schema)
+        # the op a delegate leads to: its kernels below say more than its line
+        run.add(op.qualname, op.evidence, f"op ({source})", depth, schema=schema, minor=depth > 0)
     if "python" in run.focus.parts and depth == 0:
         names = [name for name in op.attrs.get("python_names") or [] if ".ops." not in name]
         ops_names = [name for name in op.attrs.get("python_names") or [] if ".ops." in name]
         shown = names[:MAX_PYTHON_NAMES] or ops_names[:2]
         if shown:
-            run.add("Python: " + ", ".join(shown), op.evidence, "entry points", depth + 1)
+            run.add(
+                "Python: " + ", ".join(shown), op.evidence, "entry points", depth + 1, minor=True
+            )
         record["python"] = op.attrs.get("python_names") or []
         listed = run.focus.parts == {"python"}
         references, total = op_chain.python_references(index, op, limit=10 if listed else 0)
@@ -240,9 +257,14 @@ def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -
         if total > len(references):
             more = "more " if references else ""
             how = "" if listed else " (focus='python' lists them)"
-            run.add(f"{total - len(references)} {more}Python references{how}", None, "", depth + 1)
+            text = f"{total - len(references)} {more}Python references{how}"
+            run.add(text, None, "", depth + 1, minor=True)
     if run.focus.parts & {"dispatch", "stubs", "cuda"}:
-        _dispatch(run, op, depth + 1, record)
+        run.nested += bool(called_at)
+        try:
+            _dispatch(run, op, depth + 1, record)
+        finally:
+            run.nested -= bool(called_at)
     if "backward" in run.focus.parts:
         _backward(run, op, depth + 1, record)
 
@@ -276,7 +298,8 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
     _generated(run, found, depth, record)
     for hop in delegates:
         via = "structured_delegate" if hop.attrs.get("structured_delegate") else "autogen"
-        run.add(f"{via} -> {hop.node.qualname}", hop.evidence, "delegates its kernels", depth)
+        detail = "delegates its kernels"
+        run.add(f"{via} -> {hop.node.qualname}", hop.evidence, detail, depth, minor=True)
         if hop.node.id not in run.visited:
             _op_chain(run, hop.node, depth + 1)
     for hop, keys in entries[len(usual) :]:
@@ -333,7 +356,8 @@ def _follow_calls(
             _op_chain(run, call.op, depth + 1, called_at=call.evidence)
         if len(calls) > MAX_FOLLOWED:
             rest = ", ".join(call.op.qualname for call in calls[MAX_FOLLOWED:])
-            run.add(f"{len(calls) - MAX_FOLLOWED} more ops called: {rest}", None, "", depth + 1)
+            text = f"{len(calls) - MAX_FOLLOWED} more ops called: {rest}"
+            run.add(text, None, "", depth + 1, minor=True)
 
 
 def _does_work(index: Index, node: Node) -> bool:
@@ -398,7 +422,9 @@ def _implementation(
     if hop.attrs.get("role") == "ufunc_stub":
         run.generated_stubs[target.id] = hop.attrs
     label = f"{', '.join(keys) or '?'}: {target.qualname}"
-    run.add(label, target.evidence, f"{role}; registered at {hop.evidence}", depth, keys=keys)
+    # Below a called op the registration site is in the data: the line is the kernel.
+    detail = role if run.nested else f"{role}; registered at {hop.evidence}"
+    run.add(label, target.evidence, detail, depth, keys=keys, registered_at=hop.evidence)
     record["dispatch"].append(
         {
             "keys": keys,
@@ -538,13 +564,14 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
     if "cuda" in run.focus.parts and not run.focus.cpu_only:
         hosts = [i for i in ids if i not in stub_ids] + [hop.node.id for hop in kernels]
         launched = op_chain.kernels_launched(index, hosts)
-        for hop in launched.hops[:MAX_LISTED]:
+        for position, hop in enumerate(launched.hops[:MAX_LISTED]):
             run.add(
                 hop.node.qualname,
                 hop.node.evidence,
                 f"CUDA kernel launched at {hop.evidence}",
                 depth,
                 launched_from=index.node(hop.attrs["from"]).qualname,
+                minor=position >= MAJOR_LAUNCHES,
             )
         if len(launched.hops) > MAX_LISTED:
             run.answer.notes.append(
@@ -574,14 +601,17 @@ def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
     ]
     work = [call for call in calls if not call.setup]
     calls = work or calls  # set-up calls (cudnnSetStream) only when nothing else is found
-    for call in calls[:MAX_LIBRARY_CALLS]:
+    for position, call in enumerate(calls[:MAX_LIBRARY_CALLS]):
         where = f"{call.library} call at {call.evidence}"
         if call.definition:
             where += f"; PyTorch's {call.library} wrapper"
-        run.add(f"{call.library}: {call.name}", call.definition or call.evidence, where, depth)
+        evidence = call.definition or call.evidence
+        minor = position >= MAJOR_LAUNCHES
+        run.add(f"{call.library}: {call.name}", evidence, where, depth, minor=minor)
     if len(calls) > MAX_LIBRARY_CALLS:
         rest = ", ".join(call.name for call in calls[MAX_LIBRARY_CALLS:][:6])
-        run.add(f"{len(calls) - MAX_LIBRARY_CALLS} more library calls: {rest}", None, "", depth)
+        text = f"{len(calls) - MAX_LIBRARY_CALLS} more library calls: {rest}"
+        run.add(text, None, "", depth, minor=True)
     if run.summary and calls:
         run.summary[-1].setdefault("library_calls", []).extend(
             {
@@ -628,5 +658,5 @@ def _backward(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         formulas = entry.attrs.get("formulas") or {}
         run.add(entry.qualname, entry.evidence, "backward formulas (derivatives.yaml)", depth)
         for name, formula in list(formulas.items())[:MAX_LISTED]:
-            run.add(f"{name}: {formula}", None, "", depth + 1)
+            run.add(f"{name}: {formula}", None, "", depth + 1, minor=True)
         record.setdefault("backward", []).append({"entry": entry.evidence, "formulas": formulas})
