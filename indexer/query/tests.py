@@ -284,7 +284,11 @@ def _rank(index: Index, hits: list[_Hit], starts: list[Node]) -> tuple[list[_Hit
     """(tests most direct first, OpInfo tests whose @ops list excludes the query's
     entries): see indexer/query/test_rank.py."""
     via_ids = {hit.via.dst for hit in hits if hit.via is not None}
-    kinds = {node_id: row[0] for node_id, row in _light_nodes(index, list(via_ids)).items()}
+    graph = adjacency.held(index.db_path, index.meta)
+    if graph is not None:  # the kinds are in memory
+        kinds = {node_id: graph.kind(node_id) for node_id in via_ids}
+    else:
+        kinds = {node_id: row[0] for node_id, row in _light_nodes(index, list(via_ids)).items()}
     opinfo_hits = [
         hit for hit in hits if hit.via is not None and kinds.get(hit.via.dst) == "opinfo"
     ]
@@ -305,10 +309,10 @@ def _rank(index: Index, hits: list[_Hit], starts: list[Node]) -> tuple[list[_Hit
             if holds is None:
                 hit.tier = test_rank.FURTHER
         kept.append(hit)
-    names = {node.name.lower().lstrip("_") for node in starts if len(node.name) > 2}
+    names = tuple({node.name.lower().lstrip("_") for node in starts if len(node.name) > 2})
 
     def named(hit: _Hit) -> int:  # test_searchsorted_* before a test that merely calls it
-        test_name = hit.qualname.rsplit("::", 1)[-1].lower()
+        test_name = hit.qualname[hit.qualname.rfind("::") + 2 :].lower()
         return 0 if any(name in test_name for name in names) else 1
 
     kept.sort(key=lambda h: (h.tier, named(h), h.depth, h.path, h.line))
