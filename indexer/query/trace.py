@@ -330,7 +330,11 @@ def _follow_calls(
         calls = [
             call for call in below_kernel.ops_called(index, [node.id]) if _serves(run, call.op)
         ]
-        calls.sort(key=lambda call: not _has_own_kernel(run, call.op))
+        # Ops with a kernel of their own for the backend first; among them, those whose
+        # kernel is a vendor library's (cudnn_convolution among _convolution's paths).
+        calls.sort(
+            key=lambda call: (not _has_own_kernel(run, call.op), not _library_backed(run, call.op))
+        )
         record.setdefault("calls_ops", []).extend(
             {"from": node.qualname, "op": call.op.qualname, "called_at": call.evidence}
             for call in calls
@@ -374,6 +378,18 @@ def _serves(run: _Trace, op: Node) -> bool:
     it, or no dispatch table (a composite, or a structured delegate)."""
     table = op.attrs.get("dispatch") or {}
     return not table or run.focus.wants_key(list(table))
+
+
+def _library_backed(run: _Trace, op: Node) -> bool:
+    """Whether a kernel of ``op`` for the backend asked is PyTorch's integration of a
+    vendor library (cuDNN, MIOpen, oneDNN, MKL...), by the file defining it."""
+    if not run.focus.backend:
+        return False
+    return any(
+        run.focus.wants_key(op_chain.keys_of(hop.attrs))
+        and below_kernel.library_of_path(hop.node.path) is not None
+        for hop in op_chain.dispatch_hops(run.index, op.id)
+    )
 
 
 def _has_own_kernel(run: _Trace, op: Node) -> bool:
@@ -603,7 +619,9 @@ def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
     calls = work or calls  # set-up calls (cudnnSetStream) only when nothing else is found
     for position, call in enumerate(calls[:MAX_LIBRARY_CALLS]):
         where = f"{call.library} call at {call.evidence}"
-        if call.definition:
+        if call.definition == call.evidence:  # the kernel itself
+            where = f"the kernel is PyTorch's {call.library} integration"
+        elif call.definition:
             where += f"; PyTorch's {call.library} wrapper"
         evidence = call.definition or call.evidence
         minor = position >= MAJOR_LAUNCHES
