@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.cpp.aten_api import api_spellings
 from indexer.store.db import target_key
 
 _BATCH = 900
@@ -159,6 +160,9 @@ class Changed:
                 continue
             self.add_name(name)
             self.add_name(qualname)
+            if kind == "op":  # calls through ATen's API name it with suffixes too
+                for spelling in api_spellings(name):
+                    self.add_name(spelling)
             if attrs:
                 values = json.loads(attrs)
                 self.attrs_changed.update(values)

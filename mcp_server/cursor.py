@@ -37,10 +37,12 @@ Use it instead of grepping when a question crosses the Python / C++ / CUDA bound
 
 - `get_status()`: first, and whenever an answer says it is incomplete (the C++ call
   graph builds in the background on first use).
-- `trace(func)`: how `torch.X` works or where it is implemented: Python -> op schema ->
-  dispatch per backend -> C++/CUDA kernel.
-- `search(query, mode="bindings"|"kernels", backend?)`: find ops, bindings or CUDA
-  kernels when you only know part of a name.
+- `trace(func, focus?)`: how `torch.X` works or where it is implemented: Python -> op
+  schema -> dispatch per backend -> C++/CUDA kernel, through composite kernels to the
+  ops they call and the libraries (cuBLAS, cuDNN, MKL, oneDNN) they end in. Pass
+  `focus="cuda"` or `focus="CPU"` (a dispatch key) for one backend's path.
+- `search(query, mode="bindings"|"kernels", backend?)`: find ops and bindings, or the
+  kernels of an op or host function, when you only know part of a name.
 - `graph(func, mode="callers"|"calls"|"impact", depth?, walk_python?, focus?)`: who
   calls a function, what it calls, and everything a change to it can reach
   (`walk_python=true` continues into Python code and tests; `focus="tests"` lists tests).
@@ -48,6 +50,9 @@ Use it instead of grepping when a question crosses the Python / C++ / CUDA bound
 - `tests(query, mode="find"|"utils"|"file_info")`: find the tests of an op or a file.
 - `affected(funcs)`: before running tests for a change, which tests can the changed
   functions break, with the evidence chain for each.
+
+Answers keep to about 2,000 characters and say how many lines they left out; pass
+`limit=N` (or a narrower `focus`) for more, or read the structured content.
 """
 
 

@@ -137,6 +137,13 @@ def _warm(index: Index, full: bool) -> None:
         adjacency.shared(index.db_path, index.conn, index.meta)
     except Exception as exc:
         print(f"torchtalk: loading the edges failed ({exc}); queries read SQLite", file=sys.stderr)
+    from indexer.query.warm import tables
+
+    for name, load in tables():  # the lookup tables trace, search and modules read
+        try:
+            load(index)
+        except Exception as exc:
+            print(f"torchtalk: loading {name} failed ({exc})", file=sys.stderr)
 
 
 class ServerState:

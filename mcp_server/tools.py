@@ -50,6 +50,8 @@ class AnswerOut(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
     total: int | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    budget: int | None = None  # characters the text kept to; items holds every line
+    more: str = ""  # how to ask for what the text left out
 
 
 ToolResult = Annotated[CallToolResult, AnswerOut]
@@ -66,6 +68,20 @@ def reply(answer: Answer) -> CallToolResult:
 
 NAME_CHARS = 500  # the longest C++ or Python name an argument may be
 FUNCS_MAX = 200  # changed functions one ``affected`` call may name
+Lines = Annotated[
+    int | None,
+    Field(ge=1, le=2000, description="lines of text to show (default: about 2,000 characters)"),
+]
+
+
+def _lines(answer: Answer, limit: int | None) -> Answer:
+    """The answer with ``limit`` lines of text instead of its character budget."""
+    if limit is None:
+        return answer
+    answer.budget = None
+    return answer.truncate(limit)
+
+
 Name = Annotated[str, Field(min_length=1, max_length=NAME_CHARS)]
 Focus = Annotated[str | None, Field(max_length=300)]
 
@@ -314,9 +330,10 @@ class Tools:
         focus: Annotated[
             Focus, Field(description="python, dispatch, stubs, kernels, cuda, backward, or a key")
         ] = None,
+        limit: Lines = None,
     ) -> ToolResult:
         run = _query("trace", "trace", "trace")
-        return self._answer("trace", lambda index: run(index, func, focus=focus))
+        return self._answer("trace", lambda index: _lines(run(index, func, focus=focus), limit))
 
     def search(
         self,
@@ -325,9 +342,13 @@ class Tools:
         backend: Annotated[
             str | None, Field(max_length=100, description="dispatch key: CPU, CUDA, ...")
         ] = None,
+        limit: Lines = None,
     ) -> ToolResult:
         run = _query("search", "search", "search")
-        return self._answer("search", lambda index: run(index, query, mode=mode, backend=backend))
+        return self._answer(
+            "search",
+            lambda index: _lines(run(index, query, mode=mode, backend=backend), limit),
+        )
 
     def graph(
         self,
@@ -368,7 +389,9 @@ class Tools:
         self,
         query: Annotated[str | None, Field(max_length=500)] = None,
         mode: Literal["find", "utils", "file_info"] = "find",
-        limit: Annotated[int, Field(ge=1, le=500)] = 50,
+        limit: Annotated[
+            int | None, Field(ge=1, le=500, description="items to list (default: one screen)")
+        ] = None,
         focus: Annotated[Focus, Field(description="functions, classes or files")] = None,
     ) -> ToolResult:
         run = _query("tests", "tests", "tests")

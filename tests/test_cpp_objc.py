@@ -51,6 +51,33 @@ TORCH_IMPL_FUNC(mm_out_mps)(const Tensor& self, const Tensor& mat2, const Tensor
 }  // namespace at::native
 """
 
+# Pooling.mm's shape: a block typedef, then blocks whose signature is a macro.
+MPS_POOLING = """\
+namespace at::native {
+namespace mps {
+
+typedef MPSGraphTensor* (^PoolingOpBlock)(PoolingCachedGraph&, MPSGraphPooling2DOpDescriptor*);
+#define PoolingOpFn(graph, desc) MPSGraphTensor*(mps::PoolingCachedGraph & graph, MPSGraphPooling2DOpDescriptor * desc)
+
+static void pool2d_template(const Tensor& input, PoolingOpBlock poolingBlock) {}
+
+void run_sync(dispatch_queue_t queue, void (^block)()) {}
+
+} // namespace mps
+
+Tensor mps_max_pool2d(const Tensor& input,
+                      IntArrayRef kernel_size) {
+  mps::PoolingOpBlock pooling_op_block = ^PoolingOpFn(cachedGraph, desc) {
+    MPSGraph* mpsGraph = cachedGraph.graph();
+    return [mpsGraph maxPooling2DWithSourceTensor:cachedGraph.inputTensor descriptor:desc name:nil];
+  };
+  mps::pool2d_template(input, pooling_op_block);
+  return input;
+}
+
+} // namespace at::native
+"""
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
@@ -59,6 +86,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     folder = repo / "aten/src/ATen/native/mps/operations"
     folder.mkdir(parents=True)
     (folder / "Blas.mm").write_text(MPS_BLAS, encoding="utf-8")
+    (folder / "Pooling.mm").write_text(MPS_POOLING, encoding="utf-8")
     commit_all(repo, "an MPS kernel")
     return repo, build_private_index(repo, base)
 
@@ -104,3 +132,26 @@ def test_exclusive_or_is_not_read_as_a_block() -> None:
 
     code = b"int x = a ^ (b);\nf(q, ^() { g(); });\n"
     assert as_cpp(code) == b"int x = a ^ (b);\nf(q,[]() { g(); });\n"
+
+
+def test_block_types_and_macro_signed_blocks_keep_the_namespace(built) -> None:
+    """A block typedef ``(^Name)(...)`` and a block ``= ^SomeFn(a, b) {`` (ATen's
+    Pooling.mm, BinaryOps.mm) once ended the file's namespaces: the kernels after them
+    were indexed at global scope, and their dispatch entries found no definition."""
+    repo, index = built
+    path = repo / "aten/src/ATen/native/mps/operations/Pooling.mm"
+    kernel = one(index, "at::native::mps_max_pool2d")
+    assert kernel.line == line_of(path, "Tensor mps_max_pool2d(")
+    one(index, "at::native::mps::run_sync")
+    assert "at::native::mps::pool2d_template" in calls_of(index, kernel)
+
+
+def test_a_ternary_in_a_message_argument_keeps_its_operands() -> None:
+    """`padW * dW : padW` is a ternary's colon, not a selector part `dW:` (Pooling.mm):
+    blanking it broke the rest of the file."""
+    from indexer.cpp.objc import as_cpp
+
+    code = b"x = [d descriptorWithWidth:w paddingRight:ceil ? p * s : p name:nil];\n"
+    assert (
+        as_cpp(code) == b"x = (d                    ,w             ,ceil ? p * s : p     ,nil);\n"
+    )

@@ -103,8 +103,8 @@ def test_tool_schemas(minitorch_repo: Path) -> None:
     }
     assert graph["properties"]["mode"]["enum"] == ["callers", "calls", "impact"]
     assert schemas["trace"]["required"] == ["func"]
-    assert set(schemas["trace"]["properties"]) == {"func", "focus"}
-    assert set(schemas["search"]["properties"]) == {"query", "mode", "backend"}
+    assert set(schemas["trace"]["properties"]) == {"func", "focus", "limit"}
+    assert set(schemas["search"]["properties"]) == {"query", "mode", "backend", "limit"}
     assert set(schemas["modules"]["properties"]) == {"name", "mode", "focus"}
     assert set(schemas["tests"]["properties"]) == {"query", "mode", "limit", "focus"}
     assert "required" not in schemas["tests"]

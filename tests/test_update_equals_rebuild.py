@@ -112,6 +112,9 @@ def _cpp_edit(repo: Path) -> None:
         ops,
         "TORCH_IMPL_FUNC(mul_out)",
         "Tensor add_twice(const Tensor& self) {\n  return at::native::mm_cpu(self, self);\n}\n\n"
+        # Names the op the YAML edit adds, in ATen's SymInt spelling: that edit must
+        # re-link this call (indexer/cpp/aten_api.py, api_spellings).
+        "Tensor relu_twice(const Tensor& self) {\n  return at::extra_relu_symint(self);\n}\n\n"
         "TORCH_IMPL_FUNC(mul_out)",
     )
 

@@ -10,7 +10,11 @@ and offsets stay the file's), they parse as the C++ they amount to:
   its arguments (``[graph reshape:x(...) ...]``) are still calls of the function;
 - ``@autoreleasepool {`` is ``if (true) {``; a block `` ^(...) {`` a lambda
   ``[](...) {``; ``@"..."``, ``@1``, ``@(...)`` and ``@{...}`` what they box, ``@[...]``
-  an initializer list ``{...}``, ``@selector(m)`` a call.
+  an initializer list ``{...}``, ``@selector(m)`` a call;
+- a block type's declarator ``(^PoolingOpBlock)(...)`` (a typedef, a parameter) is a
+  function pointer's ``(*PoolingOpBlock)(...)``, and a block whose signature is a macro
+  (``= ^PoolingOpFn(graph, desc) {``, as ATen's MPS ops write them) a lambda
+  ``= []          (graph, desc) {``: without both, a file's namespaces end at the typedef.
 """
 
 from __future__ import annotations
@@ -24,12 +28,18 @@ _AUTORELEASE_AS = b"if (true)".ljust(len(_AUTORELEASE))
 _BLOCK = re.compile(rb"(?<=[,(=:])[ \t]\^(?=\s*[({])")
 # '@' of a literal (@"s", @[...], @(x), @{...}, @1, @-1, @YES) or of a compiler directive
 # used as an expression (@selector(...), @encode(...), @available(...)).
+# `(^Name)` declares a block: a typedef's or a parameter's name.
+_BLOCK_DECLARATOR = re.compile(rb"(?<=\()\s*\^(?=\s*[A-Za-z_]\w*\s*\)\s*\()")
+# `= ^SomeFn(a, b) {`: a block literal whose return type and parameters a macro writes.
+_MACRO_BLOCK = re.compile(rb"(?<=[=,(])(\s*)\^([A-Za-z_]\w*)(?=\s*\([^()]*\)\s*\{)")
 _BOXED = re.compile(rb"@(?=[\d\"\[({]|-\d|(?:YES|NO|selector|encode|available)\b)")
 # Brackets, and what may hold brackets that are not code.
 _TOKENS = re.compile(rb'[\[\]]|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # In a bracket's text with nested brackets masked: a receiver, then a selector.
 _SEND = re.compile(rb"\s*[^\s,:;{}=]+\s+([A-Za-z_]\w*)\s*(:|$)")
-_SELECTOR_PART = re.compile(rb"(?<![\w:])([A-Za-z_]\w*)\s*:(?!:)")
+# A selector part is a name and its colon, written together: `a ? b : c` (a ternary in
+# an argument, a space before its colon) is not one.
+_SELECTOR_PART = re.compile(rb"(?<![\w:])([A-Za-z_]\w*):(?!:)")
 _STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
 
 
@@ -45,6 +55,11 @@ def objc_rewrites(data: bytes) -> list[tuple[int, bytes]]:
     """(offset, same-length replacement) of each Objective-C construct in ``data``."""
     found = [(match.start(), _AUTORELEASE_AS) for match in re.finditer(_AUTORELEASE, data)]
     found += [(match.start(), b"[]") for match in _BLOCK.finditer(data)]
+    found += [(match.end() - 1, b"*") for match in _BLOCK_DECLARATOR.finditer(data)]
+    found += [
+        (match.start(2) - 1, b"[]".ljust(len(match.group(2)) + 1))
+        for match in _MACRO_BLOCK.finditer(data)
+    ]
     found += [(match.start(), b" ") for match in _BOXED.finditer(data)]
     for start, end in _brackets(data):
         if data[start - 1 : start] == b"@":  # @[a, b]: an array, as an initializer list
@@ -80,8 +95,8 @@ def _send(data: bytes, start: int, end: int) -> list[tuple[int, bytes]]:
         elif byte == 0x5D:  # ]
             depth -= 1
             inner[index] = 0x52
-        elif depth:
-            inner[index] = 0x52 if byte not in b"\n" else byte
+        elif depth:  # newlines too: a receiver [[X alloc] init...] may span lines
+            inner[index] = 0x52
     match = _SEND.match(inner)
     if match is None:
         return []

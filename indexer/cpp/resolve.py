@@ -20,7 +20,8 @@ What text allows of C++ name lookup, with dict lookups only:
   makes the edge stub -> kernel.
 
 A call that finds no C++ definition and names ATen's generated API (``at::mm(...)``, a
-method on a Tensor) resolves to the aten op (indexer/cpp/aten_api.py).
+method on a Tensor, an unqualified ``cudnn_grid_sampler(...)`` written inside namespace
+``at``) resolves to the aten op (indexer/cpp/aten_api.py).
 
 Names found nowhere by these rules fall back to definitions of the same qualified suffix
 (``detail::foo``) or, unqualified, of the same name in the caller's own file. Several
@@ -400,7 +401,11 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
             if receiver is not None:
                 ops = index.aten.method(receiver, ref.target, attrs.get("nargs"))
             else:
-                ops = index.aten.function(split_qualified(ref.target), attrs.get("nargs"))
+                components = split_qualified(ref.target)
+                if len(components) == 1 and scope[:1] == ("at",):
+                    # Unqualified in namespace at (at::native): at::X is in scope.
+                    components = ["at", *components]
+                ops = index.aten.function(components, attrs.get("nargs"))
             for node_id in ops:
                 yield Resolution(ref.id, node_id, _VIA_OP)
             continue

@@ -113,6 +113,9 @@ class DefinitionPass:
                         self.module_vars.add(node.id)
                 continue
             alias = self.alias_of(value, self.scope) if value is not None else None
+            if isinstance(value, ast.Call):  # f = helper(...): a definition of f
+                end = getattr(stmt, "end_lineno", None) or stmt.lineno
+                self.var_lines[target.id] = [stmt.lineno, end]
             if alias is not None:
                 if target.id not in self.scope.defs:
                     self.scope.aliases[target.id] = alias

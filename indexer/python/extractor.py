@@ -80,6 +80,9 @@ class FileIndexer(DefinitionPass, ReferencePass):
         # Run-time lookups per scope, made into refs once the scope is walked (walk.py).
         self._lookups: dict[int, list[tuple[int, str, ast.expr, int, Any]]] = {}
         self.module_vars: set[str] = set()
+        # module variable -> [first, last line] of the assignment binding it to a call's
+        # result (max_pool2d = boolean_dispatch(...)): where the name is defined
+        self.var_lines: dict[str, list[int]] = {}
         self.var_names: dict[str, set[str]] = {}  # module variable -> names its value uses
         self.table_vars: set[str] = set()  # module variables holding a container display
         self.code_vars: frozenset[str] = frozenset()  # see _code_vars
@@ -132,6 +135,15 @@ class FileIndexer(DefinitionPass, ReferencePass):
         variables = sorted(self.module_vars - set(bindings) - set(self.scope.defs))
         if variables:
             attrs["vars"] = variables
+        # Names bound to a call's result (a variable, or an alias through a wrapper such as
+        # _add_docstr), where no def of the name comes later.
+        lines = {
+            name: where
+            for name, where in sorted(self.var_lines.items())
+            if name not in self.scope.defs
+        }
+        if lines:
+            attrs["var_lines"] = lines
         if summaries:
             attrs["opinfo_lists"] = summaries
         self._value_methods()

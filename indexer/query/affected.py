@@ -132,6 +132,7 @@ def affected(
         "complete": complete,
         "changed": [{"name": e.label, "kind": e.kind, "evidence": e.evidence} for e in entities],
     }
+    answer.more = "each file's chain is in its item's data; 'torchtalk select' lists every test"
     if missing:
         answer.notes.append(f"not found in the index: {', '.join(missing)}")
     unreached = [

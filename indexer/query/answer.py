@@ -2,12 +2,20 @@
 
 Tools build an :class:`Answer`; the MCP server sends ``to_text()`` plus ``to_dict()``,
 the CLI prints one or the other. Every item carries file:line evidence where it has one.
+
+The text is concise by default: tools write items most important first (kernels and
+definitions before mentions), and ``to_text`` stops before ``budget`` characters, saying
+how many lines it left out and how to ask for them (``more``). ``to_dict`` always holds
+every item. A caller that asks for a number of items (``limit``) sets ``budget=None``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+DEFAULT_BUDGET = 2000  # characters of text an answer takes in a model's context
+_FOOTER_ROOM = 160  # kept for the line saying what was left out
 
 
 @dataclass
@@ -38,6 +46,8 @@ class Answer:
     suggestions: list[str] = field(default_factory=list)  # closest names when not found
     total: int | None = None  # items before truncation, when truncated
     data: dict[str, Any] = field(default_factory=dict)
+    budget: int | None = DEFAULT_BUDGET  # characters of text; None: every item
+    more: str = ""  # how to ask for what the budget leaves out: "pass limit=200"
 
     @classmethod
     def not_found(cls, tool: str, query: str, what: str, suggestions: list[str]) -> Answer:
@@ -51,16 +61,52 @@ class Answer:
         return self
 
     def to_text(self) -> str:
-        lines = [self.title] if self.title else []
-        lines.extend(item.to_text() for item in self.items)
-        if self.total is not None and self.total > len(self.items):
-            lines.append(f"... {self.total - len(self.items)} more not shown")
+        head = [self.title] if self.title else []
+        tail = []
         if self.suggestions:
-            lines.append("Closest known names: " + ", ".join(self.suggestions))
-        lines.extend(f"note: {note}" for note in self.notes)
+            tail.append("Closest known names: " + ", ".join(self.suggestions))
+        tail.extend(f"note: {note}" for note in self.notes)
+        body = [item.to_text() for item in self.items]
+        shown = len(body)
+        if self.budget is not None:
+            room = self.budget - sum(len(line) + 1 for line in head + tail) - _FOOTER_ROOM
+            body = _within(body, [bool(item.data.get("minor")) for item in self.items], room)
+        in_data = shown - len(body)  # items the structured output holds, the text leaves out
+        beyond = (self.total - len(self.items)) if self.total is not None else 0
+        if in_data or beyond > 0:
+            where = ""
+            if in_data and beyond > 0:
+                where = f" ({in_data} of them in the structured output)"
+            elif in_data:
+                where = " (in the structured output)"
+            how = f"; {self.more}" if self.more else ""
+            body = [*body, f"... {in_data + max(beyond, 0)} more not shown{where}{how}"]
+        lines = head + body + tail
         if not lines:
             lines.append(f"{self.tool}({self.query!r}): no results")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _within(lines: list[str], minor: list[bool], room: int) -> list[str]:
+    """The lines that fit in ``room`` characters: minor lines (indirections, counts,
+    mentions) are left out first, the last of them first; then the list is cut at the
+    end. The first line is always kept."""
+    size = sum(len(line) + 1 for line in lines)
+    keep = [True] * len(lines)
+    for position in range(len(lines) - 1, 0, -1):
+        if size <= room:
+            break
+        if minor[position]:
+            keep[position] = False
+            size -= len(lines[position]) + 1
+    kept = [line for line, wanted in zip(lines, keep, strict=True) if wanted]
+    cut = 0
+    for line in kept:
+        room -= len(line) + 1
+        if room < 0 and cut:
+            break
+        cut += 1
+    return kept[:cut]

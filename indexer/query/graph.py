@@ -208,6 +208,15 @@ def _flat_items(result: Walk, nodes: dict[int, Node], keep: Any) -> list[Item]:
     ]
 
 
+def _through_ops(result: Walk) -> bool:
+    """Whether a first-level caller is an op or registration dispatching to the start."""
+    return any(
+        reach.level == 1 and result.nodes[node_id].kind in ("op", "registration")
+        for node_id, reach in result.reached.items()
+        if node_id in result.nodes
+    )
+
+
 def graph(
     index: Index,
     func: str,
@@ -223,6 +232,7 @@ def graph(
         raise ValueError("func must name a function, kernel, op or binding (got an empty name)")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    asked = depth
     depth = DEFAULT_DEPTH[mode] if depth is None else depth
     if not 1 <= depth <= MAX_DEPTH:
         raise ValueError(f"depth must be between 1 and {MAX_DEPTH} (got {depth})")
@@ -240,7 +250,16 @@ def graph(
     if how != "exact":
         notes.append(f"{func!r} matched by {how}: {', '.join(n.qualname for n in starts[:5])}")
     inbound = mode != "calls"
+    asked_depth = depth
     result = walk(index, starts, inbound, depth, fuzzy_all_levels, walk_python)
+    if mode == "callers" and asked is None and _through_ops(result):
+        # A kernel's callers are the op's: at::nll_loss_nd(...) calls it through the op.
+        depth += 1
+        result = walk(index, starts, inbound, depth, fuzzy_all_levels, walk_python)
+        notes.append(
+            "an op dispatches to it: callers of the op (C++ calling it through ATen's API)"
+            f" are listed one level further (depth {depth}; depth={asked_depth} for one level)"
+        )
     nodes = result.nodes
     if mode == "impact" or focus_note:
         items = _flat_items(result, nodes, keep)

@@ -16,7 +16,14 @@ from __future__ import annotations
 from indexer.python.names import resolve_dotted
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
-from indexer.query.py_lookup import IndexNames, definitions, is_class, suggest
+from indexer.query.py_lookup import (
+    ASSIGNMENT,
+    IndexNames,
+    assignment,
+    definitions,
+    is_class,
+    suggest,
+)
 
 MODES = ("trace", "list")
 FOCUS = ("full", "methods", "bases", "calls")
@@ -45,6 +52,8 @@ def modules(index: Index, name: str, mode: str = "trace", focus: str | None = No
     if len(nodes) > 1 and len(classes) != 1:
         return _choices(name, nodes)
     node = classes[0] if classes else nodes[0]
+    if node.kind == ASSIGNMENT:
+        return _assignment(index, node)
     if is_class(node):
         answer = _class(index, node, focus)
     elif node.kind == "python_module":
@@ -53,6 +62,16 @@ def modules(index: Index, name: str, mode: str = "trace", focus: str | None = No
         answer = _function(index, node, focus)
     if node.qualname != name:
         answer.notes.append(f"{name} is {node.qualname} (matched by {how})")
+    return answer
+
+
+def _assignment(index: Index, node: Node) -> Answer:
+    """A name bound at module level to a call's result: where, and what the call names."""
+    answer = Answer("modules", node.qualname, title=f"{node.qualname}: bound by assignment")
+    answer.items.append(Item(node.qualname, node.evidence, "module-level assignment"))
+    bound = assignment(index, node.qualname)
+    for named in bound[1] if bound else []:
+        answer.items.append(Item(named.qualname, named.evidence, f"named by it ({named.kind})", 1))
     return answer
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from indexer.query import adjacency
 from indexer.query.index import Index, Node
@@ -127,11 +127,27 @@ def same_name(index: Index, written: str, limit: int = 5) -> list[Node]:
         return []
     suffix = "::".join(parts)
     found = []
-    for node in index.find(parts[-1], kinds=_CPP_KINDS):
+    nodes = index.find(parts[-1], kinds=_CPP_KINDS)
+    for node in nodes:
         plain = "::".join(p for p in node.qualname.split("::") if p != "(anonymous)")
         if plain == suffix or plain.endswith(f"::{suffix}"):
             found.append(node)
+    if not found and len(parts) > 1:
+        # A definition whose namespace the parser lost (or wrote differently): the same
+        # name in any namespace, the structured kernel's class with it.
+        tail = parts[-2:] if parts[-1] == "impl" else parts[-1:]
+        loose = "::".join(tail)
+        found = [
+            node for node in nodes if node.qualname == loose or node.qualname.endswith(f"::{loose}")
+        ]
     return found[:limit]
+
+
+def searched_for(written: str) -> str:
+    """What :func:`same_name` looked for, said in an answer that found nothing."""
+    parts = [part for part in written.split("::") if part]
+    tail = "::".join(parts[-2:] if parts[-1:] == ["impl"] else parts[-1:])
+    return f"{written}, and {tail} in any namespace"
 
 
 def keys_of(attrs: dict[str, Any]) -> list[str]:
@@ -308,12 +324,43 @@ def walk_out(
     return reach
 
 
+_MEMO_SIZE = 4096  # walks one index keeps the result of
+T = TypeVar("T")
+
+
+def memoized(index: Index, name: str, key: tuple, compute: Callable[[], T]) -> T:
+    """``compute()``, kept per index under (``name``, ``key``): a trace asks for the
+    same kernels' stubs and launches several times, and a server for the same ops again."""
+    memo, lock = index.shared(f"memo:{name}", lambda: ({}, threading.Lock()))
+    with lock:
+        if key in memo:
+            return memo[key]
+    value = compute()
+    with lock:
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = value
+    return value
+
+
 def stubs_called(index: Index, function_ids: Iterable[int]) -> Reach:
-    return walk_out(index, function_ids, ["calls"], STUB_DEPTH, {"dispatch_stub"})
+    ids = tuple(sorted(set(function_ids)))
+    return memoized(
+        index,
+        "stubs",
+        ids,
+        lambda: walk_out(index, ids, ["calls"], STUB_DEPTH, {"dispatch_stub"}),
+    )
 
 
 def kernels_launched(index: Index, function_ids: Iterable[int]) -> Reach:
-    return walk_out(index, function_ids, ["calls", "launches"], LAUNCH_DEPTH, {"cuda_kernel"})
+    ids = tuple(sorted(set(function_ids)))
+    return memoized(
+        index,
+        "launches",
+        ids,
+        lambda: walk_out(index, ids, ["calls", "launches"], LAUNCH_DEPTH, {"cuda_kernel"}),
+    )
 
 
 def backward_entries(index: Index, op: Node) -> list[Node]:

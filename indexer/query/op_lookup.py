@@ -7,9 +7,11 @@ dispatch to it), ``Tensor.add_``, ``torch.ops.ns.op[.overload]``, ``torch._C._nn
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from indexer.query.index import Index, Node
+from indexer.query.py_lookup import assignment
 
 OP = "op"
 OP_LIKE = ("op", "registration")
@@ -29,18 +31,34 @@ class Lookup:
 
 def by_python_name(index: Index, name: str, suffix: bool = False) -> list[Node]:
     """Op and binding nodes one of whose ``python_names`` is ``name`` (or ends with ``.name``)."""
-    pattern = f'%.{name}"%' if suffix else f'%"{name}"%'
-    rows = index.conn.execute(
-        "SELECT id FROM nodes WHERE kind IN ('op', 'binding') AND attrs LIKE ?", (pattern,)
-    ).fetchall()
-    nodes = index.nodes(row[0] for row in rows)
+    names = python_names(index)
     if suffix:
-        return [
-            n
-            for n in nodes
-            if any(p.endswith(f".{name}") for p in n.attrs.get("python_names") or [])
-        ]
-    return [n for n in nodes if name in (n.attrs.get("python_names") or [])]
+        ids = {
+            node_id
+            for full, found in names.get("." + name.rsplit(".", 1)[-1], {}).items()
+            if full.endswith(f".{name}")
+            for node_id in found
+        }
+    else:
+        ids = set(names.get("." + name.rsplit(".", 1)[-1], {}).get(name, ()))
+    return index.nodes(sorted(ids))
+
+
+def python_names(index: Index) -> dict[str, dict[str, list[int]]]:
+    """'.last' -> python name -> ids of the op and binding nodes it names (read once)."""
+    return index.shared("python-names", lambda: _python_names(index))
+
+
+def _python_names(index: Index) -> dict[str, dict[str, list[int]]]:
+    table: dict[str, dict[str, list[int]]] = {}
+    for node_id, raw in index.conn.execute(
+        "SELECT id, json_extract(attrs, '$.python_names') FROM nodes"
+        " WHERE kind IN ('op', 'binding') AND attrs LIKE '%python_names%'"
+    ):
+        for name in json.loads(raw) if raw else ():
+            last = "." + str(name).rsplit(".", 1)[-1]
+            table.setdefault(last, {}).setdefault(str(name), []).append(node_id)
+    return table
 
 
 def op_overloads(index: Index, qualname: str) -> list[Node]:
@@ -143,6 +161,22 @@ def lookup(index: Index, name: str) -> Lookup:
             python=exact,
             via=via,
             how="Python definition",
+        )
+    bound = assignment(index, name)
+    if bound is not None:  # f = helper(...): what f's value names is what it runs
+        node, named = bound
+        # conv2d = _add_docstr(torch.conv2d, ...) names the op itself
+        direct = [n for n in named if n.kind in (OP, "binding")]
+        definitions = [n for n in named if n.kind not in (OP, "binding")]
+        reached, via = ops_referenced(index, definitions[:10])
+        reached = _unique([*direct, *reached])
+        via.update({n.id: node.evidence for n in direct})
+        return Lookup(
+            ops=[n for n in reached if n.kind == OP],
+            bindings=[n for n in reached if n.kind == "binding"],
+            python=[node, *definitions[:3]],
+            via=via,
+            how="Python name bound by assignment",
         )
     return Lookup()
 

@@ -65,6 +65,9 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
     if exact:
         return exact, "qualified name"
     names = names or IndexNames(index)
+    bound = assignment(index, name) if "." in name else None
+    if bound is not None:
+        return [bound[0]], "assignment"
     if "." in name:
         resolved = resolve_dotted(names, name)
         if resolved and resolved[1]:
@@ -77,21 +80,61 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
     return candidates, "short name"
 
 
+ASSIGNMENT = "python_assignment"  # the kind of an assignment-bound name's Node
+NAMED_OPS = ("op", "binding")  # what an assignment may name besides definitions
+
+
+def assignment(index: Index, name: str) -> tuple[Node, list[Node]] | None:
+    """``torch.nn.functional.max_pool2d``, bound at module level to a call's result
+    (``max_pool2d = boolean_dispatch(...)``): (a Node for the name, at the assignment's
+    lines, and the definitions, ops and bindings the assignment names), or None. The index keeps such
+    names as module variables, with their lines (``var_lines``), not as nodes."""
+    module_name, _, var = name.strip().rpartition(".")
+    if not module_name:
+        return None
+    modules = [n for n in index.find(module_name, ["python_module"]) if n.qualname == module_name]
+    for module in modules:
+        lines = (module.attrs.get("var_lines") or {}).get(var)
+        if not lines:
+            continue
+        first, last = lines
+        named = [
+            index.node(edge.dst)
+            for edge in index.out_edges(module.id, ["references"])
+            if first <= edge.line <= last
+        ]
+        node = Node(
+            module.id, ASSIGNMENT, var, name.strip(), module.path, first, last, module.id, {}
+        )
+        kept = {n.id: n for n in named if n.kind in DEF_KINDS or n.kind in NAMED_OPS}
+        return node, list(kept.values())
+    return None
+
+
 def is_class(node: Node) -> bool:
     return node.kind in ("python_class", "test_class") or (
         node.kind == "test_utility" and node.attrs.get("py_kind") == "class"
     )
 
 
+def short_names(index: Index) -> dict[str, list[str]]:
+    """Python definitions' last name -> qualified names (read once per index)."""
+
+    def read() -> dict[str, list[str]]:
+        table: dict[str, list[str]] = {}
+        for short, qualname in index.conn.execute(
+            f"SELECT name, qualname FROM nodes WHERE kind IN {PYTHON_KINDS} OR kind = 'test_class'"
+        ):
+            table.setdefault(short, []).append(qualname)
+        return table
+
+    return index.shared("python-short-names", read)
+
+
 def suggest(index: Index, name: str, limit: int = 5) -> list[str]:
     """Close Python names by their last component (``Lienar`` -> ``...Linear``), then the
     index's general suggestions."""
-    rows = index.conn.execute(
-        f"SELECT name, qualname FROM nodes WHERE kind IN {PYTHON_KINDS} OR kind = 'test_class'"
-    ).fetchall()
-    by_short: dict[str, list[str]] = {}
-    for short, qualname in rows:
-        by_short.setdefault(short, []).append(qualname)
+    by_short = short_names(index)
     short = name.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(short, list(by_short), n=limit, cutoff=0.6)
     found = [qual for match in close for qual in sorted(by_short[match], key=len)]

@@ -4,20 +4,27 @@
   registrations (``m.impl`` of ops defined elsewhere) and Python bindings (pybind11,
   PyMethodDef), each with the C++ it reaches per dispatch key; ``backend`` keeps the
   registrations for one dispatch key (``CPU``, ``CUDA``, ``QuantizedCPU``...).
-- ``mode="kernels"``: ``__global__`` kernels with their launch sites and the host
-  functions launching them.
+- ``mode="kernels"``: the device kernels of an op (``index_add``: its CUDA kernels'
+  host functions and the ``__global__`` kernels they launch, its DispatchStubs'
+  registered kernels, the library calls they end in), of a host function
+  (``index_add_cuda_impl``: what it launches), and ``__global__`` kernels whose own name
+  matches (``indexFuncSmallIndex``), in that order.
 
-Nothing matching answers "not found" with the closest known names.
+Nothing matching answers "not found", naming what was searched, with the closest known
+names.
 """
 
 from __future__ import annotations
 
-from indexer.query import op_chain
+from indexer.query import below_kernel, op_chain
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
+from indexer.query.op_lookup import lookup, primary_order
 
 MODES = ("bindings", "kernels")
 LIMIT = 40
+MAX_OPS = 4  # overloads whose kernels mode="kernels" lists
+MAX_HOSTS = 8
 _BINDING_KINDS = ("op", "registration", "binding")
 
 
@@ -123,11 +130,10 @@ def _bindings(index: Index, query: str, backend: str | None) -> Answer:
 
 def _kernels(index: Index, query: str, backend: str | None) -> Answer:
     answer = Answer("search", query)
+    wanted = backend.strip().lower() if backend else None
+    by_op = _op_kernels(index, query, wanted, answer)
+    by_host = _host_kernels(index, query, answer) if not by_op else 0
     kernels = _matching(index, query, ("cuda_kernel",))
-    if not kernels:
-        return Answer.not_found("search", query, "CUDA kernel", index.suggest(query))
-    if backend and "cuda" not in backend.lower() and "hip" not in backend.lower():
-        answer.notes.append(f"kernels are CUDA code; backend {backend!r} does not apply")
     for kernel in kernels[:LIMIT]:
         answer.items.append(Item(kernel.qualname, kernel.evidence, "CUDA kernel", 0))
         launches = index.in_edges(kernel.id, ["launches"])
@@ -136,10 +142,131 @@ def _kernels(index: Index, query: str, backend: str | None) -> Answer:
             answer.items.append(Item(host.qualname, edge.evidence, "launched here", 1))
         if not launches:
             answer.items.append(Item("no launch site found in the index", None, "", 1))
-    answer.title = (
-        f"{len(kernels)} CUDA kernel{'s' if len(kernels) != 1 else ''} matching {query!r}"
-    )
+    if not (by_op or by_host or kernels):
+        return Answer.not_found(
+            "search",
+            query,
+            "Kernel (searched: ops, C++ host functions and __global__ kernels by name)",
+            index.suggest(query),
+        )
+    parts = [
+        f"{by_op} op{'s' if by_op != 1 else ''}" if by_op else "",
+        f"{by_host} host function{'s' if by_host != 1 else ''}" if by_host else "",
+        f"{len(kernels)} CUDA kernel{'s' if len(kernels) != 1 else ''}" if kernels else "",
+    ]
+    answer.title = f"kernels for {query!r}: " + ", ".join(p for p in parts if p)
+    if backend:
+        answer.title += f" (backend {backend})"
     if len(kernels) > LIMIT:
         answer.total = len(kernels)
-        answer.notes.append(f"{len(kernels) - LIMIT} more not shown; narrow the query")
+        answer.notes.append(f"{len(kernels) - LIMIT} more kernels not shown; narrow the query")
+    answer.more = "trace the op (focus='cuda' or a dispatch key) for the whole chain"
     return answer
+
+
+def _op_kernels(index: Index, query: str, backend: str | None, answer: Answer) -> int:
+    """Items for the ops named ``query`` (``index_add``, ``aten::index_add``): each
+    kernel for the backend, and the device kernels and library calls below it."""
+    found = lookup(index, query)
+    if found.how not in ("op name", "op overloads", "Python name"):
+        return 0
+    ops = sorted(primary_order(found.ops), key=lambda op: not op.qualname.startswith("aten::"))
+    ops = ops[:MAX_OPS]
+    shown: set[int] = set()
+    for op in ops:
+        answer.items.append(Item(op.qualname, op.evidence, f"op ({op.attrs.get('source', 'op')})"))
+        _op_items(index, op, backend, answer, shown, 1, follow=True)
+    return len(ops)
+
+
+def _op_items(
+    index: Index,
+    op: Node,
+    backend: str | None,
+    answer: Answer,
+    shown: set[int],
+    depth: int,
+    follow: bool,
+) -> None:
+    for keys, kernel, registered in _op_implementations(index, op):
+        composite = any(key.startswith("Composite") for key in keys)
+        if keys == ["Meta"] or (
+            backend and not composite and not any(key.lower() == backend for key in keys)
+        ):
+            continue
+        label = f"{', '.join(keys)}: {kernel.qualname}"
+        if kernel.id in shown:
+            answer.items.append(Item(label, kernel.evidence, "as above", depth))
+            continue
+        shown.add(kernel.id)
+        answer.items.append(
+            Item(label, kernel.evidence, f"kernel; registered at {registered}", depth)
+        )
+        _below(index, kernel, answer, depth + 1)
+        if composite and follow:  # its work is done by the ops it calls
+            for call in below_kernel.ops_called(index, [kernel.id])[:2]:
+                detail = f"op called at {call.evidence}"
+                answer.items.append(
+                    Item(f"-> {call.op.qualname}", call.op.evidence, detail, depth + 1)
+                )
+                _op_items(index, call.op, backend, answer, shown, depth + 2, follow=False)
+
+
+def _op_implementations(index: Index, op: Node) -> list[tuple[list[str], Node, str]]:
+    """(keys, kernel, registered at) of an op, through its structured delegate."""
+    found = []
+    for hop in op_chain.dispatch_hops(index, op.id):
+        if hop.node.kind == "op":
+            found.extend(_op_implementations(index, hop.node))
+        elif hop.node.kind == "registration":
+            found.extend(
+                (
+                    op_chain.keys_of(inner.attrs) or hop.node.attrs.get("impl_keys") or [],
+                    inner.node,
+                    inner.evidence,
+                )
+                for inner in op_chain.dispatch_hops(index, hop.node.id)
+            )
+        elif hop.node.kind in ("cpp_function", "cuda_kernel", "dispatch_stub"):
+            found.append((op_chain.keys_of(hop.attrs), hop.node, hop.evidence))
+    usual = ("CPU", "CUDA")
+    return sorted(found, key=lambda entry: not any(key in usual for key in entry[0]))
+
+
+def _below(index: Index, function: Node, answer: Answer, depth: int) -> None:
+    """What a kernel's host function leads to: stub kernels, launches, library calls."""
+    hosts = [function.id]
+    for stub in op_chain.stubs_called(index, [function.id]).hops:
+        for kernel in op_chain.stub_kernels(index, stub.node):
+            detail = f"registered for {stub.node.name} at {kernel.evidence}"
+            answer.items.append(Item(kernel.node.qualname, kernel.node.evidence, detail, depth))
+            hosts.append(kernel.node.id)
+    for hop in op_chain.kernels_launched(index, hosts).hops[:12]:
+        detail = f"CUDA kernel launched at {hop.evidence}"
+        answer.items.append(Item(hop.node.qualname, hop.node.evidence, detail, depth))
+    calls = [call for call in below_kernel.library_calls(index, hosts) if not call.setup]
+    for call in calls[:3]:
+        detail = f"{call.library} call at {call.evidence}"
+        answer.items.append(
+            Item(f"{call.library}: {call.name}", call.definition or call.evidence, detail, depth)
+        )
+
+
+def _host_kernels(index: Index, query: str, answer: Answer) -> int:
+    """Items for C++ functions named ``query`` that launch kernels: what they launch."""
+    hosts = [
+        node
+        for node in index.find(query, ["cpp_function"])
+        if node.name == query or node.qualname == query or node.qualname.endswith(f"::{query}")
+    ][:MAX_HOSTS]
+    count = 0
+    for host in hosts:
+        launched = op_chain.kernels_launched(index, [host.id]).hops
+        if not launched:
+            continue
+        count += 1
+        answer.items.append(Item(host.qualname, host.evidence, "host function"))
+        for hop in launched[:12]:
+            detail = f"CUDA kernel launched at {hop.evidence}"
+            answer.items.append(Item(hop.node.qualname, hop.node.evidence, detail, 1))
+    return count

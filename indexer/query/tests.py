@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexer.query import adjacency
+from indexer.query import adjacency, test_rank
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Edge, Index, Node
 from indexer.query.op_lookup import lookup
@@ -29,6 +29,7 @@ FOCUS = ("functions", "classes", "files")
 TEST_KINDS = frozenset({"test_file", "test_class", "test_function"})
 WALK_EDGES = ("covers", "references")
 MAX_DEPTH = 4
+DEFAULT_LIMIT = 50  # items kept when no limit is asked (the text keeps to its budget)
 MAX_VISITED = 20_000
 
 
@@ -43,6 +44,7 @@ class _Hit:
     line: int
     depth: int
     via: Edge | None  # the first hop from the test towards the query
+    tier: int = 0  # how directly it tests the query (indexer/query/test_rank.py)
 
     @classmethod
     def of(cls, node: Node, depth: int, via: Edge | None) -> _Hit:
@@ -57,13 +59,22 @@ def tests(
     index: Index,
     query: str | None = None,
     mode: str = "find",
-    limit: int = 50,
+    limit: int | None = None,
     focus: str | None = None,
 ) -> Answer:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-    if limit < 1:
+    if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1 (got {limit})")
+    answer = _answer(index, query, mode, limit or DEFAULT_LIMIT, focus)
+    if limit is not None:  # asked for a number of items: they are what the text shows
+        answer.budget = None
+    elif answer.budget is not None:
+        answer.more = "pass limit=N to list N, or focus='files'"
+    return answer
+
+
+def _answer(index: Index, query: str | None, mode: str, limit: int, focus: str | None) -> Answer:
     query = (query or "").strip() or None
     if mode == "utils":
         if focus not in (None, "fixtures"):
@@ -217,7 +228,7 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     if not starts:
         return Answer.not_found("tests", query, "Op, Python API or test", suggest(index, query))
     hits, truncated = _walk(index, starts)
-    ranked = sorted(hits.values(), key=lambda h: (h.depth, h.path, h.line))
+    ranked, dropped = _rank(index, list(hits.values()), starts)
     files: dict[str, int] = {}
     for hit in ranked:
         files[hit.path] = files.get(hit.path, 0) + 1
@@ -242,7 +253,7 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         targets = {node.id: node for node in vias}
         attrs = {node.id: node.attrs for node in index.nodes(hit.id for hit in page)}
         for hit in page:
-            detail = _describe(hit, targets)
+            detail = f"{test_rank.TIER_TEXT[hit.tier]}: {_describe(hit, targets)}"
             opinfo_list = attrs.get(hit.id, {}).get("opinfo_list")
             if opinfo_list:
                 detail += f"; @ops({opinfo_list})"
@@ -251,7 +262,7 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
                     hit.qualname,
                     hit.evidence,
                     detail,
-                    data={"kind": hit.kind, "depth": hit.depth},
+                    data={"kind": hit.kind, "depth": hit.depth, "tier": hit.tier},
                 )
             )
         if len(shown) > len(page):
@@ -260,11 +271,73 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         f"{len(ranked)} tests in {len(files)} files reach {query} ({how}), nearest first:"
     )
     answer.data = {"files": sorted(files), "starts": [n.qualname for n in starts[:20]]}
+    if dropped:
+        answer.notes.append(
+            f"{len(dropped)} OpInfo tests left out: their @ops list excludes {query}"
+            f" (e.g. {dropped[0].qualname})"
+        )
+        answer.data["excluded_by_ops_list"] = [hit.qualname for hit in dropped]
     if truncated:
         answer.notes.append(f"walk stopped after {MAX_VISITED} nodes; more tests may reach it")
     answer = answer.truncate(limit)
     add_record_evidence(index, answer, starts, query)
     return answer
+
+
+def _rank(index: Index, hits: list[_Hit], starts: list[Node]) -> tuple[list[_Hit], list[_Hit]]:
+    """(tests most direct first, OpInfo tests whose @ops list excludes the query's
+    entries): see indexer/query/test_rank.py."""
+    via_ids = {hit.via.dst for hit in hits if hit.via is not None}
+    graph = adjacency.held(index.db_path, index.meta)
+    if graph is not None:  # the kinds are in memory
+        kinds = {node_id: graph.kind(node_id) for node_id in via_ids}
+    else:
+        kinds = {node_id: row[0] for node_id, row in _light_nodes(index, list(via_ids)).items()}
+    opinfo_hits = [
+        hit for hit in hits if hit.via is not None and kinds.get(hit.via.dst) == "opinfo"
+    ]
+    lists = _opinfo_lists(index, [hit.id for hit in opinfo_hits])
+    entries = {node.id: node.attrs for node in index.nodes({hit.via.dst for hit in opinfo_hits})}
+    filters = index.shared(
+        "ops-filters", lambda: test_rank.OpsFilters(index.meta.get("source_path"))
+    )
+    dropped = []
+    kept = []
+    for hit in hits:
+        hit.tier = test_rank.tier(hit.depth, kinds.get(hit.via.dst) if hit.via else None)
+        if hit.tier == test_rank.OPINFO:
+            holds = filters.holds(lists.get(hit.id), hit.path, entries.get(hit.via.dst, {}))
+            if holds is False:
+                dropped.append(hit)
+                continue
+            if holds is None:
+                hit.tier = test_rank.FURTHER
+        kept.append(hit)
+    names = tuple({node.name.lower().lstrip("_") for node in starts if len(node.name) > 2})
+
+    def named(hit: _Hit) -> int:  # test_searchsorted_* before a test that merely calls it
+        test_name = hit.qualname[hit.qualname.rfind("::") + 2 :].lower()
+        return 0 if any(name in test_name for name in names) else 1
+
+    # Most direct first. A record of which tests really ran the op (issue "Selection from
+    # recorded runs") ranks before all of this: one more key in front of h.tier.
+    kept.sort(key=lambda h: (h.tier, named(h), h.depth, h.path, h.line))
+    return kept, dropped
+
+
+def _opinfo_lists(index: Index, ids: list[int]) -> dict[int, str]:
+    """test id -> its @ops list as written (the full text, not the shown abbreviation)."""
+    found: dict[int, str] = {}
+    for start in range(0, len(ids), _BATCH):
+        batch = ids[start : start + _BATCH]
+        for node_id, text in index.conn.execute(
+            "SELECT id, json_extract(attrs, '$.opinfo_list') FROM nodes"
+            f" WHERE id IN ({','.join('?' * len(batch))})",
+            batch,
+        ):
+            if text:
+                found[node_id] = text
+    return found
 
 
 # --- utilities ----------------------------------------------------------------------------

@@ -8,8 +8,12 @@ The chain of one op, each hop with file:line:
        TORCH_IMPL_FUNC, delegates through structured_delegate, kernels registered from
        other files through m.impl)
     -> DispatchStubs the implementations call and the kernels registered for them
-    -> CUDA kernels launched
+    -> CUDA kernels launched, and library calls (cuBLAS, cuDNN, MKL, oneDNN...)
+    -> for a composite kernel (or one that only forwards), the ops it calls, traced on
+       the same way for the backend asked (indexer/query/below_kernel.py)
     -> backward formulas (derivatives.yaml).
+
+Python code naming the op is counted, and listed with ``focus="python"``.
 
 ``focus`` narrows the answer: ``python``, ``dispatch``, ``stubs``, ``cuda``, ``backward``,
 or a dispatch key (``CPU``, ``CUDA``, ``QuantizedCPU``...). An unknown name answers "not
@@ -22,14 +26,37 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.query import op_chain
+from indexer.query import below_kernel, op_chain, trace_order
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
+from indexer.query.py_lookup import ASSIGNMENT
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
+MAX_NAMED = 3  # ops a Python definition names, listed before their chains
 MAX_LISTED = 12  # kernels / formulas shown per hop
+MAX_FOLLOWED = 4  # ops a composite kernel calls that are traced on
+MAX_LIBRARY_CALLS = 4
+MAJOR_LAUNCHES = 2  # launches / library calls per kernel the text keeps before minor lines
+MAX_FOLLOW_DEPTH = 6  # indentation past which called ops are listed, not traced
+MAX_TRACED_CALLS = 6  # called ops traced on in one answer; the rest are listed
+CUDA_LIBRARIES = frozenset(
+    {
+        "cuBLAS",
+        "cuBLASLt",
+        "cuDNN",
+        "cuSOLVER",
+        "cuSOLVER/cuBLAS",
+        "cuSPARSE",
+        "cuFFT",
+        "cuRAND",
+        "MAGMA",
+        "MIOpen",
+        "hipBLAS",
+        "rocBLAS",
+    }
+)
 PARTS = ("python", "dispatch", "stubs", "cuda", "backward")
 FOCUS_PARTS = {
     "python": {"python"},
@@ -54,10 +81,27 @@ class _Focus:
     cuda_only: bool = False
 
     def wants_key(self, keys: list[str]) -> bool:
-        if self.key is not None:
-            return any(key.lower() == self.key.lower() for key in keys) or not keys
-        if self.cuda_only:
-            return any("CUDA" in key or "Composite" in key for key in keys) or not keys
+        if self.key is not None:  # a composite kernel runs on every backend
+            wanted = self.key.lower()
+            return not keys or any(k.lower() == wanted or "Composite" in k for k in keys)
+        if self.cuda_only:  # dense CUDA: SparseCUDA, NestedTensorCUDA... are asked by key
+            return any(key == "CUDA" or "Composite" in key for key in keys) or not keys
+        return True
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.key is not None and self.key.lower() == "cpu"
+
+    @property
+    def backend(self) -> bool:
+        """Whether the focus names a backend (``cuda``, a dispatch key)."""
+        return self.cuda_only or self.key is not None
+
+    def wants_library(self, library: str) -> bool:
+        if self.cuda_only or (self.key and "cuda" in self.key.lower()):
+            return library in CUDA_LIBRARIES
+        if self.key and self.key.lower() == "cpu":
+            return library not in CUDA_LIBRARIES
         return True
 
 
@@ -83,8 +127,23 @@ class _Trace:
     visited: set[int] = field(default_factory=set)
     summary: list[dict[str, Any]] = field(default_factory=list)
     generated_stubs: dict[int, dict[str, Any]] = field(default_factory=dict)  # ufunc stubs
+    shown: set[int] = field(default_factory=set)  # implementations listed
+    followed: int = 0  # ops traced on from the kernels calling them
+    nested: int = 0  # how many called ops deep the trace is
 
-    def add(self, label: str, evidence: str | None, detail: str, depth: int, **data: Any) -> None:
+    def add(
+        self,
+        label: str,
+        evidence: str | None,
+        detail: str,
+        depth: int,
+        minor: bool = False,
+        **data: Any,
+    ) -> None:
+        """One line; ``minor`` lines (indirections, counts, mentions) are the first the
+        text leaves out when over its budget (Answer.to_text)."""
+        if minor:
+            data["minor"] = True
         self.answer.items.append(Item(label, evidence, detail, depth, data))
 
 
@@ -98,6 +157,8 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     answer = Answer("trace", func)
     run = _Trace(index, wanted, answer)
     ops = primary_order(found.ops)
+    if found.python:
+        ops = trace_order.by_relevance(ops, [python.name for python in found.python])
     what = f"{len(ops)} op{'s' if len(ops) != 1 else ''}" if ops else "no op"
     answer.title = f"trace {func} ({found.how}): {what}"
     if wanted.key or focus:
@@ -108,21 +169,48 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         if not ops:
             _implementation_chain(run, [function], 1)
     for python in found.python:
-        detail = "Python definition" + ("" if ops or found.bindings else "; names no op or binding")
+        what = "bound by assignment" if python.kind == ASSIGNMENT else "Python definition"
+        detail = what + ("" if ops or found.bindings else "; names no op or binding")
         run.add(python.qualname, python.evidence, detail, 0, kind=python.kind)
-        for node in [*ops, *found.bindings][:MAX_LISTED]:
+        named = [*ops, *found.bindings]
+        for node in named[:MAX_NAMED]:
             where = f"referenced here; {node.kind} at {node.evidence}"
-            run.add(f"-> {node.qualname}", found.via.get(node.id), where, 1)
+            run.add(f"-> {node.qualname}", found.via.get(node.id), where, 1, minor=True)
+        if len(named) > MAX_NAMED:
+            rest = ", ".join(node.qualname for node in named[MAX_NAMED:])
+            run.add(f"also names {rest}", None, "", 1, minor=True)
     for binding in found.bindings:
         _binding_chain(run, binding)
     for op in ops[:MAX_OPS]:
-        if op.id not in run.visited:  # else traced in full above, as a delegate
-            _op_chain(run, op, 0)
+        if op.id in run.visited:  # traced in full above, as a delegate
+            continue
+        same = _same_kernels(run, op)
+        if same is not None:  # an overload of one traced above, with nothing new
+            run.add(op.qualname, op.evidence, f"same kernels as {same} above", 0)
+            continue
+        _op_chain(run, op, 0)
     if len(ops) > MAX_OPS:
         rest = ", ".join(op.qualname for op in ops[MAX_OPS:])
         answer.notes.append(f"{len(ops) - MAX_OPS} more ops match, not traced: {rest}")
     answer.data = {"ops": run.summary, "matched_by": found.how}
+    answer.more = "focus='cuda', 'CPU' (a dispatch key), 'python' or 'backward' narrows it; limit=N shows N lines"
     return answer
+
+
+def _same_kernels(run: _Trace, op: Node) -> str | None:
+    """The op traced above that an overload of the same name shares every dispatch target
+    with (``aten::nll_loss.out`` after ``aten::nll_loss``), if any: merged into one line."""
+    traced = [
+        record["op"]
+        for record in run.summary
+        if record["op"].split(".")[0] == op.qualname.split(".")[0]
+    ]
+    if not traced:
+        return None
+    targets = {hop.node.id for hop in op_chain.dispatch_hops(run.index, op.id)}
+    if targets and targets <= run.shown | run.visited:
+        return traced[0]
+    return None
 
 
 def _binding_chain(run: _Trace, binding: Node) -> None:
@@ -139,28 +227,44 @@ def _binding_chain(run: _Trace, binding: Node) -> None:
         )
 
 
-def _op_chain(run: _Trace, op: Node, depth: int) -> None:
+def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -> None:
     index = run.index
     run.visited.add(op.id)
     record: dict[str, Any] = {"op": op.qualname, "entry": op.evidence, "dispatch": []}
+    if called_at:
+        record["called_at"] = called_at
     run.summary.append(record)
     schema = op.attrs.get("schema") or op.qualname
     source = op.attrs.get("source") or "op"
-    run.add(op.qualname, op.evidence, f"op ({source})", depth, schema=schema)
+    if called_at:
+        run.add(f"-> {op.qualname}", op.evidence, f"op called at {called_at}", depth, schema=schema)
+    else:
+        # the op a delegate leads to: its kernels below say more than its line
+        run.add(op.qualname, op.evidence, f"op ({source})", depth, schema=schema, minor=depth > 0)
     if "python" in run.focus.parts and depth == 0:
         names = [name for name in op.attrs.get("python_names") or [] if ".ops." not in name]
         ops_names = [name for name in op.attrs.get("python_names") or [] if ".ops." in name]
         shown = names[:MAX_PYTHON_NAMES] or ops_names[:2]
         if shown:
-            run.add("Python: " + ", ".join(shown), op.evidence, "entry points", depth + 1)
+            run.add(
+                "Python: " + ", ".join(shown), op.evidence, "entry points", depth + 1, minor=True
+            )
         record["python"] = op.attrs.get("python_names") or []
-        references, total = op_chain.python_references(index, op)
+        listed = run.focus.parts == {"python"}
+        references, total = op_chain.python_references(index, op, limit=10 if listed else 0)
         for hop in references:
             run.add(hop.node.qualname, hop.evidence, "Python code naming the op", depth + 1)
         if total > len(references):
-            run.add(f"... {total - len(references)} more Python references", None, "", depth + 1)
+            more = "more " if references else ""
+            how = "" if listed else " (focus='python' lists them)"
+            text = f"{total - len(references)} {more}Python references{how}"
+            run.add(text, None, "", depth + 1, minor=True)
     if run.focus.parts & {"dispatch", "stubs", "cuda"}:
-        _dispatch(run, op, depth + 1, record)
+        run.nested += bool(called_at)
+        try:
+            _dispatch(run, op, depth + 1, record)
+        finally:
+            run.nested -= bool(called_at)
     if "backward" in run.focus.parts:
         _backward(run, op, depth + 1, record)
 
@@ -183,20 +287,130 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         else:
             found.append(hop)
     found.extend(op_chain.unresolved(index, op.id))
-    for hop, keys in op_chain.merge_keys(found):
-        if isinstance(hop, op_chain.Hop):
-            _implementation(run, hop, keys, depth, record, implementations)
-        else:
-            _missing(run, hop, keys, depth, record, implementations)
+    entries = sorted(op_chain.merge_keys(trace_order.fitting(op, found)), key=trace_order.key_rank)
+    usual = [
+        entry for entry in entries if trace_order.key_rank(entry) < (0, len(trace_order.USUAL_KEYS))
+    ]
+    # CPU, CUDA and composite kernels, then the delegate holding them (add.Tensor's are
+    # add.out's), then the other backends' (Vulkan, sparse, nested...).
+    for hop, keys in usual:
+        _entry(run, hop, keys, depth, record, implementations)
     _generated(run, found, depth, record)
     for hop in delegates:
         via = "structured_delegate" if hop.attrs.get("structured_delegate") else "autogen"
-        run.add(f"{via} -> {hop.node.qualname}", hop.evidence, "delegates its kernels", depth)
+        detail = "delegates its kernels"
+        run.add(f"{via} -> {hop.node.qualname}", hop.evidence, detail, depth, minor=True)
         if hop.node.id not in run.visited:
             _op_chain(run, hop.node, depth + 1)
+    for hop, keys in entries[len(usual) :]:
+        _entry(run, hop, keys, depth, record, implementations)
     if implementations and run.focus.parts & {"stubs", "cuda"}:
         nodes = [node for node, _ in implementations.values()]
         _implementation_chain(run, nodes, depth)
+    if implementations and "dispatch" in run.focus.parts:
+        _follow_calls(run, op, list(implementations.values()), depth, record)
+
+
+def _follow_calls(
+    run: _Trace,
+    op: Node,
+    implementations: list[tuple[Node, list[str]]],
+    depth: int,
+    record: dict[str, Any],
+) -> None:
+    """Trace on the ops a composite kernel calls, or a kernel that only forwards (it
+    reaches no stub, launch or library call itself): that is where the work is done."""
+    index = run.index
+    implicit = not (op.attrs.get("dispatch") or {})
+    backend = run.focus.backend
+    for node, keys in implementations:
+        composite = implicit or any(key.startswith("Composite") for key in keys)
+        if not composite and (not backend or _does_work(index, node)):
+            continue
+        calls = [
+            call for call in below_kernel.ops_called(index, [node.id]) if _serves(run, call.op)
+        ]
+        # Ops with a kernel of their own for the backend first; among them, those whose
+        # kernel is a vendor library's (cudnn_convolution among _convolution's paths).
+        calls.sort(
+            key=lambda call: (not _has_own_kernel(run, call.op), not _library_backed(run, call.op))
+        )
+        record.setdefault("calls_ops", []).extend(
+            {"from": node.qualname, "op": call.op.qualname, "called_at": call.evidence}
+            for call in calls
+        )
+        for call in calls[:MAX_FOLLOWED]:
+            if not backend:  # listed: a backend in focus traces them on
+                where = f"op called at {call.evidence}; focus='CUDA' or 'CPU' traces it on"
+                run.add(f"-> {call.op.qualname}", call.op.evidence, where, depth + 1)
+                continue
+            if (
+                call.op.id in run.visited
+                or depth + 1 > MAX_FOLLOW_DEPTH
+                or run.followed >= MAX_TRACED_CALLS
+            ):
+                detail = f"op called at {call.evidence}; " + (
+                    "traced above"
+                    if call.op.id in run.visited
+                    else f"trace {call.op.qualname} for its kernels"
+                )
+                run.add(f"-> {call.op.qualname}", call.op.evidence, detail, depth + 1)
+                continue
+            run.followed += 1
+            _op_chain(run, call.op, depth + 1, called_at=call.evidence)
+        if len(calls) > MAX_FOLLOWED:
+            rest = ", ".join(call.op.qualname for call in calls[MAX_FOLLOWED:])
+            text = f"{len(calls) - MAX_FOLLOWED} more ops called: {rest}"
+            run.add(text, None, "", depth + 1, minor=True)
+
+
+def _does_work(index: Index, node: Node) -> bool:
+    """Whether a kernel reaches a stub, a CUDA kernel or a library call itself."""
+    return bool(
+        op_chain.stubs_called(index, [node.id]).hops
+        or op_chain.kernels_launched(index, [node.id]).hops
+        or below_kernel.library_calls(index, [node.id])
+    )
+
+
+def _serves(run: _Trace, op: Node) -> bool:
+    """Whether an op called by a kernel can run on the backend asked: it has a kernel for
+    it, or no dispatch table (a composite, or a structured delegate)."""
+    table = op.attrs.get("dispatch") or {}
+    return not table or run.focus.wants_key(list(table))
+
+
+def _library_backed(run: _Trace, op: Node) -> bool:
+    """Whether a kernel of ``op`` for the backend asked is PyTorch's integration of a
+    vendor library (cuDNN, MIOpen, oneDNN, MKL...), by the file defining it."""
+    if not run.focus.backend:
+        return False
+    return any(
+        run.focus.wants_key(op_chain.keys_of(hop.attrs))
+        and below_kernel.library_of_path(hop.node.path) is not None
+        for hop in op_chain.dispatch_hops(run.index, op.id)
+    )
+
+
+def _has_own_kernel(run: _Trace, op: Node) -> bool:
+    table = op.attrs.get("dispatch") or {}
+    if not table:
+        return bool(op.attrs.get("structured_delegate"))
+    return any(not key.startswith("Composite") for key in table if run.focus.wants_key([key]))
+
+
+def _entry(
+    run: _Trace,
+    hop: Any,
+    keys: list[str],
+    depth: int,
+    record: dict[str, Any],
+    implementations: dict[int, tuple[Node, list[str]]],
+) -> None:
+    if isinstance(hop, op_chain.Hop):
+        _implementation(run, hop, keys, depth, record, implementations)
+    else:
+        _missing(run, hop, keys, depth, record, implementations)
 
 
 def _implementation(
@@ -224,7 +438,9 @@ def _implementation(
     if hop.attrs.get("role") == "ufunc_stub":
         run.generated_stubs[target.id] = hop.attrs
     label = f"{', '.join(keys) or '?'}: {target.qualname}"
-    run.add(label, target.evidence, f"{role}; registered at {hop.evidence}", depth, keys=keys)
+    # Below a called op the registration site is in the data: the line is the kernel.
+    detail = role if run.nested else f"{role}; registered at {hop.evidence}"
+    run.add(label, target.evidence, detail, depth, keys=keys, registered_at=hop.evidence)
     record["dispatch"].append(
         {
             "keys": keys,
@@ -237,6 +453,7 @@ def _implementation(
             or ("structured" if hop.attrs.get("structured") else "kernel"),
         }
     )
+    run.shown.add(target.id)
     previous = implementations.get(target.id)
     implementations[target.id] = (target, sorted(set(keys) | set(previous[1] if previous else [])))
 
@@ -253,12 +470,10 @@ def _missing(
         return
     label = f"{', '.join(keys) or '?'}: {missing.target}"
     candidates = op_chain.same_name(run.index, missing.target)
-    detail = "no definition found in the index"
+    detail = f"no definition in the index (searched {op_chain.searched_for(missing.target)})"
     if missing.attrs.get("role") == "ufunc_stub":
         files = missing.attrs.get("generated_files") or ["ufunc files"]
         detail = f"not declared in the source: torchgen declares it in the generated {files[0]}"
-    elif keys and all(key.startswith("MPS") for key in keys):
-        detail += " (MPS kernels are Objective-C++ .mm files, which are not indexed)"
     if candidates:
         detail = "not linked by C++ scope rules; definitions of that name below"
     run.add(label, missing.evidence, detail, depth, keys=keys)
@@ -323,6 +538,8 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
         stubs.extend((node, None) for node in functions if node.kind == "dispatch_stub")
         for stub, hop in _unique_nodes(stubs):
             registered = op_chain.stub_kernels(index, stub)
+            if hop is not None and not _serves_backend(run, registered):
+                continue  # a CPU-only stub in a CUDA trace (or the reverse) is not the way
             if hop is not None:
                 run.add(
                     stub.qualname, stub.evidence, f"DispatchStub, called at {hop.evidence}", depth
@@ -346,7 +563,9 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                     depth + 1,
                 )
             for kernel in registered[:MAX_LISTED]:
-                if run.focus.cuda_only and not _is_cuda(kernel):
+                if (run.focus.cuda_only and not _is_cuda(kernel)) or (
+                    run.focus.cpu_only and _is_cuda(kernel)
+                ):
                     continue
                 kernels.append(kernel)
                 macro = kernel.attrs.get("macro") or "registered"
@@ -358,16 +577,17 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 )
         if reach.truncated:
             run.answer.notes.append("stub search stopped at its node budget; more may exist")
-    if "cuda" in run.focus.parts:
+    if "cuda" in run.focus.parts and not run.focus.cpu_only:
         hosts = [i for i in ids if i not in stub_ids] + [hop.node.id for hop in kernels]
         launched = op_chain.kernels_launched(index, hosts)
-        for hop in launched.hops[:MAX_LISTED]:
+        for position, hop in enumerate(launched.hops[:MAX_LISTED]):
             run.add(
                 hop.node.qualname,
                 hop.node.evidence,
                 f"CUDA kernel launched at {hop.evidence}",
                 depth,
                 launched_from=index.node(hop.attrs["from"]).qualname,
+                minor=position >= MAJOR_LAUNCHES,
             )
         if len(launched.hops) > MAX_LISTED:
             run.answer.notes.append(
@@ -384,6 +604,51 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 }
                 for hop in launched.hops
             )
+        _libraries(run, [*ids, *(hop.node.id for hop in kernels)], depth)
+
+
+def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
+    """Library calls (cuBLAS, cuDNN, MKL, oneDNN...) the implementations reach, for the
+    backend asked, each with its call site."""
+    calls = [
+        call
+        for call in below_kernel.library_calls(run.index, function_ids)
+        if run.focus.wants_library(call.library)
+    ]
+    work = [call for call in calls if not call.setup]
+    calls = work or calls  # set-up calls (cudnnSetStream) only when nothing else is found
+    for position, call in enumerate(calls[:MAX_LIBRARY_CALLS]):
+        where = f"{call.library} call at {call.evidence}"
+        if call.definition == call.evidence:  # the kernel itself
+            where = f"the kernel is PyTorch's {call.library} integration"
+        elif call.definition:
+            where += f"; PyTorch's {call.library} wrapper"
+        evidence = call.definition or call.evidence
+        minor = position >= MAJOR_LAUNCHES
+        run.add(f"{call.library}: {call.name}", evidence, where, depth, minor=minor)
+    if len(calls) > MAX_LIBRARY_CALLS:
+        rest = ", ".join(call.name for call in calls[MAX_LIBRARY_CALLS:][:6])
+        text = f"{len(calls) - MAX_LIBRARY_CALLS} more library calls: {rest}"
+        run.add(text, None, "", depth, minor=True)
+    if run.summary and calls:
+        run.summary[-1].setdefault("library_calls", []).extend(
+            {
+                "library": call.library,
+                "name": call.name,
+                "call_site": call.evidence,
+                "definition": call.definition,
+            }
+            for call in calls
+        )
+
+
+def _serves_backend(run: _Trace, registered: list[op_chain.Hop]) -> bool:
+    """Whether a stub some kernel calls has a kernel for the backend focus asks."""
+    if run.focus.cuda_only:
+        return any(_is_cuda(kernel) for kernel in registered)
+    if run.focus.cpu_only:
+        return any(not _is_cuda(kernel) for kernel in registered)
+    return True
 
 
 def _unique_nodes(pairs: list[tuple[Node, Any]]) -> list[tuple[Node, Any]]:
@@ -411,5 +676,5 @@ def _backward(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         formulas = entry.attrs.get("formulas") or {}
         run.add(entry.qualname, entry.evidence, "backward formulas (derivatives.yaml)", depth)
         for name, formula in list(formulas.items())[:MAX_LISTED]:
-            run.add(f"{name}: {formula}", None, "", depth + 1)
+            run.add(f"{name}: {formula}", None, "", depth + 1, minor=True)
         record.setdefault("backward", []).append({"entry": entry.evidence, "formulas": formulas})

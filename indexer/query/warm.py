@@ -1,0 +1,37 @@
+"""The per-index lookup tables queries build on first use, for a server to build when idle.
+
+Each is read once per index (``Index.shared``) and costs a few hundred milliseconds on
+PyTorch: the ops' Python names, the raw library calls, the stub registrations, the
+Python short names that "not found" answers suggest from. Loaded ahead, the first question pays none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from indexer.query.index import Index
+
+
+def _query_modules(index: Index) -> None:
+    """Import the tools' query modules (the MCP server imports them on first use)."""
+    import indexer.query.graph
+    import indexer.query.modules
+    import indexer.query.search
+    import indexer.query.tests
+    import indexer.query.trace  # noqa: F401
+
+
+def tables() -> list[tuple[str, Callable[[Index], object]]]:
+    from indexer.query.below_kernel import raw_calls
+    from indexer.query.op_chain import stub_registrations
+    from indexer.query.op_lookup import python_names
+    from indexer.query.py_lookup import short_names
+
+    return [
+        ("the query modules", _query_modules),
+        ("the ops' Python names", python_names),
+        ("the raw library calls", raw_calls),
+        ("the DispatchStub registrations", stub_registrations),
+        ("the file paths", Index.file_paths),
+        ("the Python short names", short_names),
+    ]
