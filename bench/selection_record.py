@@ -130,7 +130,11 @@ def main() -> int:
         " AND f.path LIKE ? AND n.end_line - n.line >= 3 ORDER BY n.id",
         (NATIVE + "%",),
     ).fetchall()
-    named = [r for q, p in NAMED for r in rows if r[1] == q and r[2] == p][: len(NAMED)]
+    named = [
+        next(r for r in rows if r[1].endswith(suffix) and r[2] == path)
+        for suffix, path in NAMED
+        if any(r[1].endswith(suffix) and r[2] == path for r in rows)
+    ]
     rng = random.Random(args.seed)
     rng.shuffle(rows)
     chosen = named + [r for r in rows if r not in named]

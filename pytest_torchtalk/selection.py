@@ -26,6 +26,7 @@ from _pytest.python import path_matches_patterns
 
 from indexer import durable
 from indexer.errors import TorchTalkError
+from indexer.paths import printable
 from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
@@ -204,7 +205,7 @@ class AffectedSelection:
             relative = path.relative_to(self.source).as_posix()
         except ValueError:
             return None  # outside the indexed tree: not ours to judge
-        if relative in self.selection.files:
+        if printable(relative) in self.selection.files:  # as a selection keys a non-UTF-8 name
             return None
         if any(named.path == path for named in self._explicit):
             return None

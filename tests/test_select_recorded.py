@@ -216,7 +216,9 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
     counts = json.loads(report.read_text())["counts"]
     assert "PASSED tests/test_scale.py::test_scale_by_name" in done.stdout
     assert "test_reuses_module_fixture" not in done.stdout.split("short test summary")[-1]
-    assert counts["collected"] == 11 and counts["selected"] == 3 and counts["deselected"] == 8
+    # the other test files are ruled out whole: not collected at all
+    assert counts["collected"] == 4 and counts["selected"] == 3 and counts["deselected"] == 1
+    assert counts["test_files_not_collected"] == 2
     assert counts["decided_by_record"] == 3  # 2 selected and 1 deselected in test_scale.py
     assert counts["tests_selected_by_record"] == 2
 
@@ -230,7 +232,7 @@ def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
     try:
         text = affected(index, "recext::scale_cpu").to_text()
         assert (
-            "tests that really run recext::scale_cpu (through 1 op: recext::scale): 2 in 1 file"
+            "tests that really run recext::scale_cpu (through 1 op: recext::scale): 3 in 1 file"
             in text
         )
         assert "tests/test_scale.py::test_scale_by_name" in text  # only the record knows it

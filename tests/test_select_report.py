@@ -16,7 +16,7 @@ ADD_CU = "aten/src/ATen/native/cuda/BinaryAddKernel.cu"
 
 # The documented schema (docs/selection.md): key -> type, recursively for objects.
 HOP = {"kind": str, "src": str, "dst": str, "evidence": str, "src_kind": str, "dst_kind": str}
-REASON = {"entity": str, "evidence": str, "chain": [HOP], "note": str}
+REASON = {"entity": str, "evidence": str, "chain": [HOP], "note": str, "decided_by": str}
 SCOPE = {
     "cls": (str, type(None)),
     "function": (str, type(None)),
@@ -61,6 +61,9 @@ REPORT = {
             "tests": ([SCOPE], type(None)),
             "devices": (list, type(None)),
             "device_classes": [str],
+            "static_for": (str, type(None)),
+            "selected_tests": [dict],
+            "decided_by_record": [str],
         }
     ],
     "counts": {
@@ -69,9 +72,11 @@ REPORT = {
         "test_files_total": int,
         "test_files_selected": int,
         "test_files_narrowed": int,
+        "tests_selected_by_record": int,
     },
     "notes": [str],
     "timings": dict,
+    "record": dict,  # the record used, or why not ({} without one)
 }
 
 
@@ -112,9 +117,17 @@ def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
     assert {k: v for k, v in again.items() if k != "timings"} == {
         k: v for k, v in data.items() if k != "timings"
     }
-    # The report's selected files are their dataclasses, field for field.
+    # The report's selected files are their dataclasses, field for field (a record's
+    # decisions under the names the report gives them).
     rebuilt = selection_from_dict(data)
-    assert [asdict(f) for f in rebuilt.files.values()] == data["selected"]
+    renamed = {"decided": "decided_by_record", "recorded": "selected_tests"}
+    for selected, raw in zip(rebuilt.files.values(), data["selected"], strict=True):
+        fields = {renamed.get(k, k): v for k, v in asdict(selected).items()}
+        assert set(fields) == set(raw)
+        assert {k: v for k, v in fields.items() if k not in renamed.values()} == {
+            k: v for k, v in raw.items() if k not in renamed.values() and k != "reasons"
+        } | {"reasons": fields["reasons"]}
+        assert [r["decided_by"] for r in raw["reasons"]] == [r["source"] for r in fields["reasons"]]
 
 
 def test_select_text_lists_files_reasons_and_narrowing(tree: IndexedTree, capsys) -> None:

@@ -310,20 +310,23 @@ def apply_fallbacks(
         wider = selection.entities[position]
         if position in credited or _reaches_tests(walker, wider, position, tests, known):
             covered.update(positions)
-    for position, entity in unreached:
-        if position in covered:
-            continue
-        wider = [
-            selection.entities[first + offset]
-            for offset, positions in enumerate(widening.covers)
-            if position in positions
-        ]
-        outside = _only_outside_users(index, walker, placer, [*wider, entity])
+    left = [(position, entity) for position, entity in unreached if position not in covered]
+    if not left:
+        return
+    # One question for all of them: a walk per entity would cost entities times nodes,
+    # and one entity that runs everything makes the whole selection run everything.
+    wider = [
+        selection.entities[first + offset]
+        for offset, positions in enumerate(widening.covers)
+        if any(position in positions for position, _ in left)
+    ]
+    outside = _only_outside_users(index, walker, placer, [*wider, *(e for _, e in left)])
+    for position, entity in left:
         if outside is not None:
             selection.notes.append(
                 f"{entity.label} (changed at {entity.evidence}) reaches no test: every "
                 f"chain from it ends at ops nothing in the tree names ({', '.join(outside)}),"
                 " whose callers are outside the tree"
             )
-            continue
-        _everything(selection, widening.named.get(position, entity.label), entity)
+        else:
+            _everything(selection, widening.named.get(position, entity.label), entity)
