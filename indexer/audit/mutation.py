@@ -63,7 +63,11 @@ _OPERAND = r"[A-Za-z_][\w.]*(?:\[[^\[\]]*\])?|\d+(?:\.\d+)?"
 _SWAPPABLE = re.compile(rf"(?<![\w.\]])({_OPERAND}) ([-/]|<=|>=|<|>) ({_OPERAND})(?![\w.\[(])")
 _CPP_CONDITION = re.compile(r"^(\s*(?:\}\s*else\s+)?(?:if|while)\s*)\((.*)\)(\s*\{?\s*)$")
 _PY_CONDITION = re.compile(r"^(\s*(?:if|elif|while)\s+)(.+?)(:\s*)$")
-_CPP_STATEMENT = re.compile(r"^\s*[\w:.\->\[\]()*&]+.*;\s*$")
+# A call or an assignment (`f(x);`, `out[i] = v;`, `a->b += c;`), never a declaration:
+# removing one of those only stops the build.
+_CPP_STATEMENT = re.compile(
+    r"^\s*[\w:]+(?:(?:\.|->)\w+|\[[^\]]*\])*\s*(?:\(|[-+*/|&^]?=(?!=)|\+\+|--).*;\s*$"
+)
 _PY_STATEMENT = re.compile(r"^\s*[\w.\[\]]+(\(.*\)|\s*[-+*/]?=\s*.+)\s*$")
 
 
@@ -213,8 +217,9 @@ def _body_sites(path: str, text: str, functions: list[tuple[int, int, str]]) -> 
     sites: list[Site] = []
     seen: set[int] = set()
     # Innermost first: a line of a nested function belongs to it, not to its parent.
+    last = 1 if language == "python" else 0  # a C++ body's last line is its closing brace
     for start, end, scope in sorted(functions, key=lambda f: f[1] - f[0]):
-        for number in range(start + 1, min(end, len(lines) + 1)):
+        for number in range(start + 1, min(end + last, len(lines) + 1)):
             if number in seen or number in quiet:
                 continue
             seen.add(number)
@@ -240,9 +245,11 @@ def _header_sites(path: str, text: str, inside: set[int]) -> list[Site]:
     return sites
 
 
-def mutation_sites(source: Path, index: Index, paths: Iterable[str], is_test) -> list[Site]:
-    """Every line of the index's non-test functions (and header-level lines) under ``paths``
-    globs (all indexed code when empty)."""
+def mutation_sites(
+    source: Path, index: Index, paths: Iterable[str], excluded: Callable[[str], bool]
+) -> list[Site]:
+    """Every line of the index's functions (and header-level lines) in files not
+    ``excluded`` under the ``paths`` globs (all indexed code when empty)."""
     globs = list(paths)
     rows = index.conn.execute(
         "SELECT f.path, n.kind, n.qualname, n.line, n.end_line FROM nodes n"
@@ -251,7 +258,7 @@ def mutation_sites(source: Path, index: Index, paths: Iterable[str], is_test) ->
     ).fetchall()
     by_file: dict[str, list[tuple[int, int, str]]] = {}
     for path, kind, qualname, line, end_line in rows:
-        if is_test(path) or (globs and not any(fnmatch(path, g) for g in globs)):
+        if excluded(path) or (globs and not any(fnmatch(path, g) for g in globs)):
             continue
         entries = by_file.setdefault(path, [])
         if kind in FUNCTION_KINDS and end_line > line:

@@ -25,9 +25,10 @@ from indexer.audit.mutation import Mutation, mutation_sites, plan, rewrite
 from indexer.audit.outcomes import Outcomes, run_command, run_suite
 from indexer.audit.report import SCHEMA, markdown, totals
 from indexer.errors import UsageError
-from indexer.extract.discover import is_test_file
+from indexer.paths import under_any
 from indexer.query.index import Index
 from indexer.select.engine import test_files
+from indexer.select.placement import categorize
 from indexer.workspace import Workspace
 
 STATE_DIR = "torchtalk-audit"  # under the tree's git directory: never part of its diff
@@ -257,7 +258,7 @@ class Audit:
                 self.source,
                 index,
                 self.options.paths,
-                lambda path: is_test_file(path, self.workspace.manifest),
+                lambda path: not mutable(path, self.workspace.manifest),
             )
         finally:
             index.close()
@@ -292,6 +293,14 @@ class Audit:
             for entry in self.journal.pending():
                 self.journal.restore(entry)
             result["seconds"] = round(time.monotonic() - started, 1)
+
+
+def mutable(path: str, manifest) -> bool:
+    """Source the audit mutates: indexed C++/CUDA/Python outside the test directories and
+    the run-everything files (a change to setup.py measures nothing)."""
+    if under_any(path, manifest.list("tests", "dirs")):
+        return False
+    return categorize(path, manifest)[0] in ("cpp", "cuda", "python")
 
 
 def _empty(result: dict) -> dict:
