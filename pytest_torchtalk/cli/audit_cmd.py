@@ -50,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="select with this recorded run besides the index",
     )
+    parser.add_argument(
+        "--baseline-runs",
+        type=int,
+        default=2,
+        metavar="N",
+        help="runs of the unmutated suite; a test failing or changing in any is excluded (2)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -59,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from indexer.errors import UsageError
     from indexer.workspace import Workspace
 
-    if args.mutations < 1:
-        raise UsageError("--mutations must be at least 1")
+    if args.mutations < 1 or args.baseline_runs < 1:
+        raise UsageError("--mutations and --baseline-runs must be at least 1")
     workspace = Workspace.resolve(args.source or ".", args.harness)
     options = AuditOptions(
         build=args.build,
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         report=args.report.resolve() if args.report else None,
         record=args.record,
+        baseline_runs=args.baseline_runs,
     )
     audit = Audit(workspace, options, tty_progress)
     report = audit.run()
