@@ -17,6 +17,7 @@ import pytest
 
 from indexer.audit.journal import Journal, digest
 from indexer.audit.mutation import SEMANTIC, mutation_sites, plan, rewrite
+from indexer.audit.outcomes import run_suite
 from indexer.audit.run import STATE_DIR, mutable
 from indexer.build import build_index
 from indexer.query.index import Index
@@ -114,6 +115,26 @@ def test_journal_restores_what_a_killed_run_left(tmp_path: Path) -> None:
     assert (source / "a.cpp").read_bytes() == original
     assert Journal(tmp_path / "state", source).pending() == []
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["journal.json"]
+
+
+def test_outcomes_name_each_test_as_pytest_does_and_keep_collection_errors(tmp_path: Path) -> None:
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_broken.py").write_text("import no_such_module\n")
+    (tmp_path / "test" / "test_mixed.py").write_text(
+        "import pytest\n\n"
+        "def test_ok():\n    pass\n\n"
+        "class TestGroup:\n"
+        "    @pytest.mark.parametrize('n', [1, 2])\n"
+        "    def test_even(self, n):\n        assert n % 2 == 0\n"
+    )
+    tests = ["test/test_broken.py", "test/test_mixed.py"]
+    outcomes = run_suite(f"{sys.executable} -m pytest test -q", tmp_path, tests)
+    assert outcomes.results == {
+        "test/test_broken.py::<collection>": "error",
+        "test/test_mixed.py::test_ok": "passed",
+        "test/test_mixed.py::TestGroup::test_even[1]": "failed",
+        "test/test_mixed.py::TestGroup::test_even[2]": "passed",
+    }
 
 
 # --- end to end ------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ class Outcomes:
         return {"results": self.results, "seconds": self.seconds, "per_file": self.per_file}
 
 
-def _test_path(file: str, classname: str, source: Path, tests: list[str]) -> str:
+def _test_path(file: str, classname: str, tests: list[str]) -> str:
     """The repo-relative test file a JUnit case belongs to (its ``file`` is relative to
     pytest's rootdir, which need not be the tree's root)."""
     candidates = [file] if file else []
@@ -101,24 +101,29 @@ def _test_path(file: str, classname: str, source: Path, tests: list[str]) -> str
     return file or classname
 
 
-def _test_id(case: ET.Element, source: Path, tests: list[str]) -> str:
-    file = case.get("file", "")
+def _inner_names(classname: str, path: str) -> str:
+    """The classes of a test (``TestFoo.TestBar``) after its module in a JUnit classname,
+    which spells the module from pytest's rootdir (``test.test_foo`` or ``test_foo``)."""
+    parts = path[:-3].split("/") if path.endswith(".py") else [path]
+    for start in range(len(parts)):
+        module = ".".join(parts[start:])
+        if classname == module:
+            return ""
+        if classname.startswith(module + "."):
+            return classname[len(module) + 1 :]
+    return classname
+
+
+def _test_id(case: ET.Element, tests: list[str]) -> str:
+    """``path::Class::test[param]`` of a JUnit test case, as pytest names its item."""
     classname = case.get("classname", "")
-    name = case.get("name", "")
-    path = _test_path(file, classname, source, tests)
-    module = path[:-3].replace("/", ".") if path.endswith(".py") else path
-    suffix = classname
-    for prefix in sorted(
-        {module, *(module.split(".", i)[-1] for i in range(module.count(".") + 1))},
-        key=len,
-        reverse=True,
-    ):
-        if classname == prefix or classname.startswith(prefix + "."):
-            suffix = classname[len(prefix) :].lstrip(".")
-            break
-    if not name or (not suffix and name == module.rsplit(".", 1)[-1]):
+    path = _test_path(case.get("file", ""), classname, tests)
+    if not classname:  # only a collection error has no module in its classname
         return f"{path}::{COLLECTION}"
-    return "::".join(p for p in (path, suffix.replace(".", "::"), name) if p)
+    inner = _inner_names(classname, path)
+    return "::".join(
+        part for part in (path, inner.replace(".", "::"), case.get("name", "")) if part
+    )
 
 
 def read_junit(xml_path: Path, source: Path, tests: list[str]) -> Outcomes | None:
@@ -129,7 +134,7 @@ def read_junit(xml_path: Path, source: Path, tests: list[str]) -> Outcomes | Non
         return None
     outcomes = Outcomes()
     for case in root.iter("testcase"):
-        test = _test_id(case, source, tests)
+        test = _test_id(case, tests)
         if case.find("failure") is not None:
             result = "failed"
         elif case.find("error") is not None:
@@ -147,7 +152,10 @@ def read_junit(xml_path: Path, source: Path, tests: list[str]) -> Outcomes | Non
 
 def _addopts(xml: Path, extra: str = "") -> dict[str, str]:
     inherited = os.environ.get("PYTEST_ADDOPTS", "")
-    options = f"--junitxml={xml} -o junit_family=xunit1 -p no:cacheprovider {extra}"
+    options = (
+        f"--junitxml={xml} -o junit_family=xunit1 -p no:cacheprovider "
+        f"--continue-on-collection-errors {extra}"
+    )
     return {"PYTEST_ADDOPTS": f"{inherited} {options}".strip()}
 
 
