@@ -175,9 +175,11 @@ def test_a_killed_audit_is_repaired_and_resumed(auditext: Path) -> None:
     command = [sys.executable, "-m", "pytest_torchtalk", *audit_args(auditext, *args)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    # Kill it while a mutation is applied: after the baseline, with a journal entry pending.
+    # Kill it while a mutation is applied: after the baseline, once the journal names a
+    # file and the file is rewritten (the journal is written first).
     while time.monotonic() < deadline:
-        if journal.exists() and json.loads(journal.read_text() or "[]"):
+        pending = journal.exists() and json.loads(journal.read_text() or "[]")
+        if pending and tracked_bytes(auditext) != before:
             break
         assert process.poll() is None, process.stderr.read().decode()
         time.sleep(0.02)
