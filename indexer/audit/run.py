@@ -29,6 +29,7 @@ from indexer.paths import under_any
 from indexer.query.index import Index
 from indexer.select.engine import test_files
 from indexer.select.placement import categorize
+from indexer.select.staleness import try_update
 from indexer.workspace import Workspace
 
 STATE_DIR = "torchtalk-audit"  # under the tree's git directory: never part of its diff
@@ -187,6 +188,8 @@ class Audit:
         # The last mutation was built; build the restored tree so it is as it was.
         rebuilt = run_command(self.options.build, self.source)
         report["final_build"] = {"ok": rebuilt.ok, "seconds": round(rebuilt.seconds, 1)}
+        # The selections updated the index to each mutated tree: leave it the tree's.
+        report["index_update"] = try_update(self.workspace)[1]
         report["finished_at"] = _now()
         self._save(report)
         return report
