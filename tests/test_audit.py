@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from indexer.audit.journal import Journal, digest
-from indexer.audit.mutation import SEMANTIC, mutation_sites, plan, rewrite
+from indexer.audit.mutation import SEMANTIC, Site, compiles, mutation_sites, plan, rewrite
 from indexer.audit.outcomes import run_suite
 from indexer.audit.run import STATE_DIR, mutable
 from indexer.build import build_index
@@ -100,6 +100,11 @@ def test_operators_rewrite_code_not_templates_or_declarations() -> None:
     assert SEMANTIC["remove_statement"]("  long a = 0;", "cpp") is None
     assert SEMANTIC["remove_statement"]("  out[i] = v;", "cpp") == "  ;"
     assert SEMANTIC["change_constant"]("  x = y * 2.5;", "cpp") == "  x = y * 3.5;"
+    # An argument line looks like an assignment; removing it would be a syntax error.
+    text = "def f(a):\n    return g(\n        a=1,\n    )\n"
+    argument = Site("m.py", 3, "        a=1,", "        a=1,", "python", "f", file_text=text)
+    assert SEMANTIC["remove_statement"](argument.code, "python") == "        pass"
+    assert not compiles(argument, "        pass") and compiles(argument, "        a=2,")
 
 
 def test_journal_restores_what_a_killed_run_left(tmp_path: Path) -> None:
@@ -163,6 +168,9 @@ def test_audit_measures_the_selection_and_restores_the_tree(
     # A change to the native code is caught by its test file, and only that file is run.
     native = [r for r in caught if r["path"] == "csrc/ops.cpp"]
     assert native and all(r["selected_files"] == ["tests/test_native.py"] for r in native)
+    # So is a change to a constant of the header ops.cpp includes.
+    header = [r for r in caught if r["path"] == "csrc/limits.h"]
+    assert header and all(r["selected_files"] == ["tests/test_native.py"] for r in header)
     assert all(not r["missed_files"] for r in caught)
     assert report_path.with_suffix(".md").read_text().startswith("# torchtalk audit of")
 

@@ -18,7 +18,7 @@ import random
 import re
 import tokenize
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -155,6 +155,7 @@ class Site:
     language: str  # cpp or python
     scope: str
     header_level: bool = False  # a macro body or a header constant, outside functions
+    file_text: str = field(default="", repr=False, compare=False)  # the whole file
 
 
 def _language(path: str) -> str:
@@ -225,7 +226,9 @@ def _body_sites(path: str, text: str, functions: list[tuple[int, int, str]]) -> 
             seen.add(number)
             code = code_part(lines[number - 1], language)
             if code:
-                sites.append(Site(path, number, lines[number - 1], code, language, scope))
+                sites.append(
+                    Site(path, number, lines[number - 1], code, language, scope, file_text=text)
+                )
     return sites
 
 
@@ -288,6 +291,21 @@ def _apply_operator(site: Site, kind: str) -> str | None:
     return new_code + site.text[len(site.code) :]
 
 
+def compiles(site: Site, new: str) -> bool:
+    """Whether a Python file still compiles with ``new`` for the site's line: a rewritten
+    continuation line (``pass`` inside a call's arguments) is a syntax error, which every
+    test fails at import and no selection can place. C++ is left to the build."""
+    if site.language != "python":
+        return True
+    lines = site.file_text.split("\n")
+    lines[site.line - 1] = new
+    try:
+        compile("\n".join(lines), site.path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
 def plan(sites: list[Site], count: int, seed: int, controls: int | None = None) -> list[Mutation]:
     """``count`` mutations: a file at random, a line of it at random, an operator that
     applies there at random; about one in ten a neutral control (at least one of each
@@ -318,7 +336,7 @@ def plan(sites: list[Site], count: int, seed: int, controls: int | None = None) 
         else:
             kind = rng.choice(sorted(SEMANTIC))
             new = _apply_operator(site, kind)
-            if new is None:
+            if new is None or not compiles(site, new):
                 continue
         used.add((site.path, site.line))
         mutation_id = f"m{len(mutations) + 1:03d}"

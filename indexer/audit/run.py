@@ -183,8 +183,12 @@ class Audit:
                 report["results"].append(result)
                 self._save(report)
                 self.progress(f"    {_summary(result)}")
+        except KeyboardInterrupt:
+            report["stopped"] = "interrupted: resume with --resume"
+            raise
         finally:
             self.journal.restore_all()
+            self._save(report)
         # The last mutation was built; build the restored tree so it is as it was.
         rebuilt = run_command(self.options.build, self.source)
         report["final_build"] = {"ok": rebuilt.ok, "seconds": round(rebuilt.seconds, 1)}
