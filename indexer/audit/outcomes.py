@@ -52,17 +52,34 @@ def run_command(
         output, _ = process.communicate(timeout=timeout)
         code = process.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        _kill_session(process.pid)
         output, _ = process.communicate()
         code = -signal.SIGKILL
         output += f"\n(killed after {timeout:.0f} s)".encode()
     except BaseException:
-        os.killpg(process.pid, signal.SIGKILL)  # an interrupted audit leaves no build behind
+        _kill_session(process.pid)  # an interrupted audit leaves no build behind
         process.wait()
         raise
     text = output.decode("utf-8", "replace")
     tail = "\n".join(text.splitlines()[-15:])
     return CommandResult(code, time.perf_counter() - started, tail)
+
+
+def _kill_session(session: int) -> None:
+    """Kill every process of the command's session: its process group, and the groups of
+    their own that ninja gives each compile job (where /proc lists processes)."""
+    os.killpg(session, signal.SIGKILL)
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == session:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
 @dataclass
