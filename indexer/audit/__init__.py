@@ -1,0 +1,1 @@
+"""`torchtalk audit`: measured safety of the selection (mutate, build, run, compare)."""

@@ -1,0 +1,105 @@
+"""What the selection kept against what really failed, for one mutation.
+
+The selection is the engine's (``indexer.select.engine.select_tests``) for the diff the
+mutation makes against HEAD, read as pytest would apply it: a failing test is selected
+when ``ItemMatcher`` keeps its item. ``record`` is the recorded run a selection may use
+besides the static index; the audit passes it through only when one is given.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from indexer.audit.outcomes import COLLECTION, CRASH, Outcomes
+from indexer.errors import UsageError
+from indexer.select.engine import select_tests
+from indexer.select.matching import ItemMatcher
+from indexer.select.model import Selection
+from indexer.workspace import Workspace
+
+
+def run_selection(workspace: Workspace, record: Path | None = None) -> Selection:
+    """The selection for the working tree's changes since HEAD: static, or with ``record``."""
+    if record is None:
+        return select_tests(workspace, "HEAD")
+    if "record" not in inspect.signature(select_tests).parameters:
+        raise UsageError(
+            "this torchtalk selects from the static index only: --record is not supported"
+        )
+    return select_tests(workspace, "HEAD", record=record)
+
+
+@dataclass
+class Comparison:
+    failing_tests: list[str]
+    failing_files: list[str]
+    selected_files: list[str]  # every test file when the selection runs everything
+    missed_tests: list[str]
+    missed_files: list[str]
+    run_everything: list[str]  # the selection's reasons; [] when selective
+    empty_reason: str | None
+    tests_selected: int  # of the suite's tests, the items the selection keeps
+    seconds_saved: float  # baseline time of the tests the selection skips
+    entities: list[str] = field(default_factory=list)
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.failing_tests)
+
+    @property
+    def safe(self) -> bool:
+        return not self.missed_files and not self.missed_tests
+
+    def to_dict(self) -> dict:
+        return {
+            "failing_tests": self.failing_tests,
+            "failing_files": self.failing_files,
+            "selected_files": self.selected_files,
+            "missed_tests": self.missed_tests,
+            "missed_files": self.missed_files,
+            "run_everything": self.run_everything,
+            "empty_reason": self.empty_reason,
+            "tests_selected": self.tests_selected,
+            "seconds_saved": round(self.seconds_saved, 3),
+            "entities": self.entities,
+        }
+
+
+def keeps(matcher: ItemMatcher, test: str) -> bool:
+    path, *parts = test.split("::")
+    if parts in ([COLLECTION], [CRASH]):  # the whole file failed: kept if any of it runs
+        return matcher.selection.run_everything or path in matcher.selection.files
+    return matcher.verdict(path, parts).keep
+
+
+def compare(
+    selection: Selection,
+    outcomes: Outcomes,
+    baseline: Outcomes,
+    excluded: set[str],
+    test_files: list[str],
+) -> Comparison:
+    matcher = ItemMatcher(selection)
+    failing = sorted(outcomes.failing() - excluded)
+    failing_files = sorted({Outcomes.file_of(test) for test in failing})
+    selected_files = list(test_files) if selection.run_everything else sorted(selection.files)
+    missed_tests = [test for test in failing if not keeps(matcher, test)]
+    missed_files = sorted(set(failing_files) - set(selected_files))
+    kept = [test for test in baseline.results if keeps(matcher, test)]
+    skipped_time = sum(
+        seconds for test, seconds in baseline.seconds.items() if not keeps(matcher, test)
+    )
+    return Comparison(
+        failing,
+        failing_files,
+        selected_files,
+        missed_tests,
+        missed_files,
+        list(selection.everything),
+        selection.empty_reason,
+        len(kept),
+        skipped_time,
+        [entity.label for entity in selection.entities],
+    )

@@ -1,0 +1,353 @@
+"""``torchtalk audit``: mutate, build, run every test, select, compare, restore.
+
+The report (JSON, rewritten after every mutation) is also the audit's state: a run
+resumed with the same configuration on the same HEAD goes on from the first mutation it
+does not hold. Every file a mutation rewrites is journaled first (``journal.py``) and put
+back byte for byte before the next one, on an exception or SIGTERM too; a run killed
+outright leaves the journal, which the next run repairs before anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from indexer.audit.compare import compare, run_selection
+from indexer.audit.journal import Journal, write_atomic
+from indexer.audit.mutation import Mutation, mutation_sites, plan, rewrite
+from indexer.audit.outcomes import Outcomes, run_command, run_suite
+from indexer.audit.report import SCHEMA, markdown, totals
+from indexer.errors import UsageError
+from indexer.paths import under_any
+from indexer.query.index import Index
+from indexer.select.engine import test_files
+from indexer.select.placement import categorize
+from indexer.select.staleness import try_update
+from indexer.workspace import Workspace
+
+STATE_DIR = "torchtalk-audit"  # under the tree's git directory: never part of its diff
+
+
+@dataclass
+class AuditOptions:
+    build: str
+    test: str
+    mutations: int = 20
+    seed: int = 0
+    paths: list[str] = field(default_factory=list)
+    budget_minutes: float | None = None
+    resume: bool = False
+    report: Path | None = None
+    record: Path | None = None  # a recorded run for the selection, when the engine takes one
+    baseline_runs: int = 2
+
+    def plan_key(self) -> dict:
+        """What must match for a run to resume another's plan and results."""
+        return {
+            "build": self.build,
+            "test": self.test,
+            "mutations": self.mutations,
+            "seed": self.seed,
+            "paths": self.paths,
+            "record": str(self.record) if self.record else None,
+        }
+
+
+def _git(source: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=source, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} failed in {source}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _terminate_gracefully(signum, frame) -> None:
+    raise KeyboardInterrupt  # unwinds through the restores in ``finally``
+
+
+class Audit:
+    def __init__(
+        self,
+        workspace: Workspace,
+        options: AuditOptions,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.options = options
+        self.source = Path(_git(workspace.source, "rev-parse", "--show-toplevel"))
+        if self.source != workspace.source:
+            raise UsageError(f"audit the root of the git tree: {self.source}")
+        git_dir = Path(_git(self.source, "rev-parse", "--absolute-git-dir"))
+        self.state_dir = git_dir / STATE_DIR
+        self.journal = Journal(self.state_dir, self.source)
+        self.report_path = options.report or self.state_dir / "report.json"
+        self.progress = progress or (lambda line: None)
+        self.started = time.monotonic()
+
+    # --- the tree -------------------------------------------------------------------
+
+    def repair(self) -> list[str]:
+        """Restore what a killed run left mutated; the repaired paths."""
+        return [f"{entry.path} ({entry.mutation})" for entry in self.journal.restore_all()]
+
+    def require_clean(self) -> None:
+        status = _git(self.source, "status", "--porcelain", "--untracked-files=all")
+        if status:
+            first = status.splitlines()[:5]
+            raise UsageError(
+                "the audit needs a clean git tree (ignored build outputs are fine); "
+                f"changed or untracked: {'; '.join(line.strip() for line in first)}"
+            )
+
+    def _test_files(self) -> list[str]:
+        index = self._index()
+        try:
+            return sorted(test_files(index, self.workspace.manifest).values())
+        finally:
+            index.close()
+
+    def _index(self) -> Index:
+        if not self.workspace.db_path.exists():
+            from indexer.build import build_index
+
+            self.progress(f"building the index of {self.source}")
+            build_index(self.workspace, show_progress=False)
+        return Index(self.workspace.db_path)
+
+    # --- the report -----------------------------------------------------------------
+
+    def _load(self) -> dict | None:
+        if not (self.options.resume and self.report_path.exists()):
+            return None
+        report = json.loads(self.report_path.read_text())
+        if report.get("schema") != SCHEMA or report["config"]["plan"] != self.options.plan_key():
+            raise UsageError(
+                f"{self.report_path} is the report of another configuration: "
+                "resume with the same --build, --test, --mutations, --seed and --paths"
+            )
+        if report["head"] != self.head:
+            raise UsageError(
+                f"{self.report_path} audited HEAD {report['head'][:12]}, not {self.head[:12]}"
+            )
+        return report
+
+    def _save(self, report: dict) -> None:
+        report["totals"] = totals(report["results"])
+        write_atomic(self.report_path, (json.dumps(report, indent=1) + "\n").encode())
+        write_atomic(self.report_path.with_suffix(".md"), markdown(report).encode())
+
+    # --- the run --------------------------------------------------------------------
+
+    def run(self) -> dict:
+        previous = signal.signal(signal.SIGTERM, _terminate_gracefully)
+        try:
+            return self._run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _run(self) -> dict:
+        repaired = self.repair()
+        if repaired:
+            self.progress(f"restored what an interrupted audit left mutated: {', '.join(repaired)}")
+        self.require_clean()
+        self.head = _git(self.source, "rev-parse", "HEAD")
+        tests = self._test_files()
+        if not tests:
+            raise UsageError(f"the index of {self.source} holds no test files")
+        report = self._load() or self._new_report()
+        report["repaired"] = report.get("repaired", []) + repaired
+        report["stopped"] = None
+        if report["baseline"] is None:
+            report["baseline"] = self._baseline(tests)
+            self._save(report)
+        if report["plan"] is None:
+            report["plan"] = [m.to_dict() for m in self._plan()]
+            self._save(report)
+        baseline = Outcomes(report["baseline"]["results"], report["baseline"]["seconds"])
+        excluded = set(report["baseline"]["excluded"])
+        done = {result["id"] for result in report["results"]}
+        todo = [Mutation(**m) for m in report["plan"] if m["id"] not in done]
+        try:
+            for position, mutation in enumerate(todo, len(done) + 1):
+                if self._over_budget():
+                    report["stopped"] = f"budget of {self.options.budget_minutes:g} minutes"
+                    break
+                self.progress(f"[{position}/{len(report['plan'])}] {mutation.describe()}")
+                result = self._measure(mutation, tests, baseline, excluded)
+                report["results"].append(result)
+                self._save(report)
+                self.progress(f"    {_summary(result)}")
+        except KeyboardInterrupt:
+            report["stopped"] = "interrupted: resume with --resume"
+            raise
+        finally:
+            self.journal.restore_all()
+            self._save(report)
+        # The last mutation was built; build the restored tree so it is as it was.
+        rebuilt = run_command(self.options.build, self.source)
+        report["final_build"] = {"ok": rebuilt.ok, "seconds": round(rebuilt.seconds, 1)}
+        # The selections updated the index to each mutated tree: leave it the tree's.
+        report["index_update"] = try_update(self.workspace)[1]
+        report["finished_at"] = _now()
+        self._save(report)
+        return report
+
+    def _over_budget(self) -> bool:
+        budget = self.options.budget_minutes
+        return budget is not None and time.monotonic() - self.started > budget * 60
+
+    def _new_report(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "source": str(self.source),
+            "harness": self.workspace.harness,
+            "head": self.head,
+            "started_at": _now(),
+            "config": {
+                **asdict(self.options)
+                | {
+                    "report": str(self.report_path),
+                    "record": str(self.options.record or "") or None,
+                },
+                "plan": self.options.plan_key(),
+            },
+            "selection": "static"
+            if self.options.record is None
+            else f"with record {self.options.record}",
+            "baseline": None,
+            "plan": None,
+            "results": [],
+        }
+
+    def _baseline(self, tests: list[str]) -> dict:
+        self.progress(f"baseline: building with `{self.options.build}`")
+        built = run_command(self.options.build, self.source)
+        if not built.ok:
+            raise UsageError(
+                f"the unmutated tree does not build with `{self.options.build}`:\n{built.tail}"
+            )
+        runs = []
+        for number in range(self.options.baseline_runs):
+            self.progress(f"baseline: test run {number + 1} of {self.options.baseline_runs}")
+            runs.append(run_suite(self.options.test, self.source, tests))
+        first = runs[0]
+        if not first.results:
+            raise UsageError(f"`{self.options.test}` reported no tests:\n{first.command.tail}")
+        failing = set().union(*(run.failing() for run in runs))
+        flaky = {
+            test
+            for test in set().union(*(run.results for run in runs))
+            if len({run.results.get(test) for run in runs}) > 1
+        }
+        excluded = sorted(failing | flaky)
+        return {
+            "results": first.results,
+            "seconds": first.seconds,
+            "tests": len(first.results),
+            "suite_seconds": round(sum(first.seconds.values()), 2),
+            "wall_seconds": round(first.command.seconds, 1),
+            "build_seconds": round(built.seconds, 1),
+            "excluded": excluded,
+            "failing": sorted(failing),
+            "flaky": sorted(flaky - failing),
+        }
+
+    def _plan(self) -> list[Mutation]:
+        index = self._index()
+        try:
+            sites = mutation_sites(
+                self.source,
+                index,
+                self.options.paths,
+                lambda path: not mutable(path, self.workspace.manifest),
+            )
+        finally:
+            index.close()
+        if not sites:
+            raise UsageError("no function body or header line to mutate under the given --paths")
+        return plan(sites, self.options.mutations, self.options.seed)
+
+    def _measure(
+        self, mutation: Mutation, tests: list[str], baseline: Outcomes, excluded: set[str]
+    ) -> dict:
+        result = {**mutation.to_dict(), "control": mutation.control}
+        started = time.monotonic()
+        target = self.source / mutation.path
+        self.journal.change(mutation.path, rewrite(target.read_bytes(), mutation), mutation.id)
+        try:
+            built = run_command(self.options.build, self.source)
+            result["build_seconds"] = round(built.seconds, 1)
+            if not built.ok:
+                result.update(status="not building", build_output=built.tail)
+                return _empty(result)
+            selection = run_selection(self.workspace, self.options.record)
+            timeout = max(600.0, 10 * sum(baseline.seconds.values()))
+            outcomes = run_suite(self.options.test, self.source, tests, timeout)
+            comparison = compare(selection, outcomes, baseline, excluded, tests)
+            result.update(comparison.to_dict())
+            result["status"] = "caught" if comparison.caught else "uncaught"
+            result["suite_seconds"] = round(sum(baseline.seconds.values()), 2)
+            result["per_file_rerun"] = outcomes.per_file
+            result["selection_seconds"] = round(selection.timings.get("total_s", 0.0), 2)
+            return result
+        finally:
+            for entry in self.journal.pending():
+                self.journal.restore(entry)
+            result["seconds"] = round(time.monotonic() - started, 1)
+
+
+def mutable(path: str, manifest) -> bool:
+    """Source the audit mutates: indexed C++/CUDA/Python outside the test directories and
+    the run-everything files (a change to setup.py measures nothing)."""
+    if under_any(path, manifest.list("tests", "dirs")):
+        return False
+    return categorize(path, manifest)[0] in ("cpp", "cuda", "python")
+
+
+def _empty(result: dict) -> dict:
+    result.update(
+        failing_tests=[],
+        failing_files=[],
+        selected_files=[],
+        missed_tests=[],
+        missed_files=[],
+        run_everything=[],
+        empty_reason=None,
+        tests_selected=0,
+        seconds_saved=0.0,
+        suite_seconds=0.0,
+        entities=[],
+    )
+    return result
+
+
+def _summary(result: dict) -> str:
+    if result["status"] == "not building":
+        return "does not build"
+    selected = (
+        "everything" if result["run_everything"] else f"{len(result['selected_files'])} selected"
+    )
+    missed = (
+        f", MISSED {', '.join(result['missed_files'] or result['missed_tests'])}"
+        if (result["missed_files"] or result["missed_tests"])
+        else ""
+    )
+    return (
+        f"{result['status']}: {len(result['failing_files'])} failing files, {selected}{missed} "
+        f"({result['seconds']:.0f} s)"
+    )
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def tty_progress(line: str) -> None:
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)

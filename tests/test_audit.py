@@ -1,0 +1,209 @@
+"""`torchtalk audit` end to end on the auditext fixture, which each test builds (a CPython
+extension of one C++ file: no torch, a second to compile), and its parts on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.audit.journal import Journal, digest
+from indexer.audit.mutation import SEMANTIC, Site, compiles, mutation_sites, plan, rewrite
+from indexer.audit.outcomes import run_suite
+from indexer.audit.run import STATE_DIR, mutable
+from indexer.build import build_index
+from indexer.query.index import Index
+from indexer.workspace import Workspace
+from pytest_torchtalk.cli import main
+from tests.helpers import git, make_fixture_repo
+
+PYTHON_H = Path(sysconfig.get_paths()["include"]) / "Python.h"
+COMPILER = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+needs_compiler = pytest.mark.skipif(
+    COMPILER is None or not PYTHON_H.exists(),
+    reason="the audit fixture is a C++ extension: needs a C++ compiler and Python.h "
+    f"(compiler: {COMPILER}, {PYTHON_H} exists: {PYTHON_H.exists()})",
+)
+BUILD = f"{sys.executable} setup.py -q build_ext --inplace"
+TEST = f"{sys.executable} -m pytest tests -q"
+
+
+@pytest.fixture
+def auditext(tmp_path: Path) -> Path:
+    return make_fixture_repo("auditext", tmp_path / "auditext")
+
+
+def tracked_bytes(repo: Path) -> dict[str, str]:
+    return {path: digest((repo / path).read_bytes()) for path in git(repo, "ls-files").split()}
+
+
+def indexed(repo: Path) -> Workspace:
+    workspace = Workspace.resolve(repo)
+    build_index(workspace, show_progress=False)
+    return workspace
+
+
+def audit_args(repo: Path, *extra: str) -> list[str]:
+    return ["audit", "--source", str(repo), "--build", BUILD, "--test", TEST, *extra]
+
+
+# --- mutations, on the fixture's real code ------------------------------------------------
+
+
+def test_plan_places_one_line_mutations_in_function_bodies_and_headers(auditext: Path) -> None:
+    workspace = indexed(auditext)
+    index = Index(workspace.db_path)
+    try:
+        sites = mutation_sites(auditext, index, [], lambda p: not mutable(p, workspace.manifest))
+    finally:
+        index.close()
+    paths = {site.path for site in sites}
+    assert paths == {"csrc/ops.cpp", "csrc/limits.h", "auditext/__init__.py", "auditext/text.py"}
+    scopes = {site.scope for site in sites}
+    assert {"clamp_value", "auditext.text.shout", "macro CLAMP_LIMIT", "header constant"} <= scopes
+    ops = (auditext / "csrc/ops.cpp").read_text().splitlines()
+    for site in sites:
+        if site.path == "csrc/ops.cpp":
+            assert "PyMethodDef" not in site.text and not site.text.startswith("#")
+            assert site.text == ops[site.line - 1]
+    first = plan(sites, 12, seed=5)
+    assert first == plan(sites, 12, seed=5)
+    assert first != plan(sites, 12, seed=6)
+    assert {m.kind for m in first if m.control} == {"comment", "whitespace"}
+    for mutation in first:
+        before = (auditext / mutation.path).read_bytes()
+        after = rewrite(before, mutation)
+        changed = [
+            (a, b) for a, b in zip(before.split(b"\n"), after.split(b"\n"), strict=True) if a != b
+        ]
+        assert len(changed) == 1, mutation
+
+
+def test_operators_rewrite_code_not_templates_or_declarations() -> None:
+    assert SEMANTIC["flip_comparison"]("  if (i < n) {", "cpp") == "  if (i >= n) {"
+    assert SEMANTIC["flip_comparison"]("  std::vector<float> v;", "cpp") is None
+    assert SEMANTIC["off_by_one"]("  for (i = 0; i < n; i++) {", "cpp") == (
+        "  for (i = 0; i <= n; i++) {"
+    )
+    assert SEMANTIC["swap_operands"]("  long d = a - b;", "cpp") == "  long d = b - a;"
+    assert SEMANTIC["negate_condition"]("    if times > 1:", "python") == (
+        "    if not (times > 1):"
+    )
+    assert SEMANTIC["remove_statement"]("  long a = 0;", "cpp") is None
+    assert SEMANTIC["remove_statement"]("  out[i] = v;", "cpp") == "  ;"
+    assert SEMANTIC["change_constant"]("  x = y * 2.5;", "cpp") == "  x = y * 3.5;"
+    # An argument line looks like an assignment; removing it would be a syntax error.
+    text = "def f(a):\n    return g(\n        a=1,\n    )\n"
+    argument = Site("m.py", 3, "        a=1,", "        a=1,", "python", "f", file_text=text)
+    assert SEMANTIC["remove_statement"](argument.code, "python") == "        pass"
+    assert not compiles(argument, "        pass") and compiles(argument, "        a=2,")
+
+
+def test_journal_restores_what_a_killed_run_left(tmp_path: Path) -> None:
+    source = tmp_path / "tree"
+    source.mkdir()
+    (source / "a.cpp").write_bytes(b"int f() {\r\n  return 1;\r\n}\n")
+    original = (source / "a.cpp").read_bytes()
+    Journal(tmp_path / "state", source).change("a.cpp", b"broken", "m001")
+    assert (source / "a.cpp").read_bytes() == b"broken"
+    # A new journal (the next run) sees the entry and restores the bytes exactly.
+    repaired = Journal(tmp_path / "state", source).restore_all()
+    assert [entry.path for entry in repaired] == ["a.cpp"]
+    assert (source / "a.cpp").read_bytes() == original
+    assert Journal(tmp_path / "state", source).pending() == []
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["journal.json"]
+
+
+def test_outcomes_name_each_test_as_pytest_does_and_keep_collection_errors(tmp_path: Path) -> None:
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_broken.py").write_text("import no_such_module\n")
+    (tmp_path / "test" / "test_mixed.py").write_text(
+        "import pytest\n\n"
+        "def test_ok():\n    pass\n\n"
+        "class TestGroup:\n"
+        "    @pytest.mark.parametrize('n', [1, 2])\n"
+        "    def test_even(self, n):\n        assert n % 2 == 0\n"
+    )
+    tests = ["test/test_broken.py", "test/test_mixed.py"]
+    outcomes = run_suite(f"{sys.executable} -m pytest test -q", tmp_path, tests)
+    assert outcomes.results == {
+        "test/test_broken.py::<collection>": "error",
+        "test/test_mixed.py::test_ok": "passed",
+        "test/test_mixed.py::TestGroup::test_even[1]": "failed",
+        "test/test_mixed.py::TestGroup::test_even[2]": "passed",
+    }
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+@needs_compiler
+def test_audit_measures_the_selection_and_restores_the_tree(
+    auditext: Path, capsys: pytest.CaptureFixture
+) -> None:
+    before = tracked_bytes(auditext)
+    report_path = auditext.parent / "report.json"
+    assert (
+        main(audit_args(auditext, "--mutations", "6", "--seed", "3", "--report", str(report_path)))
+        == 0
+    )
+    assert "safety, failing test files selected | 100.0%" in capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert tracked_bytes(auditext) == before
+    assert git(auditext, "status", "--porcelain") == ""
+    totals = report["totals"]
+    assert report["baseline"]["tests"] == 6 and report["baseline"]["excluded"] == []
+    assert totals["measured"] >= 3
+    assert totals["safety_files"] == 1.0 and totals["unsafe_mutations"] == []
+    assert totals["controls"] == 2 and totals["controls_failing_or_selecting"] == []
+    caught = [r for r in report["results"] if r["status"] == "caught"]
+    # A change to the native code is caught by its test file, and only that file is run.
+    native = [r for r in caught if r["path"] == "csrc/ops.cpp"]
+    assert native and all(r["selected_files"] == ["tests/test_native.py"] for r in native)
+    # So is a change to a constant of the header ops.cpp includes.
+    header = [r for r in caught if r["path"] == "csrc/limits.h"]
+    assert header and all(r["selected_files"] == ["tests/test_native.py"] for r in header)
+    assert all(not r["missed_files"] for r in caught)
+    assert report_path.with_suffix(".md").read_text().startswith("# torchtalk audit of")
+
+
+@needs_compiler
+def test_a_killed_audit_is_repaired_and_resumed(auditext: Path) -> None:
+    before = tracked_bytes(auditext)
+    journal = auditext / ".git" / STATE_DIR / "journal.json"
+    args = ["--mutations", "3", "--seed", "3", "--baseline-runs", "1"]
+    command = [sys.executable, "-m", "pytest_torchtalk", *audit_args(auditext, *args)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    # Kill it while a mutation is applied: after the baseline, once the journal names a
+    # file and the file is rewritten (the journal is written first).
+    while time.monotonic() < deadline:
+        pending = journal.exists() and json.loads(journal.read_text() or "[]")
+        if pending and tracked_bytes(auditext) != before:
+            break
+        assert process.poll() is None, process.stderr.read().decode()
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert tracked_bytes(auditext) != before  # the mutation is still in the tree
+    assert main(audit_args(auditext, *args, "--resume")) == 0
+    assert tracked_bytes(auditext) == before
+    assert git(auditext, "status", "--porcelain") == ""
+    report = json.loads((auditext / ".git" / STATE_DIR / "report.json").read_text())
+    assert [r["id"] for r in report["results"]] == [m["id"] for m in report["plan"]]
+    assert report["repaired"] and json.loads(journal.read_text()) == []
+
+
+@needs_compiler
+def test_the_audit_refuses_a_dirty_tree(auditext: Path, capsys: pytest.CaptureFixture) -> None:
+    (auditext / "auditext" / "text.py").write_text("x = 1\n")
+    assert main(audit_args(auditext)) == 2
+    assert "needs a clean git tree" in capsys.readouterr().err
