@@ -8,12 +8,10 @@ besides the static index; the audit passes it through only when one is given.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.audit.outcomes import COLLECTION, CRASH, Outcomes
-from indexer.errors import UsageError
 from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
@@ -21,14 +19,9 @@ from indexer.workspace import Workspace
 
 
 def run_selection(workspace: Workspace, record: Path | None = None) -> Selection:
-    """The selection for the working tree's changes since HEAD: static, or with ``record``."""
-    if record is None:
-        return select_tests(workspace, "HEAD")
-    if "record" not in inspect.signature(select_tests).parameters:
-        raise UsageError(
-            "this torchtalk selects from the static index only: --record is not supported"
-        )
-    return select_tests(workspace, "HEAD", record=record)
+    """The selection for the working tree's changes since HEAD: static alone, or with
+    ``record``."""
+    return select_tests(workspace, "HEAD", record=record if record is not None else False)
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
+from typing import Literal
 
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.extract.discover import is_test_file
@@ -62,9 +63,16 @@ def _open(workspace: Workspace) -> tuple[Index | None, str | None]:
 
 
 def select_tests(
-    workspace: Workspace, base: str | None = None, *, update: bool = True
+    workspace: Workspace,
+    base: str | None = None,
+    *,
+    update: bool = True,
+    record: Path | Literal[False] | None = None,
 ) -> Selection:
     """The tests that the changes of ``workspace.source`` since ``base`` can break.
+
+    ``record``: the recorded run to decide recorded tests by (None: the one beside the
+    index, if any; False: none, the static walk alone).
 
     Raises a UsageError for a tree that is not a git repository or an unknown base.
     """
@@ -84,7 +92,7 @@ def select_tests(
         tests = test_files(index, workspace.manifest)
         selection.test_files_total = len(tests)
         if not selection.everything:
-            _select(workspace, index, diff, selection, tests)
+            _select(workspace, index, diff, selection, tests, record)
     except (sqlite3.DatabaseError, TorchTalkError) as exc:  # damaged past its header
         if isinstance(exc, UsageError):
             raise
@@ -150,7 +158,12 @@ def test_files(index: Index, manifest) -> dict[int, str]:
 
 
 def _select(
-    workspace: Workspace, index: Index, diff: Diff, selection: Selection, tests: dict[int, str]
+    workspace: Workspace,
+    index: Index,
+    diff: Diff,
+    selection: Selection,
+    tests: dict[int, str],
+    record: Path | Literal[False] | None = None,
 ) -> None:
     manifest = workspace.manifest
     phase = time.perf_counter()
@@ -174,7 +187,9 @@ def _select(
     if selection.everything:
         return
     phase = time.perf_counter()
-    answer = consult_record(workspace, index, diff, selection.entities)
+    answer = None
+    if record is not False:
+        answer = consult_record(workspace, index, diff, selection.entities, record)
     if answer is not None:
         selection.record = answer.summary
         selection.notes += answer.notes

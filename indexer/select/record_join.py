@@ -64,10 +64,18 @@ class RecordAnswer:
 
 
 def consult_record(
-    workspace: Workspace, index: Index, diff: Diff, entities: list[Entity]
+    workspace: Workspace,
+    index: Index,
+    diff: Diff,
+    entities: list[Entity],
+    path: Path | None = None,
 ) -> RecordAnswer | None:
-    """The record's answer for ``entities``; None when there is no record."""
-    path = record_path_for(workspace.db_path)
+    """The record's answer for ``entities``; None when there is no record (``path``, else
+    the one beside the index)."""
+    if path is None:
+        path = record_path_for(workspace.db_path)
+    elif not path.is_file():
+        return _unused({"path": str(path)}, f"the record cannot be used: no record at {path}")
     try:
         runs = RecordedRuns.cached(path)
     except FileNotFoundError:
