@@ -66,6 +66,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "never_affects": _STR_LIST,
         "import_every_module": _STR_LIST,
     },
+    # Precise C++ mode (indexer/precise): where builds leave their compile database, and
+    # the class templates whose static apply() runs F::forward (autograd functions).
+    "precise": {"build_dirs": _STR_LIST, "autograd_function_templates": _STR_LIST},
     "expected_minimums": _INT_TABLE,
 }
 
