@@ -26,6 +26,8 @@ from indexer.gitinfo import head_commit
 from indexer.harness import Manifest
 from indexer.link import link
 from indexer.locations import LOCK_FILE
+from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
+from indexer.precise.layer import precise_layer
 from indexer.progress import Progress
 from indexer.store import IndexWriter
 from indexer.store.db import write_meta
@@ -39,6 +41,7 @@ class BuildResult:
     errors: int
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    precise: dict[str, Any] | None = None  # meta.precise (indexer/precise), if it ran
 
 
 @contextmanager
@@ -92,6 +95,7 @@ def build_index(
     select: Callable[[SourceEntry], bool] | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    compile_commands: Path | None = None,
 ) -> BuildResult:
     """Build the index of ``workspace`` and rename it into place.
 
@@ -100,6 +104,9 @@ def build_index(
     the discovered files, ``on_progress(step, done, total)`` hears each step ("discover",
     "extract", "link", "done") and may raise to cancel the build (the partial file is
     removed), and ``extra_meta`` is stored in the index's meta table.
+
+    A build of the whole tree (no ``select``) merges precise C++ facts over the call graph
+    when a compile database is found (``compile_commands`` names one; indexer/precise).
     """
     db_path = db_path or workspace.db_path
     report = on_progress or (lambda step, done, total: None)
@@ -133,8 +140,20 @@ def build_index(
             phase = time.perf_counter()
             writer.finish_load()
             stats = link(writer.conn)
-            writer.conn.execute("COMMIT")
             timings["link_s"] = time.perf_counter() - phase
+            precise = None
+            if select is None:
+                phase = time.perf_counter()
+                precise = precise_layer(
+                    writer.conn,
+                    workspace,
+                    compile_commands=compile_commands,
+                    jobs=jobs,
+                    cache_dir=db_path.parent / PRECISE_CACHE,
+                    report=report,
+                )
+                timings["precise_s"] = time.perf_counter() - phase
+            writer.conn.execute("COMMIT")
             counts = {
                 "nodes": count_by_kind(writer.conn, "nodes"),
                 "edges": count_by_kind(writer.conn, "edges"),
@@ -158,10 +177,11 @@ def build_index(
                     "files": len(entries),
                     "file_errors": errors,
                     **context_meta(context),
+                    **({"precise": precise} if precise is not None else {}),
                     **(extra_meta or {}),
                 },
             )
             writer.commit()
         report("done", len(entries), len(entries))
         progress.close(f"indexed {len(entries)} files in {timings['total_s']:.1f}s")
-    return BuildResult(db_path, len(entries), errors, timings, counts)
+    return BuildResult(db_path, len(entries), errors, timings, counts, precise)

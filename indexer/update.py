@@ -38,6 +38,9 @@ from indexer.gitinfo import head_commit
 from indexer.harness import Manifest
 from indexer.link import link
 from indexer.paths import is_header, language_of
+from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
+from indexer.precise.layer import precise_layer
+from indexer.precise.merge import restore_fast
 from indexer.progress import Progress
 from indexer.relink import Changed, batches, refs_to_relink, refs_touching
 from indexer.store.db import (
@@ -86,6 +89,7 @@ class UpdateResult:
     full_build: bool = False
     reason: str = ""  # why a full build was done instead
     up_to_date: bool = False
+    precise: dict[str, Any] | None = None  # meta.precise of the result (indexer/precise)
 
     @property
     def reextracted(self) -> int:
@@ -260,11 +264,15 @@ def update_index(
     jobs: int | None = None,
     wait: bool = True,
     show_progress: bool | None = None,
+    compile_commands: Path | None = None,
 ) -> UpdateResult:
     """Bring the workspace's index up to date with its tree; ``since`` starts from a snapshot.
 
     Falls back to a full build (``result.full_build``, with the reason) when there is no
-    index, or it was built with another schema or manifest.
+    index, or it was built with another schema or manifest. Precise mode's merge is undone
+    first and done again after (TUs whose include closure holds a changed file are parsed
+    again, the others come from the cache); ``compile_commands`` defaults to the one the
+    index was built with.
     """
     started = time.perf_counter()
     base_label = "index"
@@ -276,7 +284,13 @@ def update_index(
         base_label = f"snapshot {since}"
     reason = full_build_reason(workspace, base_path)
     if reason is not None:
-        built = build_index(workspace, jobs=jobs, wait=wait, show_progress=show_progress)
+        built = build_index(
+            workspace,
+            jobs=jobs,
+            wait=wait,
+            show_progress=show_progress,
+            compile_commands=compile_commands,
+        )
         return UpdateResult(
             built.db_path,
             base_label,
@@ -332,6 +346,8 @@ def update_index(
                     ledger = Ledger(meta)
                     context = _updated_context(workspace, meta, changes)
                     if changes:
+                        if _precise_on(meta):
+                            restore_fast(conn)
                         _apply(
                             conn,
                             workspace,
@@ -344,6 +360,14 @@ def update_index(
                             show_progress,
                             lap,
                         )
+                        result.precise = precise_layer(
+                            conn,
+                            workspace,
+                            compile_commands=compile_commands or _built_with(meta),
+                            jobs=jobs,
+                            cache_dir=db_path.parent / PRECISE_CACHE,
+                        )
+                        lap("precise_s")
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     conn.execute("COMMIT")
                 finally:
@@ -426,6 +450,17 @@ def _apply(
         result.warnings.append(_orphan_warning(orphans))
 
 
+def _precise_on(meta: dict[str, str]) -> bool:
+    return (json.loads(meta.get("precise") or "null") or {}).get("mode") == "on"
+
+
+def _built_with(meta: dict[str, str]) -> Path | None:
+    """The --compile-commands the index was built with, if one was given."""
+    precise = json.loads(meta.get("precise") or "null") or {}
+    named = precise.get("compile_commands")
+    return Path(named) if named else None
+
+
 def _refresh_meta(
     conn: sqlite3.Connection,
     workspace: Workspace,
@@ -437,6 +472,12 @@ def _refresh_meta(
 ) -> None:
     shas = list(conn.execute("SELECT path, sha FROM files"))
     counts, link_stats = ledger.result(conn)
+    precise = result.precise or json.loads(old.get("precise") or "null")
+    if _precise_on(old) or (precise or {}).get("mode") == "on":
+        # The merge moved edges the ledger did not see: count them again.
+        counts["edges"] = dict(
+            conn.execute("SELECT kind, COUNT(*) FROM edges GROUP BY kind ORDER BY kind")
+        )
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_meta(
         conn,
@@ -454,6 +495,7 @@ def _refresh_meta(
                 "SELECT COUNT(*) FROM files WHERE error IS NOT NULL"
             ).fetchone()[0],
             **context_meta(context),
+            **({"precise": precise} if precise is not None else {}),
             "updated_from": {
                 "base": result.base,
                 "base_commit": old.get("git_commit", ""),

@@ -7,6 +7,7 @@ import json
 import sqlite3
 import sys
 import time
+from pathlib import Path
 
 from indexer.build import build_index
 from indexer.query.health import shortfalls
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--jobs", "-j", type=int, metavar="N", help="worker processes (default: cores)"
     )
     build.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    _add_compile_commands(build)
     build.set_defaults(handler=run_build)
     update = actions.add_parser(
         "update", help="re-index only what changed since the index (or a snapshot) was built"
@@ -49,7 +51,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     update.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     update.add_argument("--json", action="store_true", help="machine-readable result")
+    _add_compile_commands(update)
     update.set_defaults(handler=run_update)
+
+
+def _add_compile_commands(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compile-commands",
+        type=Path,
+        metavar="PATH",
+        help="compile_commands.json, or a build directory with one or a build.ninja, for "
+        "precise C++ mode (default: found at the root or in the harness's build dirs)",
+    )
+
+
+def _print_precise(precise: dict | None) -> None:
+    if not precise:
+        return
+    if precise.get("mode") != "on":
+        print(f"precise C++ mode off: {precise.get('reason')}")
+        return
+    merge = precise.get("merge", {})
+    print(
+        f"precise C++ mode: {precise['tus']} TUs from {precise['database']} "
+        f"({precise['parsed']} parsed, {precise['cached']} cached, {precise['failed']} failed) "
+        f"in {precise.get('seconds', 0):.1f}s; {merge.get('edges', 0)} compiler-resolved "
+        f"call edges ({merge.get('confirmed', 0)} confirmed, {merge.get('added', 0)} added, "
+        f"{merge.get('removed', 0)} name-matched removed)"
+    )
+    for tu in precise.get("failed_tus", []):
+        print(
+            f"warning: TU {tu['file']} failed, its files keep the fast graph: {tu['reason']}",
+            file=sys.stderr,
+        )
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -59,6 +93,7 @@ def run_build(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         wait=not args.no_wait,
         show_progress=False if args.quiet else None,
+        compile_commands=args.compile_commands,
     )
     nodes = sum(result.counts["nodes"].values())
     edges = sum(result.counts["edges"].values())
@@ -67,6 +102,7 @@ def run_build(args: argparse.Namespace) -> int:
         f"{workspace.chosen_by}): {nodes} nodes, {edges} edges in "
         f"{result.timings['total_s']:.1f}s -> {result.db_path}"
     )
+    _print_precise(result.precise)
     if result.errors:
         print(
             f"warning: {result.errors} files had problems; see 'torchtalk status'", file=sys.stderr
@@ -96,6 +132,7 @@ def run_update(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         wait=not args.no_wait,
         show_progress=False if (args.quiet or args.json) else None,
+        compile_commands=args.compile_commands,
     )
     for line in result.warnings:
         print(f"warning: {line}", file=sys.stderr)
@@ -114,4 +151,5 @@ def run_update(args: argparse.Namespace) -> int:
             f"{len(result.dependents)} re-extracted for included changes; "
             f"{result.relinked_refs} refs re-linked in {took:.1f}s -> {result.db_path}"
         )
+        _print_precise(result.precise)
     return 0
