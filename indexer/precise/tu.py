@@ -253,7 +253,7 @@ class _Walker:
     def _call(self, call, caller: str) -> None:
         line = call.location.line
         callee = call.referenced
-        written = call.spelling
+        written = call.spelling or self._callee_name(call)
         if callee is None or callee.kind not in self.function_kinds:
             # Unresolved (dependent), an overload set, or a call through a variable.
             self.facts.calls.append([caller, line, written, None])
@@ -267,6 +267,18 @@ class _Walker:
                 entry = self._target(method)
                 entry["via"] = "autograd_apply"
                 self.facts.calls.append([caller, line, written, entry])
+
+    def _callee_name(self, call) -> str:
+        """The name a dependent call is written with (clang gives such a call none)."""
+        node = call
+        for _ in range(4):
+            children = list(node.get_children())
+            if not children:
+                break
+            node = children[0]
+            if node.spelling and node.kind != self.kinds.UNEXPOSED_EXPR:
+                return node.spelling
+        return ""
 
     def _target(self, callee) -> dict[str, Any]:
         definition = callee.get_definition()
