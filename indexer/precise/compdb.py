@@ -46,6 +46,7 @@ class CompileDatabase:
     commands: list[CompileCommand] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # files it names that do not exist
     outside: int = 0  # commands for files outside the source tree
+    note: str = ""  # what the user should know about its coverage
 
 
 @dataclass
@@ -123,7 +124,17 @@ def ninja_database(build_dir: Path, source: Path) -> CompileDatabase:
         entries = json.loads(done.stdout)
     except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
         raise UsageError(f"{origin} failed: {exc}") from None
-    return _database(origin, entries, source)
+    database = _database(origin, entries, source)
+    objects = sum(1 for _ in build_dir.rglob("*.o"))
+    if objects > len(entries):
+        # torch's BuildExtension writes build.ninja anew for each extension of a setup.py.
+        database.note = (
+            f"{build_dir}/{NINJA_FILE} names {len(entries)} TUs but {objects} objects were "
+            "built there: a setup.py with several extensions rewrites it for each, so only "
+            "the last one's TUs are precise (the others keep the fast graph); a "
+            f"{DATABASE_FILE} of the whole build covers them all"
+        )
+    return database
 
 
 def _database(origin: str, entries: object, source: Path) -> CompileDatabase:

@@ -59,6 +59,7 @@ def precise_layer(
         "missing_files": len(database.missing),
         "missing_sample": database.missing[:5],
         "outside_tree": database.outside,
+        "database_note": database.note,
     }
     tu_jobs, cuda = _jobs(workspace, database)
     summary["cuda_left_to_fast"] = len(cuda)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from indexer.build import build_index
+from indexer.precise.summary import describe
 from indexer.query.health import shortfalls
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
@@ -68,22 +69,14 @@ def _add_compile_commands(parser: argparse.ArgumentParser) -> None:
 def _print_precise(precise: dict | None) -> None:
     if not precise:
         return
-    if precise.get("mode") != "on":
-        print(f"precise C++ mode off: {precise.get('reason')}")
-        return
-    merge = precise.get("merge", {})
-    print(
-        f"precise C++ mode: {precise['tus']} TUs from {precise['database']} "
-        f"({precise['parsed']} parsed, {precise['cached']} cached, {precise['failed']} failed) "
-        f"in {precise.get('seconds', 0):.1f}s; {merge.get('edges', 0)} compiler-resolved "
-        f"call edges ({merge.get('confirmed', 0)} confirmed, {merge.get('added', 0)} added, "
-        f"{merge.get('removed', 0)} name-matched removed)"
-    )
+    print(describe(precise))
     for tu in precise.get("failed_tus", []):
         print(
             f"warning: TU {tu['file']} failed, its files keep the fast graph: {tu['reason']}",
             file=sys.stderr,
         )
+    if precise.get("database_note"):
+        print(f"warning: {precise['database_note']}", file=sys.stderr)
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -108,6 +108,8 @@ def _print_precise(precise: dict | None) -> None:
         f" {merge.get('added', 0)} added), {merge.get('removed', 0)} name-matched removed,"
         f" {merge.get('ambiguities_resolved', 0)} ambiguities resolved"
     )
+    if precise.get("database_note"):
+        print(f"  note: {precise['database_note']}")
     for tu in precise.get("failed_tus", []):
         print(f"  failed TU {tu['file']}: {tu['reason']}")
     if precise.get("missing_files"):
