@@ -112,6 +112,9 @@ def test_virtual_call_reaches_the_overriders(built) -> None:
     fast_run = at(repo, "csrc/ops.cpp", "int Fast::run")
     assert ("pext::use_all", "pext::Base::run", base_run, line, "precise") in edges
     assert ("pext::use_all", "pext::Fast::run", fast_run, line, "virtual") in edges
+    qualified = at(repo, "csrc/use.cpp", "base.Base::run")
+    assert ("pext::use_all", "pext::Base::run", base_run, qualified, "precise") in edges
+    assert not any(e[1] == "pext::Fast::run" and e[3] == qualified for e in edges)
 
 
 def test_call_inside_a_macro_is_credited_to_the_enclosing_function(built) -> None:
@@ -207,3 +210,21 @@ def test_no_compile_database_leaves_precise_mode_off(tmp_path: Path) -> None:
     assert precise["mode"] == "off"
     assert precise["reason"].startswith("no compile database found")
     assert "--compile-commands" in precise["reason"]
+
+
+@pytest.mark.corpus
+def test_pytorch_without_a_build_is_indexed_as_before(pytorch_index) -> None:
+    from indexer.query.index import Index
+    from tests.helpers import corpus_db
+
+    index = Index(corpus_db(pytorch_index))
+    try:
+        precise = index.meta_json("precise")
+        assert precise["mode"] == "off"
+        assert precise["reason"].startswith("no compile database found")
+        marked = index.conn.execute(
+            "SELECT COUNT(*) FROM edges WHERE instr(attrs, '\"extractor\"') > 0"
+        ).fetchone()[0]
+        assert marked == 0
+    finally:
+        index.close()
