@@ -144,16 +144,21 @@ def _run(jobs: list[TuJob], workers: int):
     # forkserver: safe when the caller has threads (the MCP server builds in the background).
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     ordered = sorted(jobs, key=lambda job: -_size(job.file))  # big TUs first: a short tail
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context(method)
-    ) as pool:
+    )
+    try:
         futures = [(job, pool.submit(parse_tu, job)) for job in ordered]
         for job, future in futures:
             try:
-                yield job, future.result()
+                facts = future.result()
             except BrokenProcessPool:
                 # libclang crashed a worker: this TU (and those queued with it) fail, named.
-                yield job, _crashed(job)
+                facts = _crashed(job)
+            yield job, facts
+    finally:
+        # A cancelled build (the MCP server's) does not wait for the TUs not started.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _crashed(job: TuJob) -> TuFacts:
