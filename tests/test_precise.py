@@ -159,6 +159,7 @@ def test_status_and_graph_name_the_database_and_the_extractor(built) -> None:
 
 
 def test_update_after_a_header_change_parses_its_includers_only(tmp_path: Path) -> None:
+    from indexer.query.index import Index
     from indexer.update import update_index
     from indexer.workspace import Workspace
 
@@ -177,6 +178,10 @@ def test_update_after_a_header_change_parses_its_includers_only(tmp_path: Path) 
     rebuilt = build_private_index(repo, tmp_path / "rebuild")
     assert calls(result.db_path) == calls(rebuilt.db_path)
     assert calls(result.db_path, "superseded_edges") == calls(rebuilt.db_path, "superseded_edges")
+    updated = Index(result.db_path)
+    for key in ("counts", "link_stats"):
+        assert updated.meta_json(key) == rebuilt.meta_json(key), key
+    updated.close()
     rebuilt.close()
 
 
