@@ -217,6 +217,30 @@ def test_no_compile_database_leaves_precise_mode_off(tmp_path: Path) -> None:
     assert "--compile-commands" in precise["reason"]
 
 
+def test_a_selection_follows_a_precise_edge_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    """mul_impl is called only through a token-pasting macro: the fast graph cannot reach
+    it from the op's kernel; with the compiler's edge the op's test is selected."""
+    from indexer.select.report import chain_text
+    from tests.helpers import commit_all
+    from tests.select_support import IndexedTree
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    write_compile_commands(repo)
+    commit_all(repo, "compile database")
+    build_private_index(repo, tmp_path).close()
+    tree = IndexedTree(repo, tmp_path / "cache").use(monkeypatch)
+    tree.replace("csrc/ops.cpp", "return x * x;", "return x * x * x;")
+    selection = tree.select()
+    assert set(selection.files) == {"tests/test_use.py"}
+    # Without precise mode the fast graph has no caller of mul_impl, and the selection
+    # falls back to "possible users of pext::mul_impl".
+    assert [entity.label for entity in selection.entities] == ["pext::mul_impl"]
+    [reason] = selection.files["tests/test_use.py"].reasons
+    [hop] = [hop for hop in reason.chain if hop.dst == "pext::mul_impl"]
+    assert (hop.src, hop.kind, hop.extractor) == ("pext::use_all", "calls", "precise")
+    assert "pext::use_all calls (precise) pext::mul_impl" in chain_text(reason)
+
+
 @pytest.mark.corpus
 def test_pytorch_without_a_build_is_indexed_as_before(pytorch_index) -> None:
     from indexer.query.index import Index
