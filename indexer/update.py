@@ -366,7 +366,14 @@ def update_index(
                             compile_commands=compile_commands or _built_with(meta),
                             jobs=jobs,
                             cache_dir=db_path.parent / PRECISE_CACHE,
+                            changed_headers=[
+                                path
+                                for path in (*changes.modified, *changes.added)
+                                if is_header(path)
+                            ],
                         )
+                        if result.precise.get("headers_in_no_tu_count"):
+                            result.warnings.append(_no_tu_warning(result.precise))
                         lap("precise_s")
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     conn.execute("COMMIT")
@@ -448,6 +455,16 @@ def _apply(
     orphans = include_dependents(conn, present)[1] if present else set()
     if orphans:
         result.warnings.append(_orphan_warning(orphans))
+
+
+def _no_tu_warning(precise: dict[str, Any]) -> str:
+    count = precise["headers_in_no_tu_count"]
+    sample = precise["headers_in_no_tu"]
+    more = f" (and {count - len(sample)} more)" if count > len(sample) else ""
+    return (
+        f"{count} changed header(s) are in the include closure of no TU of the compile "
+        f"database, so precise mode sees no compiled code using them: {', '.join(sample)}{more}"
+    )
 
 
 def _precise_on(meta: dict[str, str]) -> bool:

@@ -169,11 +169,14 @@ def test_update_after_a_header_change_parses_its_includers_only(tmp_path: Path) 
     header = repo / "csrc" / "ops.h"
     text = header.read_text().replace("int add_impl(int x);", "int add_impl(int x);\nint sub(int);")
     header.write_text(text)
+    (repo / "csrc" / "lonely.h").write_text("int lonely();\n")  # included by no TU
     os.environ["TORCHTALK_CACHE_DIR"] = str(tmp_path / "cache")  # the index's (isolated_dirs)
     result = update_index(Workspace.resolve(repo), show_progress=False)
     assert result.precise is not None
     assert result.precise["reparsed_sample"] == ["csrc/ops.cpp", "csrc/use.cpp"]
     assert (result.precise["parsed"], result.precise["cached"]) == (2, 1)
+    assert result.precise["headers_in_no_tu"] == ["csrc/lonely.h"]
+    assert any("include closure of no TU" in warning for warning in result.warnings)
     # The merge is done again whole: what a rebuild of the changed tree makes.
     rebuilt = build_private_index(repo, tmp_path / "rebuild")
     assert calls(result.db_path) == calls(rebuilt.db_path)

@@ -41,9 +41,14 @@ def precise_layer(
     jobs: int | None = None,
     cache_dir: Path | None = None,
     report: Report | None = None,
+    changed_headers: list[str] | None = None,
 ) -> dict[str, Any]:
     """Merge the compiler's view of the TUs of ``workspace`` into the graph in ``conn``
-    (linked, fast graph restored); returns the summary for ``meta.precise``."""
+    (linked, fast graph restored); returns the summary for ``meta.precise``.
+
+    ``changed_headers`` (an update's): those no parsed TU includes are listed in
+    ``headers_in_no_tu`` (a sample; ``headers_in_no_tu_count``), since a change there
+    reaches no compiled code."""
     started = time.perf_counter()
     discovery = discover_database(workspace.source, workspace.manifest, compile_commands)
     if discovery.database is None:
@@ -88,6 +93,11 @@ def precise_layer(
             "workers": jobs or default_jobs(),
         }
     )
+    if changed_headers:
+        included = {path for tu in ok for path in tu.includes}
+        orphans = sorted(set(changed_headers) - included)
+        summary["headers_in_no_tu_count"] = len(orphans)
+        summary["headers_in_no_tu"] = orphans[:5]
     restore_fast(conn)
     summary["merge"] = merge(conn, ok).as_dict()
     summary["seconds"] = round(time.perf_counter() - started, 1)
