@@ -302,7 +302,7 @@ class _Walker:
         tokens = [token.spelling for token in call.get_tokens()]
         for at, token in enumerate(tokens):
             if token == name:
-                return at > 0 and tokens[at - 1] == "::" and at > 1 and tokens[at - 2] != "->"
+                return at > 0 and tokens[at - 1] == "::"
         return False
 
     def _autograd_methods(self, apply) -> list:
