@@ -4,7 +4,7 @@ A function whose definition some TU compiled is *covered*: its name-matched ``ca
 edges to C++ functions (scheme ``cpp``) give way to the calls the compiler resolved, with
 ``attrs.extractor = "precise"``. What stays of the fast graph in a covered function: its
 calls the compiler could not resolve (dependent names in templates, calls through
-pointers: same caller, line and name), and every edge that is not a name-matched C++ call
+pointers: same caller and name), and every edge that is not a name-matched C++ call
 (calls into aten ops, launches, dispatches, bindings). Functions no TU compiled keep the
 fast graph whole. Edges without ``extractor`` are the fast graph's.
 
@@ -126,14 +126,16 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
     stats.covered_functions = len(covered)
 
     precise: dict[tuple[int, int, int], str | None] = {}  # (caller, callee, line) -> via
-    unresolved: set[tuple[int, int, str]] = set()  # (caller, line, name key)
+    # (caller, name key) of calls the compiler could not resolve. Not by line: a call
+    # written over several lines may be placed on another one by each extractor.
+    unresolved: set[tuple[int, str]] = set()
     for tu in tus:
         for caller_usr, line, written, target in tu.calls:
             caller = node_of_usr.get(caller_usr)
             if caller is None:
                 continue
             if target is None:
-                unresolved.add((caller, line, target_key(written) or written))
+                unresolved.add((caller, target_key(written) or written))
                 continue
             found = _callees(target, nodes, node_of_usr, overriders)
             if not found:
@@ -147,14 +149,14 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
     covered_ids = sorted(covered)
     for start in range(0, len(covered_ids), _BATCH):
         batch = covered_ids[start : start + _BATCH]
-        for edge_id, ref_id, src, dst, line, key, attrs in conn.execute(
-            "SELECT e.id, e.ref_id, e.src_id, e.dst_id, e.line, r.target_key, e.attrs"
+        for edge_id, ref_id, src, dst, key, attrs in conn.execute(
+            "SELECT e.id, e.ref_id, e.src_id, e.dst_id, r.target_key, e.attrs"
             " FROM edges e JOIN refs r ON r.id = e.ref_id JOIN nodes d ON d.id = e.dst_id"
             " WHERE e.kind = 'calls' AND r.scheme = 'cpp' AND d.kind IN (?, ?)"
             f" AND e.src_id IN ({','.join('?' * len(batch))})",
             [*_TARGET_KINDS, *batch],
         ):
-            if (src, line, key) in unresolved:
+            if (src, key) in unresolved:
                 stats.kept_unresolved += 1
                 continue
             superseded.append(edge_id)
