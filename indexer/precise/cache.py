@@ -19,7 +19,7 @@ from pathlib import Path
 from indexer.precise.tu import TuFacts, TuJob
 
 # Bumped whenever what a TU yields changes, so old entries are not read as new ones.
-EXTRACTION_VERSION = "1"
+EXTRACTION_VERSION = "2"
 
 
 def job_key(job: TuJob) -> str:
@@ -31,6 +31,8 @@ def job_key(job: TuJob) -> str:
         *job.arguments,
         "\0",
         *job.autograd_templates,
+        "\0",
+        job.manifest.fingerprint(),
     ):
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()

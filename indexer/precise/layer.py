@@ -116,7 +116,16 @@ def _jobs(workspace: Workspace, database: CompileDatabase) -> tuple[list[TuJob],
         if is_cuda(command.file, command.arguments):
             cuda.append(str(Path(command.file).resolve().relative_to(root)))
             continue
-        jobs.append(TuJob(command.file, command.directory, command.arguments, root, templates))
+        jobs.append(
+            TuJob(
+                command.file,
+                command.directory,
+                command.arguments,
+                root,
+                templates,
+                workspace.manifest,
+            )
+        )
     return jobs, cuda
 
 

@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from indexer.extract.discover import wanted_language
+from indexer.harness import Manifest
 from indexer.precise.toolchain import clang_arguments
 
 AUTOGRAD_METHODS = ("forward", "backward")
@@ -39,6 +41,7 @@ class TuJob:
     arguments: tuple[str, ...]
     root: str  # the source tree, real path
     autograd_templates: tuple[str, ...]  # class templates whose ``apply`` runs F::forward
+    manifest: Manifest  # which of the tree's files the index holds (the others are not walked)
 
 
 @dataclass
@@ -124,6 +127,7 @@ class _Walker:
         self.ci = cindex
         self.kinds = cindex.CursorKind
         self.root = job.root.rstrip("/") + "/"
+        self.manifest = job.manifest
         self.facts = facts
         self.autograd = frozenset(job.autograd_templates)
         self._relative: dict[str, str | None] = {}
@@ -153,7 +157,8 @@ class _Walker:
         )
 
     def relative(self, name: str | None) -> str | None:
-        """The repo-relative path of a file clang names, or None outside the tree.
+        """The repo-relative path of a file clang names, or None unless the index holds it
+        (outside the tree, or excluded from it: a third_party/ on the include path).
 
         Clang's names are not normalized (``/../lib/gcc/.../../../../include``), and
         ``..`` must be taken after symlinks: real paths only."""
@@ -163,6 +168,8 @@ class _Walker:
         if found == "":
             real = os.path.realpath(name)
             found = real[len(self.root) :] if real.startswith(self.root) else None
+            if found is not None and wanted_language(found, self.manifest) not in ("cpp", "cuda"):
+                found = None
             self._relative[name] = found
         return found
 
