@@ -1,9 +1,10 @@
 """Precise C++ mode on a real extension, measured in one run.
 
     python bench/precise_index.py SOURCE [--compile-commands PATH] [--jobs 2]
-                                  [--from-build-dir DIR --write PATH]
+                                  [--from-build-dir DIR --write PATH] [--cache DIR]
 
-Builds the index of SOURCE into a temporary cache (so every TU is parsed: no TU cache),
+Builds the index of SOURCE into a temporary cache (so every TU is parsed: no TU cache;
+``--cache DIR``: an empty directory kept after, to look at the index or update it),
 with precise mode over the compile database found (or named), and prints: TUs parsed /
 failed (each failed one with its reason), the parse time with N workers, and, against the
 fast graph of the same files (the edges the merge replaced), the (caller, callee) pairs
@@ -74,6 +75,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--from-build-dir", type=Path)
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--cache", type=Path, help="an empty directory to keep the index in")
     args = parser.parse_args()
     source = args.source.resolve()
     compile_commands = args.compile_commands
@@ -84,8 +86,10 @@ def main() -> int:
         print(f"wrote {count} commands to {args.write} from {args.from_build_dir}/build.ninja")
         compile_commands = args.write
 
-    with tempfile.TemporaryDirectory(prefix="torchtalk-precise-bench-") as cache:
-        os.environ["TORCHTALK_CACHE_DIR"] = cache
+    if args.cache is not None and args.cache.exists() and any(args.cache.iterdir()):
+        parser.error(f"--cache {args.cache} is not empty: its TU cache would be read")
+    with tempfile.TemporaryDirectory(prefix="torchtalk-precise-bench-") as scratch:
+        os.environ["TORCHTALK_CACHE_DIR"] = str(args.cache or scratch)
         from indexer.build import build_index
         from indexer.workspace import Workspace
 
