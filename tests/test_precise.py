@@ -144,6 +144,13 @@ def test_a_call_the_compiler_cannot_resolve_keeps_the_fast_edges(built) -> None:
     assert len(kept) == 2  # both overloads: which one depends on T
 
 
+def test_calls_the_preprocessor_skipped_keep_the_fast_edges(built) -> None:
+    repo, index = built
+    line = at(repo, "csrc/use.cpp", "other_entry(total)")
+    assert ("pext::use_all", "pext::other_entry", 5, line, "fast") in calls(index.db_path)
+    assert index.meta_json("precise")["merge"]["kept_skipped"] == 1
+
+
 def test_status_and_graph_name_the_database_and_the_extractor(built) -> None:
     from indexer.query.graph import graph
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from indexer.precise.tu import TuFacts, TuJob
 
 # Bumped whenever what a TU yields changes, so old entries are not read as new ones.
-EXTRACTION_VERSION = "2"
+EXTRACTION_VERSION = "3"
 
 
 def job_key(job: TuJob) -> str:

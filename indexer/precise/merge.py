@@ -4,7 +4,8 @@ A function whose definition some TU compiled is *covered*: its name-matched ``ca
 edges to C++ functions (scheme ``cpp``) give way to the calls the compiler resolved, with
 ``attrs.extractor = "precise"``. What stays of the fast graph in a covered function: its
 calls the compiler could not resolve (dependent names in templates, calls through
-pointers: same caller and name), and every edge that is not a name-matched C++ call
+pointers: same caller and name), those in lines the preprocessor skipped (``#ifdef
+WITH_CUDA`` in a CPU build), and every edge that is not a name-matched C++ call
 (calls into aten ops, launches, dispatches, bindings). Functions no TU compiled keep the
 fast graph whole. Edges without ``extractor`` are the fast graph's.
 
@@ -47,6 +48,7 @@ class MergeStats:
     removed: int = 0  # pairs only the fast graph had, dropped
     ambiguities_resolved: int = 0  # ambiguous fast refs the compiler narrowed
     kept_unresolved: int = 0  # fast edges kept where the compiler could not resolve a call
+    kept_skipped: int = 0  # fast edges kept in lines the preprocessor skipped
     external_calls: int = 0  # calls into code outside the tree
     by_via: dict[str, int] = field(default_factory=dict)
 
@@ -143,21 +145,32 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
             for callee, via in found:
                 precise.setdefault((caller, callee, line), via)
 
+    # Lines some TU's preprocessor skipped: what the fast graph read there, the compiler
+    # did not see (#ifdef WITH_CUDA in a CPU build), so its edges stay.
+    skipped: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for tu in tus:
+        for path, first, last in tu.skipped:
+            skipped[path].append((first, last))
+
     fast_pairs: set[tuple[int, int]] = set()
     ambiguous_refs: dict[int, set[int]] = defaultdict(set)
     superseded: list[int] = []
     covered_ids = sorted(covered)
     for start in range(0, len(covered_ids), _BATCH):
         batch = covered_ids[start : start + _BATCH]
-        for edge_id, ref_id, src, dst, key, attrs in conn.execute(
-            "SELECT e.id, e.ref_id, e.src_id, e.dst_id, r.target_key, e.attrs"
+        for edge_id, ref_id, src, dst, key, attrs, path, line in conn.execute(
+            "SELECT e.id, e.ref_id, e.src_id, e.dst_id, r.target_key, e.attrs, f.path, e.line"
             " FROM edges e JOIN refs r ON r.id = e.ref_id JOIN nodes d ON d.id = e.dst_id"
+            " JOIN files f ON f.id = e.file_id"
             " WHERE e.kind = 'calls' AND r.scheme = 'cpp' AND d.kind IN (?, ?)"
             f" AND e.src_id IN ({','.join('?' * len(batch))})",
             [*_TARGET_KINDS, *batch],
         ):
             if (src, key) in unresolved:
                 stats.kept_unresolved += 1
+                continue
+            if any(first <= line <= last for first, last in skipped.get(path, ())):
+                stats.kept_skipped += 1
                 continue
             superseded.append(edge_id)
             fast_pairs.add((src, dst))

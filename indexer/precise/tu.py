@@ -15,7 +15,9 @@ walking them would cost more than the parse. What is taken:
   ``Base::method()``), and for ``F::apply(...)`` of an autograd function also
   ``F::forward`` and ``F::backward``, which torch's ``Function<F>::apply`` runs;
 * a call the compiler could not resolve (a dependent name in a template, a call through a
-  pointer) is recorded without a callee: the fast graph's guess for it stays.
+  pointer) is recorded without a callee: the fast graph's guess for it stays;
+* the lines of the tree's files the preprocessor skipped (``#ifdef WITH_CUDA`` in a CPU
+  build): the compiler says nothing of the calls there, so the fast graph's stay too.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class TuFacts:
     # [caller usr, line, name written, callee or None]; callee: {usr, name, qualname, def,
     # decl ([path or None, line]), virtual, via}
     calls: list[list[Any]] = field(default_factory=list)
+    skipped: list[list[Any]] = field(default_factory=list)  # [path, first line, last line]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +74,12 @@ class TuFacts:
 
 _index = None
 _lib_ready = False
+
+
+class _RangeList(ctypes.Structure):
+    """libclang's CXSourceRangeList (the skipped preprocessor ranges)."""
+
+    _fields_ = [("count", ctypes.c_uint), ("ranges", ctypes.c_void_p)]
 
 
 def _cindex():
@@ -88,6 +97,10 @@ def _cindex():
         lib.clang_getOverriddenCursors.restype = None
         lib.clang_disposeOverriddenCursors.argtypes = [ctypes.POINTER(cindex.Cursor)]
         lib.clang_disposeOverriddenCursors.restype = None
+        lib.clang_getAllSkippedRanges.argtypes = [cindex.TranslationUnit]
+        lib.clang_getAllSkippedRanges.restype = ctypes.POINTER(_RangeList)
+        lib.clang_disposeSourceRangeList.argtypes = [ctypes.POINTER(_RangeList)]
+        lib.clang_disposeSourceRangeList.restype = None
         _lib_ready = True
     if _index is None:
         _index = cindex.Index.create()
@@ -103,7 +116,10 @@ def parse_tu(job: TuJob) -> TuFacts:
         return TuFacts(rel, False, f"libclang cannot be loaded: {exc}")
     args = clang_arguments(job.arguments, job.file, job.directory)
     try:
-        tu = index.parse(job.file, args=args)
+        # The detailed record keeps the ranges the preprocessor skipped.
+        tu = index.parse(
+            job.file, args=args, options=cindex.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD
+        )
     except cindex.TranslationUnitLoadError as exc:
         return TuFacts(rel, False, f"libclang could not parse it ({exc})")
     facts = TuFacts(rel, True)
@@ -114,6 +130,7 @@ def parse_tu(job: TuJob) -> TuFacts:
         facts.reason = fatal
     else:
         walker.walk(tu)
+        facts.skipped = walker.skipped(tu)
     facts.closure = sorted(walker.closure(tu))
     facts.includes = sorted(
         {path for path in (walker.relative(name) for name in facts.closure) if path}
@@ -204,6 +221,21 @@ class _Walker:
                 files.add(os.path.realpath(inclusion.include.name))
         return files
 
+    def skipped(self, tu) -> list[list[Any]]:
+        lib = self.ci.conf.lib
+        found = lib.clang_getAllSkippedRanges(tu)
+        try:
+            ranges = ctypes.cast(found.contents.ranges, ctypes.POINTER(self.ci.SourceRange))
+            spans = []
+            for at in range(found.contents.count):
+                start, end = ranges[at].start, ranges[at].end
+                path = self.relative(start.file.name if start.file else None)
+                if path is not None:
+                    spans.append([path, start.line, end.line])
+            return sorted(spans)
+        finally:
+            lib.clang_disposeSourceRangeList(found)
+
     # -- definitions and calls -----------------------------------------------------
 
     def walk(self, tu) -> None:
@@ -213,6 +245,8 @@ class _Walker:
 
     def _visit(self, cursor) -> None:
         kind = cursor.kind
+        if kind.is_preprocessing():
+            return
         if kind in self.function_kinds:
             if cursor.is_definition():
                 self._definition(cursor)
