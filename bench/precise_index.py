@@ -128,7 +128,8 @@ def main() -> int:
         f"call pairs vs the fast graph: {merge['confirmed']} confirmed, {merge['added']} added, "
         f"{merge['removed']} removed; {merge['ambiguities_resolved']} ambiguous refs resolved; "
         f"{merge['kept_unresolved']} fast edges kept where the compiler could not resolve "
-        f"the call; precise edges by kind: {merge['by_via'] or '-'}"
+        f"the call, {merge['kept_skipped']} in lines the preprocessor skipped; precise edges "
+        f"by kind: {merge['by_via'] or '-'}"
     )
     print("edges after the merge:", dict(result.counts["edges"]))
     return 0
