@@ -29,6 +29,8 @@ from indexer.harness import Manifest
 from indexer.link import link
 from indexer.locations import LOCK_FILE
 from indexer.paths import under_any
+from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
+from indexer.precise.layer import precise_layer
 from indexer.progress import Progress
 from indexer.store import IndexWriter
 from indexer.store.db import write_meta
@@ -43,6 +45,7 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     problems: list[TreeProblem] = field(default_factory=list)  # what could not be indexed
+    precise: dict[str, Any] | None = None  # meta.precise (indexer/precise), if it ran
 
 
 @contextmanager
@@ -153,6 +156,7 @@ def build_index(
     on_progress: Callable[[str, int, int], None] | None = None,
     extra_meta: dict[str, Any] | None = None,
     force: bool = False,
+    compile_commands: Path | None = None,
 ) -> BuildResult:
     """Build the index of ``workspace`` and rename it into place.
 
@@ -165,6 +169,8 @@ def build_index(
     What cannot be indexed (an unreadable directory, a name that is not UTF-8) is kept
     in the meta as ``tree_problems``. A build that could not read files the old index
     holds raises :class:`IncompleteBuildError` and keeps the old index, unless ``force``.
+    A build of the whole tree (no ``select``) merges precise C++ facts over the call graph
+    when a compile database is found (``compile_commands`` names one; indexer/precise).
     """
     db_path = db_path or workspace.db_path
     report = on_progress or (lambda step, done, total: None)
@@ -204,8 +210,20 @@ def build_index(
             phase = time.perf_counter()
             writer.finish_load()
             stats = link(writer.conn)
-            writer.conn.execute("COMMIT")
             timings["link_s"] = time.perf_counter() - phase
+            precise = None
+            if select is None:
+                phase = time.perf_counter()
+                precise = precise_layer(
+                    writer.conn,
+                    workspace,
+                    compile_commands=compile_commands,
+                    jobs=jobs,
+                    cache_dir=db_path.parent / PRECISE_CACHE,
+                    report=report,
+                )
+                timings["precise_s"] = time.perf_counter() - phase
+            writer.conn.execute("COMMIT")
             counts = {
                 "nodes": count_by_kind(writer.conn, "nodes"),
                 "edges": count_by_kind(writer.conn, "edges"),
@@ -232,10 +250,11 @@ def build_index(
                     "tree_problems": problems_meta(problems),
                     **({"replaced_unreadable": len(lost)} if lost else {}),
                     **context_meta(context),
+                    **({"precise": precise} if precise is not None else {}),
                     **(extra_meta or {}),
                 },
             )
             writer.commit()
         report("done", len(entries), len(entries))
         progress.close(f"indexed {len(entries)} files in {timings['total_s']:.1f}s")
-    return BuildResult(db_path, len(entries), errors, timings, counts, problems)
+    return BuildResult(db_path, len(entries), errors, timings, counts, problems, precise)

@@ -68,6 +68,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "import_every_module": _STR_LIST,
     },
     "record": {"max_age_days": _INT},
+    # Precise C++ mode (indexer/precise): where builds leave their compile database, and
+    # the class templates whose static apply() runs F::forward (autograd functions).
+    "precise": {"build_dirs": _STR_LIST, "autograd_function_templates": _STR_LIST},
     "expected_minimums": _INT_TABLE,
 }
 

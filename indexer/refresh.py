@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 from indexer.build import BuildResult, build_index
 from indexer.code_key import extraction_code_key
@@ -47,15 +48,20 @@ def refresh_index(
     jobs: int | None = None,
     wait: bool = True,
     show_progress: bool | None = None,
+    compile_commands: Path | None = None,
 ) -> Refresh:
     reason = "--force" if force else rebuild_reason(workspace)
     if reason is None:
         updated = update_index(
-            workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force
-        )
+            workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,
+            compile_commands=compile_commands,
+        )  # fmt: skip
         if not updated.full_build:
             return Refresh("up to date" if updated.up_to_date else "updated", "", None, updated)
         reason = updated.reason  # changed between the two looks: built already
         return Refresh("built", reason, None, updated)
-    built = build_index(workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force)
+    built = build_index(
+        workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,
+        compile_commands=compile_commands,
+    )  # fmt: skip
     return Refresh("built", reason, built)

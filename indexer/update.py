@@ -47,6 +47,9 @@ from indexer.gitinfo import head_commit
 from indexer.harness import Manifest
 from indexer.link import link
 from indexer.paths import is_header, language_of
+from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
+from indexer.precise.layer import precise_layer
+from indexer.precise.merge import restore_fast
 from indexer.progress import Progress
 from indexer.relink import Changed, batches, refs_to_relink, refs_touching
 from indexer.store.db import (
@@ -97,6 +100,7 @@ class UpdateResult:
     full_build: bool = False
     reason: str = ""  # why a full build was done instead
     up_to_date: bool = False
+    precise: dict[str, Any] | None = None  # meta.precise of the result (indexer/precise)
 
     @property
     def reextracted(self) -> int:
@@ -273,6 +277,7 @@ def update_index(
     wait: bool = True,
     show_progress: bool | None = None,
     force: bool = False,
+    compile_commands: Path | None = None,
 ) -> UpdateResult:
     """Bring the workspace's index up to date with its tree; ``since`` starts from a snapshot.
 
@@ -280,6 +285,10 @@ def update_index(
     index, or it was built with another schema or manifest. Files the index holds that
     can no longer be read (an unreadable directory) keep the index as it is
     (:class:`IncompleteBuildError`) unless ``force``.
+    index, or it was built with another schema or manifest. Precise mode's merge is undone
+    first and done again after (TUs whose include closure holds a changed file are parsed
+    again, the others come from the cache); ``compile_commands`` defaults to the one the
+    index was built with.
     """
     started = time.perf_counter()
     base_label = "index"
@@ -292,7 +301,12 @@ def update_index(
     reason = full_build_reason(workspace, base_path)
     if reason is not None:
         built = build_index(
-            workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force
+            workspace,
+            jobs=jobs,
+            wait=wait,
+            show_progress=show_progress,
+            force=force,
+            compile_commands=compile_commands,
         )
         return UpdateResult(
             built.db_path,
@@ -354,6 +368,8 @@ def update_index(
                     ledger = Ledger(meta)
                     context = _updated_context(workspace, meta, changes)
                     if changes:
+                        if _precise_on(meta):
+                            restore_fast(conn)
                         _apply(
                             conn,
                             workspace,
@@ -366,6 +382,21 @@ def update_index(
                             show_progress,
                             lap,
                         )
+                        result.precise = precise_layer(
+                            conn,
+                            workspace,
+                            compile_commands=compile_commands or _built_with(meta),
+                            jobs=jobs,
+                            cache_dir=db_path.parent / PRECISE_CACHE,
+                            changed_headers=[
+                                path
+                                for path in (*changes.modified, *changes.added)
+                                if is_header(path)
+                            ],
+                        )
+                        if result.precise.get("headers_in_no_tu_count"):
+                            result.warnings.append(_no_tu_warning(result.precise))
+                        lap("precise_s")
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     write_meta(conn, {"tree_problems": problems_meta(changes.problems)})
                     conn.execute("COMMIT")
@@ -449,6 +480,27 @@ def _apply(
         result.warnings.append(_orphan_warning(orphans))
 
 
+def _no_tu_warning(precise: dict[str, Any]) -> str:
+    count = precise["headers_in_no_tu_count"]
+    sample = precise["headers_in_no_tu"]
+    more = f" (and {count - len(sample)} more)" if count > len(sample) else ""
+    return (
+        f"{count} changed header(s) are in the include closure of no TU of the compile "
+        f"database, so precise mode sees no compiled code using them: {', '.join(sample)}{more}"
+    )
+
+
+def _precise_on(meta: dict[str, str]) -> bool:
+    return (json.loads(meta.get("precise") or "null") or {}).get("mode") == "on"
+
+
+def _built_with(meta: dict[str, str]) -> Path | None:
+    """The --compile-commands the index was built with, if one was given."""
+    precise = json.loads(meta.get("precise") or "null") or {}
+    named = precise.get("compile_commands")
+    return Path(named) if named else None
+
+
 def _refresh_meta(
     conn: sqlite3.Connection,
     workspace: Workspace,
@@ -460,6 +512,12 @@ def _refresh_meta(
 ) -> None:
     shas = list(conn.execute("SELECT path, sha FROM files"))
     counts, link_stats = ledger.result(conn)
+    precise = result.precise or json.loads(old.get("precise") or "null")
+    if _precise_on(old) or (precise or {}).get("mode") == "on":
+        # The merge moved edges the ledger did not see: count them again.
+        counts["edges"] = dict(
+            conn.execute("SELECT kind, COUNT(*) FROM edges GROUP BY kind ORDER BY kind")
+        )
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_meta(
         conn,
@@ -477,6 +535,7 @@ def _refresh_meta(
                 "SELECT COUNT(*) FROM files WHERE error IS NOT NULL"
             ).fetchone()[0],
             **context_meta(context),
+            **({"precise": precise} if precise is not None else {}),
             "updated_from": {
                 "base": result.base,
                 "base_commit": old.get("git_commit", ""),

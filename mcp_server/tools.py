@@ -22,6 +22,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from indexer.errors import TorchTalkError
+from indexer.precise.summary import describe
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index
 from indexer.query.recorded import record_line, record_status
@@ -303,6 +304,10 @@ class Tools:
                     + (" ..." if len(problems) > 3 else "")
                     + "; see 'torchtalk status'"
                 )
+            if index_info["build_phase"] == "full":
+                precise = index.meta_json("precise")
+                index_info["precise"] = precise
+                answer.items.append(Item("precise C++ mode", detail=describe(precise)))
             head = snap.get("head_commit")
             if head and index_info["git_commit"] and head != index_info["git_commit"]:
                 answer.notes.append(

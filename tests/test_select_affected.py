@@ -46,6 +46,7 @@ def test_changed_cpp_function_to_test_files_with_chains(index: Index) -> None:
         "evidence": f"aten/src/ATen/native/native_functions.yaml:{matmul_entry}",
         "src_kind": "op",
         "dst_kind": "cpp_function",
+        "extractor": "fast",
     }
     assert chain[-1]["kind"] == "covers" and chain[-1]["src"].startswith("test/test_tensor.py")
     assert "test/test_tensor.py" in answer.to_text()

@@ -15,7 +15,15 @@ from tests.select_support import IndexedTree, tree_fixtures
 ADD_CU = "aten/src/ATen/native/cuda/BinaryAddKernel.cu"
 
 # The documented schema (docs/selection.md): key -> type, recursively for objects.
-HOP = {"kind": str, "src": str, "dst": str, "evidence": str, "src_kind": str, "dst_kind": str}
+HOP = {
+    "kind": str,
+    "src": str,
+    "dst": str,
+    "evidence": str,
+    "src_kind": str,
+    "dst_kind": str,
+    "extractor": str,
+}
 REASON = {"entity": str, "evidence": str, "chain": [HOP], "note": str, "decided_by": str}
 SCOPE = {
     "cls": (str, type(None)),

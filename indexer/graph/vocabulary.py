@@ -55,5 +55,19 @@ class EdgeKind(str, Enum):
         return self.value
 
 
+class Extractor(str, Enum):
+    """Which extractor made an edge (``attrs.extractor``; absent means the fast graph)."""
+
+    FAST = "fast"  # tree-sitter and name lookup (indexer/cpp, indexer/bindings, ...)
+    PRECISE = "precise"  # libclang over a compile database (indexer/precise)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def edge_extractor(attrs: dict | None) -> str:
+    return (attrs or {}).get("extractor", Extractor.FAST.value)
+
+
 NODE_KINDS = frozenset(kind.value for kind in NodeKind)
 EDGE_KINDS = frozenset(kind.value for kind in EdgeKind)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from indexer.graph.vocabulary import NODE_KINDS
+from indexer.graph.vocabulary import NODE_KINDS, Extractor
 from indexer.query.answer import Answer, Item
 from indexer.query.graph_walk import MAX_NODES, Reach, Walk, walk, without_anonymous
 from indexer.query.index import Index, Node
@@ -135,6 +135,8 @@ def _detail(reach: Reach, node: Node, show_level: bool) -> str:
             edge = f"possible {edge}: unresolved '{reach.fuzzy_target}' matches by name"
         elif reach.ambiguous:
             edge = f"{edge}, ambiguous: {reach.ambiguous} candidates"
+        if reach.extractor != Extractor.FAST.value:
+            edge = f"{edge} ({reach.extractor})"
         parts.append(edge)
     if show_level:
         parts.append(f"level {reach.level}")
@@ -154,6 +156,8 @@ def _item(reach: Reach, node: Node, indent: int, show_level: bool, via: Node | N
         data["via"] = via.qualname
     if reach.ambiguous:
         data["ambiguous"] = reach.ambiguous
+    if reach.kind:
+        data["extractor"] = reach.extractor
     if reach.fuzzy_target is not None:
         data["unresolved_name"] = reach.fuzzy_target
     python_names = node.attrs.get("python_names")

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from indexer.cpp.names import strip_templates
+from indexer.graph.vocabulary import Extractor, edge_extractor
 from indexer.query.index import Index, Node
 
 MAX_NODES = 20_000  # a walk stops here and says so, rather than answering slowly
@@ -76,6 +77,7 @@ class Reach:
     line: int = 0
     ambiguous: int = 0
     fuzzy_target: str | None = None  # set when reached through an unresolved name match
+    extractor: str = Extractor.FAST.value  # which extractor made the edge
 
     @property
     def evidence(self) -> str | None:
@@ -230,8 +232,19 @@ def walk(
         candidates: list[Reach] = []
         for src, dst, kind, path, line, attrs in rows:
             other, parent = (src, dst) if inbound else (dst, src)
-            ambiguous = json.loads(attrs).get("ambiguous", 0) if attrs else 0
-            candidates.append(Reach(other, level, parent, kind, path, line, ambiguous))
+            values = json.loads(attrs) if attrs else {}
+            candidates.append(
+                Reach(
+                    other,
+                    level,
+                    parent,
+                    kind,
+                    path,
+                    line,
+                    values.get("ambiguous", 0),
+                    extractor=edge_extractor(values),
+                )
+            )
         for src, dst, kind, path, line, target in fuzzy_rows:
             candidates.append(Reach(src, level, dst, kind, path, line, fuzzy_target=target))
         for reach in candidates:

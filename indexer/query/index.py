@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
+from indexer.graph.vocabulary import edge_extractor
 from indexer.store.db import connect_readonly, read_meta
 
 T = TypeVar("T")
@@ -58,6 +59,10 @@ class Edge:
     @property
     def ambiguous(self) -> bool:
         return bool(self.attrs.get("ambiguous"))
+
+    @property
+    def extractor(self) -> str:
+        return edge_extractor(self.attrs)
 
 
 def _node(row: tuple) -> Node:
@@ -119,6 +124,23 @@ class Index:
                 )
             ),
         )
+
+    def precise_edges(self) -> frozenset[tuple[int, int, int]]:
+        """(src, dst, line) of the edges precise C++ mode made (indexer/precise), for
+        walks that keep no attributes (the selection's)."""
+
+        def load() -> frozenset[tuple[int, int, int]]:
+            precise = json.loads(self.meta.get("precise") or "null") or {}
+            if precise.get("mode") != "on":
+                return frozenset()
+            return frozenset(
+                self.conn.execute(
+                    "SELECT src_id, dst_id, line FROM edges WHERE ref_id IS NULL"
+                    ' AND instr(attrs, \'"extractor":"precise"\') > 0'
+                )
+            )
+
+        return self.shared("precise-edges", load)
 
     @property
     def conn(self) -> sqlite3.Connection:

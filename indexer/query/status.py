@@ -8,6 +8,14 @@ from typing import Any
 from indexer.query.index import Index
 
 
+def _not_superseded(conn) -> str:
+    """Refs whose edges precise mode replaced were resolved: not unresolved."""
+    has = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'superseded_edges'"
+    ).fetchone()
+    return " AND NOT EXISTS (SELECT 1 FROM superseded_edges s WHERE s.ref_id = r.id)" if has else ""
+
+
 def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
     meta = index.meta
     built_at = meta.get("built_at")
@@ -20,7 +28,7 @@ def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
         "edges": dict(conn.execute("SELECT kind, COUNT(*) FROM edges GROUP BY kind ORDER BY kind")),
         "unresolved_refs": conn.execute(
             "SELECT COUNT(*) FROM refs r WHERE r.target_id IS NULL AND NOT EXISTS"
-            " (SELECT 1 FROM edges e WHERE e.ref_id = r.id)"
+            " (SELECT 1 FROM edges e WHERE e.ref_id = r.id)" + _not_superseded(conn)
         ).fetchone()[0],
     }
     parse_errors = [
@@ -54,4 +62,5 @@ def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
         "counts": counts,
         "link_stats": index.meta_json("link_stats", {}),
         "timings": index.meta_json("timings", {}),
+        "precise": index.meta_json("precise", None),
     }

@@ -10,6 +10,7 @@ from typing import Literal
 
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.extract.discover import is_test_file
+from indexer.graph.vocabulary import Extractor
 from indexer.paths import printable
 from indexer.query.index import Index
 from indexer.select.diff import Diff, read_diff
@@ -24,6 +25,8 @@ from indexer.select.reach import Reach
 from indexer.select.record_join import RecordAnswer, consult_record
 from indexer.select.staleness import check_freshness, try_update
 from indexer.workspace import Workspace
+
+FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value
 
 
 def _base_info(diff: Diff) -> dict:
@@ -300,9 +303,12 @@ def _collect(
         ids.update(step.src for step in steps)
         ids.update(step.dst for step in steps)
     nodes = {node.id: node for node in index.nodes(ids)}
+    precise = index.precise_edges()
     for path, node_ids in sorted(by_file.items()):
         selected = selection.files.setdefault(path, SelectedFile(path))
-        reason = _reason(reach, firsts[path], chains[path], selection.entities, paths, nodes)
+        reason = _reason(
+            reach, firsts[path], chains[path], selection.entities, paths, nodes, precise
+        )
         selected.reasons.append(reason)
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))
@@ -315,7 +321,7 @@ def reason_for(
     steps = reach.chain(node_id)
     ids = {node_id} | {s.src for s in steps} | {s.dst for s in steps}
     nodes = {node.id: node for node in index.nodes(ids)}
-    return _reason(reach, node_id, steps, entities, paths, nodes)
+    return _reason(reach, node_id, steps, entities, paths, nodes, index.precise_edges())
 
 
 def _reason(
@@ -325,6 +331,7 @@ def _reason(
     entities: list[Entity],
     paths: dict[int, str],
     nodes: dict[int, object],
+    precise: frozenset[tuple[int, int, int]] = frozenset(),
 ) -> Reason:
     entity = entities[reach.origin[node_id]]
     hops = [
@@ -335,6 +342,7 @@ def _reason(
             f"{paths.get(step.file_id, '?')}:{step.line}",
             _kind(nodes, step.src),
             _kind(nodes, step.dst),
+            PRECISE if (step.src, step.dst, step.line) in precise else FAST,
         )
         for step in steps
     ]

@@ -40,6 +40,7 @@ class Hop:
     evidence: str  # path:line of the text that makes the edge
     src_kind: str = ""  # node kinds, so 'derivative aten::mm' and 'op aten::mm' differ
     dst_kind: str = ""
+    extractor: str = "fast"  # which extractor made the edge (indexer.graph.vocabulary)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.graph.vocabulary import NodeKind
+from indexer.graph.vocabulary import NodeKind, edge_extractor
 from indexer.query.index import Index, Node
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.files import path_of_name
@@ -116,7 +116,7 @@ def consult_record(
                 continue
             name = runs.record.names[min(hits)]
             hops, (kind, text, where) = chains.get(name, ([], (name[0], name[1], "")))
-            executed = Hop("executed", test.nodeid, text, where or "record", "test", kind)
+            executed = Hop("executed", test.nodeid, text, where or "record", "test", kind, "record")
             reason = Reason(entity.label, entity.evidence, [*hops, executed], label, "record")
             answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
     return answer
@@ -265,6 +265,7 @@ def _hops(index: Index, edges: list, labels: dict[int, Node]) -> list[Hop]:
                 edge.evidence,
                 src.kind if src else "",
                 dst.kind if dst else "",
+                edge_extractor(edge.attrs),
             )
         )
     return hops

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from indexer.graph.vocabulary import Extractor
 from indexer.select.model import (
     ChangedFile,
     Entity,
@@ -142,7 +143,8 @@ def chain_text(reason: Reason) -> str:
         src, dst = hop.src, hop.dst
         if src == dst:  # 'derivative aten::mm derives op aten::mm'
             src, dst = f"{hop.src_kind} {src}".strip(), f"{hop.dst_kind} {dst}".strip()
-        parts.append(f"{src} {hop.kind} {dst} @ {hop.evidence}")
+        made_by = f" ({hop.extractor})" if hop.extractor != Extractor.FAST.value else ""
+        parts.append(f"{src} {hop.kind}{made_by} {dst} @ {hop.evidence}")
     return " <- ".join(parts)
 
 

@@ -7,8 +7,10 @@ import json
 import sqlite3
 import sys
 import time
+from pathlib import Path
 
 from indexer.errors import UsageError
+from indexer.precise.summary import describe
 from indexer.query.health import shortfalls
 from indexer.wording import plural
 from indexer.workspace import Workspace
@@ -43,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--verbose", "-v", action="store_true", help="say what preparing for selections did"
     )
+    _add_compile_commands(build)
     build.set_defaults(handler=run_build)
     update = actions.add_parser(
         "update", help="re-index only what changed since the index (or a snapshot) was built"
@@ -67,12 +70,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     update.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     update.add_argument("--json", action="store_true", help="machine-readable result")
+    _add_compile_commands(update)
     update.set_defaults(handler=run_update)
 
 
 def _check_jobs(args: argparse.Namespace) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
+
+
+def _add_compile_commands(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compile-commands",
+        type=Path,
+        metavar="PATH",
+        help="compile_commands.json, or a build directory with one or a build.ninja, for "
+        "precise C++ mode (default: found at the root or in the harness's build dirs)",
+    )
+
+
+def _print_precise(precise: dict | None) -> None:
+    if not precise:
+        return
+    print(describe(precise))
+    for tu in precise.get("failed_tus", []):
+        print(
+            f"warning: TU {tu['file']} failed, its files keep the fast graph: {tu['reason']}",
+            file=sys.stderr,
+        )
+    if precise.get("database_note"):
+        print(f"warning: {precise['database_note']}", file=sys.stderr)
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -86,6 +113,7 @@ def run_build(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         wait=not args.no_wait,
         show_progress=False if args.quiet else None,
+        compile_commands=args.compile_commands,
     )
     if done.how == "up to date":
         took = done.updated.timings.get("total_s", 0.0) if done.updated else 0.0
@@ -98,6 +126,7 @@ def run_build(args: argparse.Namespace) -> int:
         return 0
     if done.how == "updated" and done.updated is not None:
         print(f"updated incrementally: {update_summary(done.updated)}")
+        _print_precise(done.updated.precise)
         _warn_updated(done.updated)
     elif done.built is not None:
         result = done.built
@@ -108,6 +137,7 @@ def run_build(args: argparse.Namespace) -> int:
             f"({workspace.harness}, {workspace.chosen_by}), {plural(nodes, 'node')}, "
             f"{plural(edges, 'edge')} in {result.timings['total_s']:.1f}s -> {result.db_path}"
         )
+        _print_precise(result.precise)
         if result.errors:
             print(
                 f"warning: {plural(result.errors, 'file')} had problems; see 'torchtalk status'",
@@ -188,6 +218,7 @@ def run_update(args: argparse.Namespace) -> int:
         wait=not args.no_wait,
         show_progress=False if (args.quiet or args.json) else None,
         force=args.force,
+        compile_commands=args.compile_commands,
     )
     _warn_updated(result)
     if args.json:
@@ -200,4 +231,5 @@ def run_update(args: argparse.Namespace) -> int:
         print(f"index is up to date ({took:.1f}s) -> {result.db_path}")
     else:
         print(f"updated: {update_summary(result)}")
+        _print_precise(result.precise)
     return 0

@@ -93,6 +93,7 @@ def _print_text(report: dict) -> None:
         print(f"not indexed ({len(status['tree_problems'])}):")
         for row in status["tree_problems"][:20]:
             print(f"  {row['path']}: {row['problem']}")
+    _print_precise(status.get("precise"))
     for line in status["below_expected_minimums"]:
         print(f"warning: below expected minimum: {line}")
 
@@ -104,3 +105,33 @@ def _age(seconds: int | None) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def _print_precise(precise: dict | None) -> None:
+    if precise is None:
+        print("precise:  not run (an index built before precise C++ mode, or a partial one)")
+        return
+    if precise.get("mode") != "on":
+        print(f"precise:  off: {precise.get('reason')}")
+        return
+    merge = precise.get("merge", {})
+    print(
+        f"precise:  on, {precise['database']}: {precise['tus']} TUs ({precise['failed']} failed,"
+        f" {precise.get('cuda_left_to_fast', 0)} CUDA left to the fast graph); headers from"
+        f" {precise.get('resource_dir_from')}"
+    )
+    print(
+        f"          {merge.get('covered_functions', 0)} functions compiled; call edges:"
+        f" {merge.get('edges', 0)} precise ({merge.get('confirmed', 0)} confirmed,"
+        f" {merge.get('added', 0)} added), {merge.get('removed', 0)} name-matched removed,"
+        f" {merge.get('ambiguities_resolved', 0)} ambiguities resolved"
+    )
+    if precise.get("database_note"):
+        print(f"  note: {precise['database_note']}")
+    for tu in precise.get("failed_tus", []):
+        print(f"  failed TU {tu['file']}: {tu['reason']}")
+    if precise.get("missing_files"):
+        print(
+            f"  the compile database names {precise['missing_files']} missing files, e.g. "
+            + ", ".join(precise.get("missing_sample", []))
+        )

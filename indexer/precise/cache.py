@@ -1,0 +1,95 @@
+"""The per-TU cache: a TU's facts, kept while its command and every file it read are unchanged.
+
+The key is a hash of the command (arguments, directory, file) and of the extraction's
+version; an entry also records the content hash of each file of the TU's include closure
+(system and dependency headers too: a new torch changes what the compiler resolves). A
+lookup that finds any of them changed is a miss, so a TU is parsed again exactly when its
+include closure holds a changed file (or its command changed). Entries are written to a
+temporary file and renamed into place.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from indexer.precise.tu import TuFacts, TuJob
+
+# Bumped whenever what a TU yields changes, so old entries are not read as new ones.
+EXTRACTION_VERSION = "3"
+
+
+def job_key(job: TuJob) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (
+        EXTRACTION_VERSION,
+        job.file,
+        job.directory,
+        *job.arguments,
+        "\0",
+        *job.autograd_templates,
+        "\0",
+        job.manifest.fingerprint(),
+    ):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+class FileHashes:
+    """Content hashes of files, each read once per run (TUs share most of their headers)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, str | None] = {}
+
+    def of(self, path: str) -> str | None:
+        if path not in self._known:
+            try:
+                data = Path(path).read_bytes()
+            except OSError:
+                self._known[path] = None
+            else:
+                self._known[path] = hashlib.blake2b(data, digest_size=16).hexdigest()
+        return self._known[path]
+
+
+class TuCache:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.hashes = FileHashes()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json.gz"
+
+    def get(self, job: TuJob) -> TuFacts | None:
+        path = self._path(job_key(job))
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                entry = json.load(handle)
+        except (OSError, EOFError, ValueError):
+            return None
+        for file, sha in entry.get("closure", {}).items():
+            if self.hashes.of(file) != sha:
+                return None
+        try:
+            return TuFacts.from_dict(entry["facts"])
+        except (KeyError, TypeError):
+            return None
+
+    def put(self, job: TuJob, facts: TuFacts) -> None:
+        if not facts.ok:
+            return  # a failed TU is tried again next time: its cause may be fixed meanwhile
+        closure = {file: self.hashes.of(file) for file in facts.closure}
+        if any(sha is None for sha in closure.values()):
+            return  # a file it read is gone already: nothing to keep
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self._path(job_key(job))
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        try:
+            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as handle:
+                json.dump({"closure": closure, "facts": facts.as_dict()}, handle)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)

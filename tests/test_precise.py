@@ -1,0 +1,269 @@
+"""Precise C++ mode: libclang over a compile database the test writes, merged over the fast
+graph (tests/fixtures/preciseext, a few .cpp files and headers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from indexer.precise.toolchain import find_resource_dir
+from tests.helpers import build_private_index, line_of, make_fixture_repo
+
+pytest.importorskip("clang.cindex", reason="libclang is not installed")
+if find_resource_dir().path is None:
+    pytest.skip("no compiler headers for libclang (no clang or gcc)", allow_module_level=True)
+
+pytestmark = pytest.mark.xdist_group("precise")
+
+TUS = ("ops", "use", "other")
+CALLS = (
+    "SELECT s.qualname, d.qualname, d.line, e.line, COALESCE(e.attrs, '{{}}')"
+    " FROM {table} e JOIN nodes s ON s.id = e.src_id JOIN nodes d ON d.id = e.dst_id"
+    " WHERE e.kind = 'calls'"
+)
+
+
+def write_compile_commands(repo: Path, tus=TUS) -> None:
+    entries = [
+        {
+            "directory": str(repo),
+            "file": f"csrc/{name}.cpp",
+            "arguments": [
+                "c++",
+                "-std=c++17",
+                "-Icsrc",
+                "-c",
+                f"csrc/{name}.cpp",
+                "-o",
+                f"{name}.o",
+            ],
+        }
+        for name in tus
+    ]
+    (repo / "compile_commands.json").write_text(json.dumps(entries, indent=1))
+
+
+def calls(db: Path, table: str = "edges") -> set[tuple[str, str, int, int, str]]:
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(CALLS.format(table=table)).fetchall()
+    finally:
+        conn.close()
+    return {(src, dst, dst_line, line, _via(attrs)) for src, dst, dst_line, line, attrs in rows}
+
+
+def _via(attrs: str) -> str:
+    values = json.loads(attrs)
+    if values.get("extractor") != "precise":
+        return "fast"
+    return values.get("via", "precise")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("precise")
+    repo = make_fixture_repo("preciseext", base / "preciseext")
+    write_compile_commands(repo)
+    index = build_private_index(repo, base)
+    yield repo, index
+    index.close()
+
+
+def at(repo: Path, path: str, text: str) -> int:
+    return line_of(repo / path, text)
+
+
+def test_overload_is_the_one_the_argument_type_chooses(built) -> None:
+    repo, index = built
+    edges = calls(index.db_path)
+    double = at(repo, "csrc/ops.cpp", "double scale(double x)")
+    single = at(repo, "csrc/ops.cpp", "int scale(int x)")
+    line = at(repo, "csrc/use.cpp", "scale(d)")
+    assert ("pext::use_all", "pext::scale", double, line, "precise") in edges
+    assert not any(e[:4] == ("pext::use_all", "pext::scale", single, line) for e in edges)
+    # The fast graph had both, ambiguous; they are kept aside, not in the graph.
+    replaced = calls(index.db_path, "superseded_edges")
+    assert ("pext::use_all", "pext::scale", single, line, "fast") in replaced
+    assert index.meta_json("precise")["merge"]["ambiguities_resolved"] >= 1
+
+
+def test_template_static_call_goes_to_the_instantiated_member(built) -> None:
+    repo, index = built
+    edges = calls(index.db_path)
+    primary = at(repo, "csrc/ops.h", "static T twice(T x)")
+    special = at(repo, "csrc/ops.h", "static int twice(int x)")
+    float_call = at(repo, "csrc/use.cpp", "Helper<float>::twice")
+    alias_call = at(repo, "csrc/use.cpp", "IntHelper::twice")
+    assert ("pext::use_all", "pext::Helper::twice", primary, float_call, "precise") in edges
+    # Through an alias, only the compiler knows it is the Helper<int> specialization.
+    assert ("pext::use_all", "pext::Helper::twice", special, alias_call, "precise") in edges
+    assert not any(e[2:4] == (primary, alias_call) for e in edges)
+
+
+def test_virtual_call_reaches_the_overriders(built) -> None:
+    repo, index = built
+    edges = calls(index.db_path)
+    line = at(repo, "csrc/use.cpp", "base.run(total)")
+    base_run = at(repo, "csrc/ops.cpp", "int Base::run")
+    fast_run = at(repo, "csrc/ops.cpp", "int Fast::run")
+    assert ("pext::use_all", "pext::Base::run", base_run, line, "precise") in edges
+    assert ("pext::use_all", "pext::Fast::run", fast_run, line, "virtual") in edges
+    qualified = at(repo, "csrc/use.cpp", "base.Base::run")
+    assert ("pext::use_all", "pext::Base::run", base_run, qualified, "precise") in edges
+    assert not any(e[1] == "pext::Fast::run" and e[3] == qualified for e in edges)
+
+
+def test_call_inside_a_macro_is_credited_to_the_enclosing_function(built) -> None:
+    repo, index = built
+    line = at(repo, "csrc/use.cpp", "PEXT_DISPATCH(mul, total)")
+    mul = at(repo, "csrc/ops.cpp", "int mul_impl")
+    assert ("pext::use_all", "pext::mul_impl", mul, line, "precise") in calls(index.db_path)
+    # Pasted from the macro's argument: the fast graph never saw it.
+    assert not any(e[1] == "pext::mul_impl" for e in calls(index.db_path, "superseded_edges"))
+
+
+def test_autograd_apply_runs_forward_and_backward(built) -> None:
+    repo, index = built
+    edges = calls(index.db_path)
+    line = at(repo, "csrc/use.cpp", "Square::apply(total)")
+    forward = at(repo, "csrc/use.cpp", "static int forward")
+    backward = at(repo, "csrc/use.cpp", "static int backward")
+    assert ("pext::use_all", "pext::Square::forward", forward, line, "autograd_apply") in edges
+    assert ("pext::use_all", "pext::Square::backward", backward, line, "autograd_apply") in edges
+
+
+def test_a_call_the_compiler_cannot_resolve_keeps_the_fast_edges(built) -> None:
+    repo, index = built
+    line = at(repo, "csrc/ops.h", "return scale(x);")
+    kept = {e for e in calls(index.db_path) if e[0] == "pext::scale_any" and e[3] == line}
+    assert {(e[1], e[4]) for e in kept} == {("pext::scale", "fast")}
+    assert len(kept) == 2  # both overloads: which one depends on T
+
+
+def test_calls_the_preprocessor_skipped_keep_the_fast_edges(built) -> None:
+    repo, index = built
+    line = at(repo, "csrc/use.cpp", "other_entry(total)")
+    assert ("pext::use_all", "pext::other_entry", 5, line, "fast") in calls(index.db_path)
+    assert index.meta_json("precise")["merge"]["kept_skipped"] == 1
+
+
+def test_status_and_graph_name_the_database_and_the_extractor(built) -> None:
+    from indexer.query.graph import graph
+
+    repo, index = built
+    precise = index.meta_json("precise")
+    assert precise["mode"] == "on"
+    assert precise["database"] == str(repo / "compile_commands.json")
+    assert (precise["tus"], precise["failed"], precise["parsed"]) == (3, 0, 3)
+    assert precise["merge"]["added"] > 0 and precise["merge"]["confirmed"] > 0
+    answer = graph(index, "pext::use_all", mode="calls", depth=1)
+    text = answer.to_text()
+    assert "pext::Square::forward" in text and "(precise)" in text
+
+
+def test_update_after_a_header_change_parses_its_includers_only(tmp_path: Path) -> None:
+    from indexer.query.index import Index
+    from indexer.update import update_index
+    from indexer.workspace import Workspace
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    write_compile_commands(repo)
+    build_private_index(repo, tmp_path).close()
+    header = repo / "csrc" / "ops.h"
+    text = header.read_text().replace("int add_impl(int x);", "int add_impl(int x);\nint sub(int);")
+    header.write_text(text)
+    (repo / "csrc" / "lonely.h").write_text("int lonely();\n")  # included by no TU
+    os.environ["TORCHTALK_CACHE_DIR"] = str(tmp_path / "cache")  # the index's (isolated_dirs)
+    result = update_index(Workspace.resolve(repo), show_progress=False)
+    assert result.precise is not None
+    assert result.precise["reparsed_sample"] == ["csrc/ops.cpp", "csrc/use.cpp"]
+    assert (result.precise["parsed"], result.precise["cached"]) == (2, 1)
+    assert result.precise["headers_in_no_tu"] == ["csrc/lonely.h"]
+    assert any("include closure of no TU" in warning for warning in result.warnings)
+    # The merge is done again whole: what a rebuild of the changed tree makes.
+    rebuilt = build_private_index(repo, tmp_path / "rebuild")
+    assert calls(result.db_path) == calls(rebuilt.db_path)
+    assert calls(result.db_path, "superseded_edges") == calls(rebuilt.db_path, "superseded_edges")
+    updated = Index(result.db_path)
+    for key in ("counts", "link_stats"):
+        assert updated.meta_json(key) == rebuilt.meta_json(key), key
+    updated.close()
+    rebuilt.close()
+
+
+def test_a_failed_tu_is_named_and_keeps_the_fast_graph(tmp_path: Path) -> None:
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    (repo / "csrc" / "broken.cpp").write_text(
+        '#include "missing.h"\nnamespace pext {\nint broken() { return standalone(1); }\n}\n'
+    )
+    write_compile_commands(repo, (*TUS, "broken"))
+    entries = json.loads((repo / "compile_commands.json").read_text())
+    entries.append({**entries[0], "file": "csrc/gone.cpp"})
+    (repo / "compile_commands.json").write_text(json.dumps(entries))
+    index = build_private_index(repo, tmp_path)
+    precise = index.meta_json("precise")
+    assert precise["failed"] == 1
+    [failed] = precise["failed_tus"]
+    assert failed["file"] == "csrc/broken.cpp" and "missing.h" in failed["reason"]
+    assert precise["missing_files"] == 1 and precise["missing_sample"][0].endswith("gone.cpp")
+    # Its function keeps the fast graph's edge; the other TUs are merged as ever.
+    edges = calls(index.db_path)
+    assert ("pext::broken", "pext::standalone", 3, 3, "fast") in edges
+    assert any(e[4] == "virtual" for e in edges)
+    index.close()
+
+
+def test_no_compile_database_leaves_precise_mode_off(tmp_path: Path) -> None:
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    index = build_private_index(repo, tmp_path)
+    precise = index.meta_json("precise")
+    index.close()
+    assert precise["mode"] == "off"
+    assert precise["reason"].startswith("no compile database found")
+    assert "--compile-commands" in precise["reason"]
+
+
+def test_a_selection_follows_a_precise_edge_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    """mul_impl is called only through a token-pasting macro: the fast graph cannot reach
+    it from the op's kernel; with the compiler's edge the op's test is selected."""
+    from indexer.select.report import chain_text
+    from tests.helpers import commit_all
+    from tests.select_support import IndexedTree
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    write_compile_commands(repo)
+    commit_all(repo, "compile database")
+    build_private_index(repo, tmp_path).close()
+    tree = IndexedTree(repo, tmp_path / "cache").use(monkeypatch)
+    tree.replace("csrc/ops.cpp", "return x * x;", "return x * x * x;")
+    selection = tree.select()
+    assert set(selection.files) == {"tests/test_use.py"}
+    # Without precise mode the fast graph has no caller of mul_impl, and the selection
+    # falls back to "possible users of pext::mul_impl".
+    assert [entity.label for entity in selection.entities] == ["pext::mul_impl"]
+    [reason] = selection.files["tests/test_use.py"].reasons
+    [hop] = [hop for hop in reason.chain if hop.dst == "pext::mul_impl"]
+    assert (hop.src, hop.kind, hop.extractor) == ("pext::use_all", "calls", "precise")
+    assert "pext::use_all calls (precise) pext::mul_impl" in chain_text(reason)
+
+
+@pytest.mark.corpus
+def test_pytorch_without_a_build_is_indexed_as_before(pytorch_index) -> None:
+    from indexer.query.index import Index
+    from tests.helpers import corpus_db
+
+    index = Index(corpus_db(pytorch_index))
+    try:
+        precise = index.meta_json("precise")
+        assert precise["mode"] == "off"
+        assert precise["reason"].startswith("no compile database found")
+        marked = index.conn.execute(
+            "SELECT COUNT(*) FROM edges WHERE instr(attrs, '\"extractor\"') > 0"
+        ).fetchone()[0]
+        assert marked == 0
+    finally:
+        index.close()
