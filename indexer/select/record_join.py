@@ -35,7 +35,7 @@ from indexer.record.files import path_of_name
 from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
 from indexer.select.model import Entity, Hop, Reason
-from indexer.select.native_reach import NATIVE, walk_native
+from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.workspace import Workspace
 
@@ -203,7 +203,12 @@ def _recorded_names(
     if not nodes:
         return None, {}
     if all(node.kind in NATIVE for node in nodes):
-        return _native_names(index, nodes, drift.with_change, runs)
+        reach = walk_native(index, [node.id for node in nodes], drift.with_change)
+        if not reach.ops and not reach.bindings:
+            # No op or binding reaches it through native code: the record cannot say who
+            # runs it (the static walk, and its fallbacks, decide).
+            return None, {}
+        return _native_names(index, reach, runs)
     # A function whose file changed since the record may be new, or called from new code.
     if len(nodes) == 1 and nodes[0].path not in drift.to_base and _in_function_body(nodes[0], diff):
         name = _function_name(index, nodes[0])
@@ -213,11 +218,10 @@ def _recorded_names(
 
 
 def _native_names(
-    index: Index, nodes: list[Node], since_record: frozenset[str], runs: RecordedRuns
+    index: Index, reach: NativeReach, runs: RecordedRuns
 ) -> tuple[list[tuple[str, str]], Chains]:
-    """The recorded ops and bindings reaching ``nodes``: each with the hops from the
-    change out to it, and (kind, name, where it is defined)."""
-    reach = walk_native(index, [node.id for node in nodes], since_record)
+    """The recorded names of the ops and bindings ``reach`` found: each with the hops
+    from the change out to it, and (kind, name, where it is defined)."""
     ops = index.nodes(reach.ops + reach.bindings)
     names: list[tuple[str, str]] = []
     chains: Chains = {}
