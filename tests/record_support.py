@@ -57,6 +57,18 @@ def make_recext_repo(dest: Path) -> Path:
     return dest
 
 
+def recext_env(base: Path, library: Path, repo: Path) -> dict[str, str]:
+    """The environment the recext tests run in: its op library, its package on the path,
+    and a cache and configuration of their own (the recorder is compiled into that cache
+    once per torch)."""
+    return {
+        "RECEXT_LIBRARY": str(library),
+        "PYTHONPATH": str(repo),
+        "TORCHTALK_CACHE_DIR": str(base / "cache"),
+        "TORCHTALK_CONFIG_DIR": str(base / "config"),
+    }
+
+
 def run_pytest(
     repo: Path, *args: str, env: dict[str, str], check_codes: tuple[int, ...] = (0, 1)
 ) -> subprocess.CompletedProcess:

@@ -18,7 +18,12 @@ import pytest
 from indexer.record import storage
 from indexer.record.merge import merge
 from indexer.record.model import Record
-from tests.record_support import build_recext_library, make_recext_repo, run_pytest
+from tests.record_support import (
+    build_recext_library,
+    make_recext_repo,
+    recext_env,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 
@@ -28,12 +33,7 @@ def recext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
     base = tmp_path_factory.mktemp("recext")
     library = build_recext_library(base / "lib")
     repo = make_recext_repo(base / "recext")
-    env = {
-        "RECEXT_LIBRARY": str(library),
-        "PYTHONPATH": str(repo),
-        "TORCHTALK_CACHE_DIR": str(base / "cache"),
-        "TORCHTALK_CONFIG_DIR": str(base / "config"),
-    }
+    env = recext_env(base, library, repo)
     return repo, env
 
 

@@ -22,7 +22,12 @@ from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git
-from tests.record_support import build_recext_library, make_recext_repo, run_pytest
+from tests.record_support import (
+    build_recext_library,
+    make_recext_repo,
+    recext_env,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 TESTS = {
@@ -43,12 +48,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("recorded")
     library = build_recext_library(base / "lib")
     repo = make_recext_repo(base / "recext")
-    env = {
-        "RECEXT_LIBRARY": str(library),
-        "PYTHONPATH": str(repo),
-        "TORCHTALK_CACHE_DIR": str(base / "cache"),
-        "TORCHTALK_CONFIG_DIR": str(base / "config"),
-    }
+    env = recext_env(base, library, repo)
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from indexer.record import storage
 from indexer.record.model import KINDS, Record, RecordedTest
+from indexer.wording import age
 
 RECORD_FILE = "record.ttr"  # beside the index
 _cache_lock = threading.Lock()
@@ -175,13 +176,7 @@ def record_line(record: dict[str, Any] | None) -> str:
         return "record:   none (pytest --torchtalk-record makes one beside the index)"
     if "error" in record:
         return f"record:   unusable: {record['error']}"
-    age = record["age_seconds"]
-    ago = "?"
-    if age is not None:
-        ago = next(
-            (f"{age // size}{unit}" for unit, size in (("d", 86400), ("h", 3600), ("m", 60))
-             if age >= size), f"{age}s",
-        )  # fmt: skip
+    ago = age(record["age_seconds"])
     return (
         f"record:   {record['tests']} tests in {record['test_files']} files, "
         f"{record['ops']} ops, commit {(record['commit'] or '-')[:12]}, "

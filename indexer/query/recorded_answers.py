@@ -15,21 +15,9 @@ from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.storage import RecordError
 from indexer.select.native_reach import NATIVE, walk_native
 from indexer.snapshot.fingerprint import short_commit
+from indexer.wording import age, plural
 
 SHOWN = 5  # node ids listed per answer; the structured data has them all
-
-
-def _age(seconds: int | None) -> str:
-    if seconds is None:
-        return "?"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def recorded_names(index: Index, runs: RecordedRuns, nodes: list[Node]) -> list[tuple[str, str]]:
@@ -70,16 +58,16 @@ def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: s
     files = sorted({runs.record.tests[i].file for i in hits})
     label = (
         f"record of {short_commit(runs.record.meta.get('commit')) or '?'}, "
-        f"{_age(runs.age_seconds())} old, {len(runs.record.tests)} tests"
+        f"{age(runs.age_seconds())} old, {len(runs.record.tests)} tests"
     )
     ops = sorted({text for kind, text in names if kind == "op"})
     through = ""
     if ops and what not in ops:
-        through = f" (through {_plural(len(ops), 'op')}: {', '.join(ops[:3])}"
+        through = f" (through {plural(len(ops), 'op')}: {', '.join(ops[:3])}"
         through += ", ...)" if len(ops) > 3 else ")"
     head = (
         f"tests that really run {what}{through}: {len(tests)} in "
-        f"{_plural(len(files), 'file')} ({label})"
+        f"{plural(len(files), 'file')} ({label})"
     )
     if not names:
         head = f"no recorded test ran {what} ({label})"

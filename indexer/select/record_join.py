@@ -37,6 +37,7 @@ from indexer.select.diff import Diff
 from indexer.select.model import Entity, Hop, Reason
 from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
+from indexer.wording import age
 from indexer.workspace import Workspace
 
 DEFAULT_MAX_AGE_DAYS = 30
@@ -102,7 +103,7 @@ def consult_record(
         answer.decided.setdefault(test.file, set()).add(_parts(test.nodeid))
     answer.summary["trusted_tests"] = len(trusted)
     answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
-    label = f"record of {short_commit(record.meta['commit'])}, {_age(runs.age_seconds())} old"
+    label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
     answer.summary["label"] = label
     trusted_ids = {id(test) for test in trusted}
     for position, entity in enumerate(entities):
@@ -142,11 +143,11 @@ def _unusable(workspace: Workspace, diff: Diff, runs: RecordedRuns) -> str:
             f"{short_commit(base)} (another tree or branch): not used"
         )
     limit = workspace.manifest.get("record", "max_age_days", DEFAULT_MAX_AGE_DAYS)
-    age = runs.age_seconds()
-    if age is None:
+    seconds = runs.age_seconds()
+    if seconds is None:
         return "the record says not when it was made: not used"
-    if age > limit * 86400:
-        return f"the record is {_age(age)} old, over the {limit} days of [record] max_age_days"
+    if seconds > limit * 86400:
+        return f"the record is {age(seconds)} old, over the {limit} days of [record] max_age_days"
     return ""
 
 
@@ -323,12 +324,3 @@ def _function_name(index: Index, node: Node) -> tuple[str, str] | None:
 
 def _parts(nodeid: str) -> str:
     return nodeid.split("::", 1)[1] if "::" in nodeid else ""
-
-
-def _age(seconds: int | None) -> str:
-    if seconds is None:
-        return "?"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

@@ -11,7 +11,7 @@ from indexer.query.health import shortfalls
 from indexer.query.index import Index
 from indexer.query.recorded import record_line, record_status
 from indexer.query.status import index_status
-from indexer.wording import plural
+from indexer.wording import age, plural
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
 
@@ -64,9 +64,11 @@ def _print_text(report: dict) -> None:
     if status is None:
         print(f"index:    none at {report['db_path']}; run 'torchtalk index build'")
         return
-    age = status["age_seconds"]
+    seconds = status["age_seconds"]
     print(f"index:    {status['db_path']}")
-    print(f"built:    {status['built_at']} ({_age(age)} ago), commit {status['git_commit'] or '-'}")
+    print(
+        f"built:    {status['built_at']} ({age(seconds)} ago), commit {status['git_commit'] or '-'}"
+    )
     print(
         f"files:    {status['files']} ({plural(status['files_with_parse_errors'], 'has', 'have')} "
         "parse errors)"
@@ -96,15 +98,6 @@ def _print_text(report: dict) -> None:
     _print_precise(status.get("precise"))
     for line in status["below_expected_minimums"]:
         print(f"warning: below expected minimum: {line}")
-
-
-def _age(seconds: int | None) -> str:
-    if seconds is None:
-        return "?"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _print_precise(precise: dict | None) -> None:
