@@ -73,6 +73,5 @@ def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
     if mixed:
         meta["commit"] = None
         meta["commits"] = sorted({str(m.get("commit")) for m in metas})
-    for key in ("problems",):
-        meta[key] = sorted({p for m in metas for p in m.get(key, [])})
+    meta["problems"] = sorted({p for m in metas for p in m.get("problems", [])})
     return meta

@@ -60,7 +60,7 @@ def compile_against_torch(torch, source: Path, target: Path) -> None:
     torch_dir = Path(torch.__file__).resolve().parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    errors = ""
+    last_error = ""
     for standard in ("c++20", "c++17"):  # torch 2.6 builds with 17, newer headers want 20
         command = [
             compiler, f"-std={standard}", "-O2", "-shared", "-fPIC", "-w",
@@ -73,10 +73,10 @@ def compile_against_torch(torch, source: Path, target: Path) -> None:
         if done.returncode == 0:
             os.replace(tmp, target)
             return
-        errors = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        errors = errors[0]
+        lines = done.stderr.strip().splitlines()
+        last_error = lines[-1] if lines else f"exit {done.returncode}"
     tmp.unlink(missing_ok=True)
-    raise NativeUnavailable(f"{source.name} did not compile with {compiler}: {errors}")
+    raise NativeUnavailable(f"{source.name} did not compile with {compiler}: {last_error}")
 
 
 def load() -> ctypes.PyDLL:

@@ -30,6 +30,9 @@ class Entity:
         return len(self.node_ids) or self.node_count
 
 
+EXECUTED = "executed"  # the kind of a record reason's last hop: test -> what it executed
+
+
 @dataclass
 class Hop:
     """One edge of an evidence chain, from the user (``src``) to the used (``dst``)."""

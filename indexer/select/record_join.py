@@ -34,7 +34,7 @@ from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.files import path_of_name
 from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
-from indexer.select.model import Entity, Hop, Reason
+from indexer.select.model import EXECUTED, Entity, Hop, Reason
 from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.wording import age
@@ -117,7 +117,7 @@ def consult_record(
                 continue
             name = runs.record.names[min(hits)]
             hops, (kind, text, where) = chains.get(name, ([], (name[0], name[1], "")))
-            executed = Hop("executed", test.nodeid, text, where or "record", "test", kind, "record")
+            executed = Hop(EXECUTED, test.nodeid, text, where or "record", "test", kind, "record")
             reason = Reason(entity.label, entity.evidence, [*hops, executed], label, "record")
             answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
     return answer

@@ -8,6 +8,7 @@ from typing import Any
 
 from indexer.graph.vocabulary import Extractor
 from indexer.select.model import (
+    EXECUTED,
     ChangedFile,
     Entity,
     Hop,
@@ -19,7 +20,6 @@ from indexer.select.model import (
 from indexer.wording import plural
 
 SCHEMA = "torchtalk.selection/1"
-EXECUTED = "executed"  # the kind of a record reason's last hop: test -> op it executed
 
 
 def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None) -> dict:
