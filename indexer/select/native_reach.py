@@ -9,8 +9,9 @@ op). It never enters Python: which Python runs an op is what the record observed
 
 It stops at an op: a C++ caller of ``at::mm`` reaches it through the dispatcher, which
 the record sees, so the tests that executed the caller's op are among those that executed
-``aten::mm``. Except where a caller's code changed after the record was made (``drifted``
-files, where a new call the record could not see may be), the walk goes on through them.
+``aten::mm``. Except where the call may be newer than the record (a call site in a file
+changed between the record's commit and the base, or on a line the change itself
+touches): the walk goes on through those.
 """
 
 from __future__ import annotations
@@ -67,9 +68,16 @@ class NativeReach:
         return hops
 
 
-def walk_native(index: Index, starts: list[int], drifted: frozenset[str]) -> NativeReach:
+def walk_native(
+    index: Index,
+    starts: list[int],
+    drifted: frozenset[str],
+    changed_lines: dict[str, set[int]] | None = None,
+) -> NativeReach:
     """The ops and bindings reaching ``starts`` through native code; ``drifted``: the
-    repo paths changed since the record was made."""
+    repo paths changed since the record was made; ``changed_lines``: path -> the lines
+    (new side) the change touches."""
+    changed_lines = changed_lines or {}
     reach = NativeReach()
     kinds = {node.id: node.kind for node in index.nodes(starts)}
     queue: deque[int] = deque()
@@ -87,7 +95,10 @@ def walk_native(index: Index, starts: list[int], drifted: frozenset[str]) -> Nat
             reach.bindings.append(node_id)
             continue  # Python calls it: the record saw who
         for edge in index.in_edges(node_id, BACKWARD):
-            if kind == OP and not (edge.kind == EdgeKind.CALLS.value and edge.path in drifted):
+            if kind == OP and not (
+                edge.kind == EdgeKind.CALLS.value
+                and (edge.path in drifted or edge.line in changed_lines.get(edge.path, ()))
+            ):
                 continue
             _reach(index, reach, kinds, queue, node_id, edge.src, edge)
         for edge in index.out_edges(node_id, FORWARD):

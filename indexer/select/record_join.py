@@ -156,7 +156,7 @@ class Drift:
     """What changed after the record was made."""
 
     to_base: frozenset[str]  # paths changed from the record's commit to the base
-    with_change: frozenset[str]  # those, and the paths the change itself touches
+    changed_lines: dict[str, set[int]]  # path -> lines (new side) the change touches
 
 
 def _drift(source: Path, commit: str, diff: Diff) -> Drift | None:
@@ -165,8 +165,12 @@ def _drift(source: Path, commit: str, diff: Diff) -> Drift | None:
     if out is None:
         return None
     to_base = frozenset(n.decode("utf-8", "surrogateescape") for n in out.split(b"\0") if n)
-    change = {c.path for c in diff.files} | {c.old_path for c in diff.files if c.old_path}
-    return Drift(to_base, to_base | change)
+    changed_lines: dict[str, set[int]] = {}
+    for change in diff.files:
+        lines = changed_lines.setdefault(change.path, set())
+        for hunk in change.hunks:
+            lines.update(range(hunk.new_start, hunk.new_start + max(hunk.new_count, 1)))
+    return Drift(to_base, changed_lines)
 
 
 def trusted_tests(runs: RecordedRuns, drifted: frozenset[str]) -> tuple[list, Counter]:
@@ -204,7 +208,7 @@ def _recorded_names(
     if not nodes:
         return None, {}
     if all(node.kind in NATIVE for node in nodes):
-        reach = walk_native(index, [node.id for node in nodes], drift.with_change)
+        reach = walk_native(index, [node.id for node in nodes], drift.to_base, drift.changed_lines)
         if not reach.ops and not reach.bindings:
             # No op or binding reaches it through native code: the record cannot say who
             # runs it (the static walk, and its fallbacks, decide).
