@@ -24,6 +24,7 @@ import argparse
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections import deque
@@ -126,6 +127,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=6)
     args = parser.parse_args()
     source = args.source.resolve()
+    dirty = subprocess.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    if dirty.strip():
+        print(f"{source} has uncommitted changes; the bench needs a clean tree")
+        return 1
     workspace = Workspace.resolve(source)
     beside = record_path_for(workspace.db_path)
     shutil.copyfile(args.record, beside)
