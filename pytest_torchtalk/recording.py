@@ -246,7 +246,13 @@ class RecordRun:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_controller:
             self._merge_parts()
-            return
+        else:
+            self._write(session)
+        # A run asked to record that leaves no record must not pass for one that did.
+        if self.problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _write(self, session: pytest.Session) -> None:
         if self.observer is not None:
             self.observer.stop()
         self._add_unobserved(session)
@@ -260,6 +266,8 @@ class RecordRun:
             storage.write(self.record, target)
         except TorchTalkError as exc:
             self.problems.append(str(exc))
+        except OSError as exc:  # the directory cannot be made
+            self.problems.append(f"cannot write the record {target}: {exc.strerror or exc}")
 
     def _add_unobserved(self, session: pytest.Session) -> None:
         # Without the compiled recorder no test went through the protocol hook's recording.
@@ -277,10 +285,12 @@ class RecordRun:
             if not parts:
                 self.problems.append("no worker wrote a record")
                 return
-            storage.write(merge(parts), self.path)
-            self.record = storage.read(self.path)
+            self.record = merge(parts)
+            storage.write(self.record, self.path)
         except TorchTalkError as exc:
             self.problems.append(str(exc))
+        except OSError as exc:
+            self.problems.append(f"cannot write the record {self.path}: {exc.strerror or exc}")
         finally:
             shutil.rmtree(self.parts_dir, ignore_errors=True)
 

@@ -145,3 +145,14 @@ def test_xdist_and_merged_shards_give_the_serial_record(recext, serial: Record) 
     storage.write(merge(shards), one)
     storage.write(merge(shards[::-1]), other)
     assert one.read_bytes() == other.read_bytes()  # order-independent, byte for byte
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(recext, tmp_path: Path) -> None:
+    repo, env = recext
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = run_pytest(
+        repo, f"--torchtalk-record={blocker}/record.ttr", "tests/test_shift.py", env=env,
+        check_codes=(3,),
+    )  # fmt: skip
+    assert "torchtalk: record not written: cannot write the record" in done.stdout
