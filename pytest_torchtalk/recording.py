@@ -86,6 +86,7 @@ class RecordRun:
         self.problems: list[str] = []
         self._session = self.record.add_segment("session", SESSION_LABEL)
         self._files: dict[str, int] = {}  # test file -> its collection segment
+        self._imports: dict[str, int] = {}  # module path -> its import work's segment
         self._fixtures: dict[int, list[int]] = defaultdict(list)  # id(fixturedef) -> segments
         self._stack: list[int] = []  # segments being recorded, innermost last
         self._problems: dict[int, list[str]] = defaultdict(list)  # segment -> problems
@@ -107,7 +108,14 @@ class RecordRun:
         """Add what ran since the last look to ``segment``."""
         if self.observer is None:
             return
-        observed: Observed = self.observer.close()
+        self._add(segment, self.observer.close())
+        for path, observed in self.observer.take_imports().items():
+            found = self._imports.get(path)
+            if found is None:
+                found = self._imports[path] = self.record.add_segment("module", path)
+            self._add(found, observed)
+
+    def _add(self, segment: int, observed: Observed) -> None:
         names = self.record.segments[segment].names
         for name in observed.names:
             names.add(self.record.name_id(*name))
@@ -254,6 +262,7 @@ class RecordRun:
 
     def _write(self, session: pytest.Session) -> None:
         if self.observer is not None:
+            self._take(self._session)  # what session teardown imported
             self.observer.stop()
         self._add_unobserved(session)
         if self.unavailable:

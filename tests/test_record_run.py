@@ -103,6 +103,25 @@ def test_module_fixture_work_counts_for_every_test_using_it(serial: Record) -> N
     assert "aten::sigmoid" not in ops(serial, "tests/test_scale.py::test_scale_by_name")
 
 
+def test_import_work_is_the_modules_whichever_test_imported_it_first(serial: Record) -> None:
+    # recext.probes runs recext::probe while it is imported, during the collection of
+    # whichever test file imports recext first: that is no test's own work.
+    work = {s.label: {serial.names[n] for n in s.names} for s in serial.segments
+            if s.kind == "module"}  # fmt: skip
+    assert ("op", "recext::probe") in work["recext/probes.py"]
+    assert ("module", "recext/probes.py") in work["recext/__init__.py"]
+    assert all("recext::probe" not in ops(serial, t.nodeid) for t in serial.tests)
+    from indexer.query.recorded import RecordedRuns
+
+    runs = RecordedRuns(serial)
+    assert set(runs.import_work([("op", "recext::probe")])) == {"recext/probes.py"}
+    importers = {serial.tests[i].nodeid for i in runs.importers(["recext/probes.py"])}
+    # every test of a file importing recext, though only the first file's import ran it
+    assert importers == {t.nodeid for t in serial.tests if "test_outcomes" not in t.nodeid}
+    table_users = {serial.tests[i].nodeid for i in runs.importers(["recext/table.py"])}
+    assert table_users == {t.nodeid for t in serial.tests if "test_scale.py" in t.nodeid}
+
+
 def test_outcomes_and_tests_that_are_not_recorded(serial: Record) -> None:
     tests = {t.nodeid.split("::")[-1]: t for t in serial.tests}
     assert tests["test_scale"].outcome == "passed" and tests["test_scale"].complete

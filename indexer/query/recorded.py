@@ -35,6 +35,8 @@ class RecordedRuns:
         self.path = path
         self._tests_of_segment: dict[int, list[int]] | None = None
         self._by_name: dict[tuple[str, str], int] | None = None
+        self._naming: dict[str, list[int]] | None = None  # module path -> segments naming it
+        self._functions: dict[str, list[tuple[str, str]]] | None = None  # module -> its functions
         self._lock = threading.Lock()
 
     @classmethod
@@ -87,6 +89,63 @@ class RecordedRuns:
                 for test in tests_of.get(segment_id, ()):
                     found[test] |= hits
         return found
+
+    def import_work(self, names: Iterable[tuple[str, str]]) -> dict[str, set[int]]:
+        """Module path -> the ids of ``names`` its body ran while it was imported."""
+        wanted = set(self.name_ids(names))
+        found: dict[str, set[int]] = {}
+        if not wanted:
+            return found
+        for segment in self.record.segments:
+            if segment.kind == "module":
+                hits = segment.names & wanted
+                if hits:
+                    found[segment.label] = hits
+        return found
+
+    def importers(self, modules: Iterable[str]) -> set[int]:
+        """The tests whose process imports one of ``modules`` (paths): a test file, fixture
+        or test that imported it, or imported a module whose import imported it, and so
+        on. Read from what each module body imported and from the modules its namespace
+        names, so it does not depend on which test happened to import a module first."""
+        tests_of, _ = self._index()
+        naming = self._module_naming()
+        segments = self.record.segments
+        seen = set(modules)
+        frontier = list(seen)
+        tests: set[int] = set()
+        while frontier:
+            module = frontier.pop()
+            for segment in naming.get(module, ()):
+                if segments[segment].kind != "module":
+                    tests.update(tests_of.get(segment, ()))
+                elif segments[segment].label not in seen:
+                    seen.add(segments[segment].label)
+                    frontier.append(segments[segment].label)
+        return tests
+
+    def functions_of(self, module: str) -> list[tuple[str, str]]:
+        """The recorded function names defined in ``module`` (a path)."""
+        with self._lock:
+            if self._functions is None:
+                functions: dict[str, list[tuple[str, str]]] = defaultdict(list)
+                for kind, text in self.record.names:
+                    if kind == "function":
+                        functions[text.rsplit(":", 1)[0]].append((kind, text))
+                self._functions = dict(functions)
+            return self._functions.get(module, [])
+
+    def _module_naming(self) -> dict[str, list[int]]:
+        with self._lock:
+            if self._naming is None:
+                names = self.record.names
+                module_ids = {i: text for i, (kind, text) in enumerate(names) if kind == "module"}
+                naming: dict[str, list[int]] = defaultdict(list)
+                for index, segment in enumerate(self.record.segments):
+                    for name in segment.names & module_ids.keys():
+                        naming[module_ids[name]].append(index)
+                self._naming = dict(naming)
+            return self._naming
 
     def matching_names(self, kind: str, pattern: str) -> list[tuple[str, str]]:
         """Names of ``kind`` equal to ``pattern``, else those containing it (overloads of

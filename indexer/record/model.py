@@ -6,6 +6,12 @@ used by many tests); a test file's collection (its imports); the session's start
 lists the segments it depends on, so the work of a shared fixture is recorded once and
 still counts for every test that used it.
 
+A module's *import work* (what its body ran: the modules it imported, the functions and
+ops it called) is a segment of its own too, of kind ``module``, linked to no test: a test
+depends on the import work of every module its file, its fixtures or its own code import,
+transitively (``RecordedRuns.importers``), whichever of them happened to be imported
+first in the process that recorded it.
+
 A segment holds *names*, each a (kind, text) pair interned once per record:
 
 ==========  ==========================================================================
@@ -25,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("op", "backward", "function", "module", "binding", "kernel")
-SEGMENT_KINDS = ("test", "fixture", "file", "session")
+SEGMENT_KINDS = ("test", "fixture", "file", "session", "module")  # stored by position
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 # Outcomes whose record shows everything the test does: a test that failed or was skipped
 # stopped early, so what it did not reach is unknown.
@@ -35,7 +41,7 @@ COMPLETE_OUTCOMES = frozenset({"passed", "xpassed"})
 @dataclass
 class Segment:
     kind: str  # one of SEGMENT_KINDS
-    label: str  # node id, 'fixture NAME @ BASEID', 'file PATH', 'session'
+    label: str  # node id, 'fixture NAME @ BASEID', 'file PATH', 'session', module PATH
     names: set[int] = field(default_factory=set)  # ids into Record.names
 
 

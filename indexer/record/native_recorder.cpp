@@ -7,7 +7,10 @@
 //    autograd nodes of a backward pass. Unlike a profiler it never clashes with a test
 //    that starts a profiler of its own.
 //  - a C profile function (PyEval_SetProfile): every Python function entered and every
-//    C function called from Python, without a Python-level callback per call.
+//    C function called from Python, without a Python-level callback per call. The one
+//    exception is a module body (a `<module>` frame) starting or ending: the Python side
+//    is told, so that what an import runs is kept as the module's, not as the work of
+//    whichever test happened to import it first.
 //
 // A test is an *epoch*: each name seen stores the current epoch in its slot, and the
 // Python side reads the names whose slot holds the epoch it is closing. Names are interned
@@ -25,6 +28,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace {
 
@@ -105,11 +109,57 @@ std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (str
 // object at every attribute access, its PyMethodDef is not.
 std::unordered_map<const void*, PyObject*>* g_cfuncs = nullptr;
 PyObject* g_profile_token = nullptr;  // what sys.getprofile() returns while we observe
+PyObject* g_module_callback = nullptr;  // callable(code, entering, globals), or none
+thread_local std::vector<PyFrameObject*> t_module_frames;  // module bodies running
+
+bool is_module_body(PyCodeObject* code) {
+  PyObject* name = code->co_name;
+  return PyUnicode_GET_LENGTH(name) == 8 && PyUnicode_CompareWithASCIIString(name, "<module>") == 0;
+}
+
+// Tells the Python side that a module body starts or ends. Whatever exception is being
+// raised through the frame stays as it was; one raised by the callback is dropped, so an
+// import never fails because it was observed.
+void module_boundary(PyFrameObject* frame, int entering) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));
+#if PY_VERSION_HEX >= 0x030B0000
+  PyObject* globals = PyFrame_GetGlobals(frame);
+#else
+  PyObject* globals = frame->f_globals;
+  Py_XINCREF(globals);
+#endif
+  PyObject* result = PyObject_CallFunction(
+      g_module_callback, "OiO", code, entering, globals != nullptr ? globals : Py_None);
+  Py_XDECREF(result);
+  Py_XDECREF(globals);
+  Py_DECREF(code);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+}
 
 int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   if (what == PyTrace_CALL) {
     PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
+    bool module = is_module_body(reinterpret_cast<PyCodeObject*>(code));
     if (!g_codes->insert(code).second) Py_DECREF(code);
+    if (module && g_module_callback != nullptr) {
+      t_module_frames.push_back(frame);
+      module_boundary(frame, 1);
+    }
+  } else if (what == PyTrace_RETURN && !t_module_frames.empty()) {
+    // A module body's frame returns (or unwinds). Frames above it that never reported
+    // their end are closed with it, so one lost event cannot misattribute what follows.
+    for (size_t depth = t_module_frames.size(); depth-- > 0;) {
+      if (t_module_frames[depth] != frame) continue;
+      while (t_module_frames.size() > depth) {
+        PyFrameObject* ending = t_module_frames.back();
+        t_module_frames.pop_back();
+        module_boundary(ending, 0);
+      }
+      break;
+    }
   } else if (what == PyTrace_C_CALL && PyCFunction_Check(arg)) {
     const void* definition = reinterpret_cast<PyCFunctionObject*>(arg)->m_ml;
     if (g_cfuncs->emplace(definition, arg).second) Py_INCREF(arg);
@@ -165,6 +215,14 @@ void tt_observe_thread(PyObject* token) {
 }
 
 void tt_stop_thread() { PyEval_SetProfile(nullptr, nullptr); }
+
+// Sets what is called when a module body starts or ends: callable(code, entering,
+// globals); None stops the calls.
+void tt_set_module_callback(PyObject* callable) {
+  Py_XDECREF(g_module_callback);
+  g_module_callback = callable == Py_None ? nullptr : callable;
+  Py_XINCREF(g_module_callback);
+}
 
 // Closes the current epoch: a list of the operator names seen in it, each a kind letter
 // ('o' operator, 'b' backward node) followed by the name.

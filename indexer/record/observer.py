@@ -6,6 +6,12 @@ indexed tree: functions whose file is in the tree, or in the installed copy of o
 tree's packages (PyTorch's tests run against a wheel: ``site-packages/torch/nn/functional.py``
 is the tree's ``torch/nn/functional.py``), and bindings of those packages' compiled modules.
 
+What a module body runs while it is imported (its own statements and the functions they
+call) is kept apart, as that module's import work (``take_imports``): it happens once per
+process, in whichever test or collection first imported the module, and is the same for
+every importer. Kept with the segment that happened to import it, it would make that
+segment look as if it ran the work itself, and the others as if they did not.
+
 Its one promise is honesty: when something a test did disturbed the observation (a test
 that replaced the profile function, or removed every RecordFunction callback), the segment
 says so, and the test is then unrecorded rather than recorded as doing less.
@@ -32,6 +38,10 @@ CANARY_OP = "aten::empty.memory_format"  # what torch.empty(0) dispatches
 class Observed:
     names: set[tuple[str, str]] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)  # why the observation is incomplete
+
+    def add(self, other: Observed) -> None:
+        self.names |= other.names
+        self.problems.extend(other.problems)
 
 
 def tree_packages(root: Path) -> dict[str, str]:
@@ -72,6 +82,12 @@ class Observer:
         self._token = object()  # what sys.getprofile() returns while we observe
         if self._lib.tt_start_ops() != 0:
             raise native.NativeUnavailable("RecordFunction refused the recorder's callback")
+        # Whose work is running, per thread: None for the segment being recorded, else the
+        # tree module whose body is running (innermost last).
+        self._owners = threading.local()
+        self._pending = Observed()  # the segment's work, set aside while a body ran
+        self._imports: dict[str, Observed] = {}  # module path -> its import work
+        self._lib.tt_set_module_callback(self._module_boundary)
         self._lib.tt_observe_thread(self._token)
         threading.setprofile(self._observe_new_thread)
         self._torch = sys.modules.get("torch")
@@ -83,9 +99,56 @@ class Observer:
     def stop(self) -> None:
         threading.setprofile(None)
         self._lib.tt_stop_thread()
+        self._lib.tt_set_module_callback(None)
 
     def close(self) -> Observed:
-        """What ran since the previous close, with what disturbed the observation."""
+        """What the segment being recorded ran since the previous close (import work
+        excepted: ``take_imports``), with what disturbed the observation."""
+        observed, self._pending = self._pending, Observed()
+        observed.add(self._drain())
+        return observed
+
+    def take_imports(self) -> dict[str, Observed]:
+        """Module path -> what its body ran while imported, since the previous take: the
+        modules it imported (run first there, or named in its namespace), the functions
+        it called, ops."""
+        imports, self._imports = self._imports, {}
+        return imports
+
+    def _module_boundary(self, code: CodeType, entering: int, namespace) -> None:
+        # Called by the compiled profile function when a module body starts or ends.
+        owners = getattr(self._owners, "stack", None)
+        if owners is None:
+            owners = self._owners.stack = [None]
+        name = self._code_names.get(code, False)
+        if name is False:
+            name = self._code_names[code] = self._name_of_code(code)
+        path = name[1] if name is not None and name[0] == "module" else None
+        if entering:
+            owner = path if path is not None else owners[-1]
+            if owner != owners[-1]:
+                self._give(owners[-1], self._drain())
+            owners.append(owner)
+            return
+        if len(owners) == 1:  # an end whose start came before the observation
+            return
+        owner = owners.pop()
+        if owner != owners[-1]:
+            self._give(owner, self._drain())
+        if path is not None and isinstance(namespace, dict):
+            self._give(path, Observed(self.imported_by(namespace)))
+
+    def _give(self, owner: str | None, observed: Observed) -> None:
+        # What disturbed the observation stays with the segment being recorded: it is
+        # the one whose tests can no longer be trusted to be recorded whole.
+        self._pending.problems.extend(observed.problems)
+        if owner is None:
+            self._pending.names |= observed.names
+        else:
+            self._imports.setdefault(owner, Observed()).names |= observed.names
+
+    def _drain(self) -> Observed:
+        """Everything the recorder saw since the last drain, whoever ran it."""
         observed = Observed()
         ops = self._lib.tt_close_epoch()
         for text in ops:
@@ -125,12 +188,14 @@ class Observer:
         self._lib.tt_restart_ops()
         return "RecordFunction callbacks were removed (torch._C._clear_callbacks?)"
 
-    def imported_by(self, module: ModuleType) -> set[tuple[str, str]]:
-        """The tree's modules ``module`` imports directly (``import x``, ``from x import
-        y``), read from its namespace: unlike the module bodies that run while a file is
-        collected, this does not depend on which file happened to import them first."""
+    def imported_by(self, module: ModuleType | dict) -> set[tuple[str, str]]:
+        """The tree's modules ``module`` (or a module's namespace) imports directly
+        (``import x``, ``from x import y``), read from its namespace: unlike the module
+        bodies that run while it is imported, this does not depend on what happened to be
+        imported before."""
         names: set[tuple[str, str]] = set()
-        for value in list(vars(module).values()):
+        namespace = module if isinstance(module, dict) else vars(module)
+        for value in list(namespace.values()):
             if isinstance(value, ModuleType):
                 source = value
             else:

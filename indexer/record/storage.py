@@ -71,9 +71,13 @@ def _header_digest(header: dict) -> str:
 
 def canonical(record: Record) -> Record:
     """The same record with names, segments and tests sorted, unused names and segments
-    dropped, and duplicate segments (same kind and label) merged."""
+    dropped (a module's import work is used by its importers), and duplicate segments
+    (same kind and label) merged."""
     segment_key = {i: (s.kind, s.label) for i, s in enumerate(record.segments)}
-    used_segments = sorted({segment_key[s] for t in record.tests for s in t.segments})
+    used_segments = sorted(
+        {segment_key[s] for t in record.tests for s in t.segments}
+        | {key for key in segment_key.values() if key[0] == "module"}
+    )
     new_segment = {key: index for index, key in enumerate(used_segments)}
     names_of: dict[int, set[int]] = {index: set() for index in range(len(used_segments))}
     for old, segment in enumerate(record.segments):
