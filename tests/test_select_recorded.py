@@ -33,6 +33,7 @@ pytestmark = pytest.mark.xdist_group("recorded-runs")
 TESTS = {
     "tests/test_scale.py": [
         "test_scale", "test_scale_by_name", "test_reuses_module_fixture", "test_scale_then_fail",
+        "test_table",
     ],
     "tests/test_shift.py": ["test_shift", "test_twice_backward", "test_sorted"],
     "tests/test_outcomes.py": [
@@ -133,7 +134,40 @@ def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
     assert "op recext::scale @ csrc/ops.cpp:" in text
     assert "executed by tests/test_scale.py::test_scale (record of " in text
-    assert selection.record["used"] and selection.record["trusted_tests"] == 6
+    assert selection.record["used"] and selection.record["trusted_tests"] == 7
+
+
+def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Path) -> None:
+    # recext.probes runs recext::probe once at import, as torch._dynamo probes operators,
+    # and every test file imports it (through recext): no test runs it itself.
+    edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
+    selection = select_tests(Workspace.resolve(repo))
+    by_record = {n for n, by in kept(repo).items() if by == "record"}
+    # (test_scale_then_fail failed when recorded: the static walk keeps it, as every importer)
+    assert len(by_record) == 1, by_record
+    (nodeid,) = by_record
+    path, name = nodeid.split("::")
+    from indexer.select.report import chain_text
+
+    text = chain_text(selection.files[path].recorded[name])
+    assert "op recext::probe @ csrc/ops.cpp:" in text
+    assert "run by the import of recext/probes.py" in text
+    assert f"imported by {nodeid}, one importer standing for all (record of " in text
+
+
+def test_an_op_whose_import_time_result_is_kept_selects_its_users(repo: Path) -> None:
+    # recext.table keeps recext.shift(...) computed at import, read by table.offsets():
+    # test_table depends on it though it never runs shift; test_shift runs it itself.
+    edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
+         "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
+    selection = select_tests(Workspace.resolve(repo))
+    by_record = {n for n, by in kept(repo).items() if by == "record"}
+    assert by_record == {"tests/test_shift.py::test_shift", "tests/test_scale.py::test_table"}
+    from indexer.select.report import chain_text
+
+    text = chain_text(selection.files["tests/test_scale.py"].recorded["test_table"])
+    assert "run by the import of recext/table.py" in text
+    assert "used by tests/test_scale.py::test_table, which entered recext/table.py:offsets" in text
 
 
 def test_a_python_function_change_selects_the_tests_that_entered_it(repo: Path) -> None:
@@ -166,6 +200,20 @@ def test_a_new_test_file_and_a_changed_test_file_fall_back_to_static(repo: Path)
     assert matcher.verdict("tests/test_new.py", ["test_new"]).keep
     verdict = matcher.verdict("tests/test_shift.py", ["test_sorted"])
     assert verdict.keep and verdict.decided_by == "static"
+
+
+def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
+    repo: Path,
+) -> None:
+    # recext/probes.py is imported through recext/__init__.py, first while test_scale.py
+    # was collected: test_shift.py's tests import it too, only transitively.
+    edit(repo, "recext/probes.py", "import torch\n", "import torch\n\nPROBED = True\n")
+    commit_all(repo, "probes keep a flag")
+    edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
+         "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
+    selection = select_tests(Workspace.resolve(repo))
+    assert selection.record["used"] and selection.record["trusted_tests"] == 0
+    assert kept(repo)["tests/test_shift.py::test_shift"] == "static"
 
 
 def test_a_record_of_another_history_is_not_used_and_says_why(repo: Path) -> None:
@@ -217,9 +265,9 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
     assert "PASSED tests/test_scale.py::test_scale_by_name" in done.stdout
     assert "test_reuses_module_fixture" not in done.stdout.split("short test summary")[-1]
     # the other test files are ruled out whole: not collected at all
-    assert counts["collected"] == 4 and counts["selected"] == 3 and counts["deselected"] == 1
+    assert counts["collected"] == 5 and counts["selected"] == 3 and counts["deselected"] == 2
     assert counts["test_files_not_collected"] == 2
-    assert counts["decided_by_record"] == 3  # 2 selected and 1 deselected in test_scale.py
+    assert counts["decided_by_record"] == 4  # 2 selected and 2 deselected in test_scale.py
     assert counts["tests_selected_by_record"] == 2
 
 

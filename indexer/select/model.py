@@ -30,7 +30,12 @@ class Entity:
         return len(self.node_ids) or self.node_count
 
 
-EXECUTED = "executed"  # the kind of a record reason's last hop: test -> what it executed
+# The kinds of a record reason's last hops: how the test depends on what changed.
+EXECUTED = "executed"  # the test ran it itself (its setup, call, teardown, fixtures)
+IMPORT_WORK = "import work"  # a module's body ran it while the module was imported
+IMPORTED = "imported"  # the test's own file is that module
+USES = "uses"  # the test entered a function of that module (it uses what the body left)
+WITNESS = "witness"  # the test imports that module: one importer standing for all
 
 
 @dataclass

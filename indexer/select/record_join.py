@@ -16,6 +16,8 @@ Three steps, each with its own source of truth:
 3. **Who executed them?** The trusted tests whose record holds one of them. An op matches
    by name with any overload (``aten::add`` for ``aten::add.Tensor``): a functional op's
    kernel runs its structured ``out`` kernel without dispatching the ``out`` overload.
+   What a module's body ran while it was imported is not any one test's work; who
+   depends on it is ``indexer.select.import_work``'s question.
 
 A record that cannot be used at all (damaged, of another tree or branch, older than the
 manifest's ``[record] max_age_days``) is not used, and the selection says why.
@@ -34,7 +36,8 @@ from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.files import path_of_name
 from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
-from indexer.select.model import EXECUTED, Entity, Hop, Reason
+from indexer.select.import_work import import_uses
+from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason
 from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.wording import age
@@ -106,21 +109,45 @@ def consult_record(
     label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
     answer.summary["label"] = label
     trusted_ids = {id(test) for test in trusted}
+    trusted_indexes = {i for i, test in enumerate(record.tests) if id(test) in trusted_ids}
+    chosen: set[int] = set()  # test indexes selected so far
+    imported: list[tuple[Entity, Chains, dict[str, set[int]]]] = []
+
+    def select(test_index: int, entity: Entity, chain: list[Hop]) -> None:
+        test = record.tests[test_index]
+        reason = Reason(entity.label, entity.evidence, chain, label, "record")
+        answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
+        chosen.add(test_index)
+
     for position, entity in enumerate(entities):
         names, chains = _recorded_names(index, entity, drift, runs, diff)
         if names is None:
             continue  # the static walk answers it
         answer.answered.add(position)
         for test_index, hits in runs.tests_executing(names).items():
-            test = runs.record.tests[test_index]
-            if id(test) not in trusted_ids:
+            if test_index not in trusted_indexes:
                 continue
-            name = runs.record.names[min(hits)]
-            hops, (kind, text, where) = chains.get(name, ([], (name[0], name[1], "")))
-            executed = Hop(EXECUTED, test.nodeid, text, where or "record", "test", kind, "record")
-            reason = Reason(entity.label, entity.evidence, [*hops, executed], label, "record")
-            answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
+            hops, (kind, text, where) = _chain_to(chains, record.names[min(hits)])
+            executed = Hop(EXECUTED, record.tests[test_index].nodeid, text, where or "record",
+                           "test", kind, "record")  # fmt: skip
+            select(test_index, entity, [*hops, executed])
+        work = runs.import_work(names)
+        if work:
+            imported.append((entity, chains, work))
+    # After every change's own executors: an importer already chosen stands for the rest.
+    for entity, chains, work in imported:
+        for use in import_uses(runs, work, trusted_indexes, chosen):
+            hops, (kind, text, where) = _chain_to(chains, record.names[use.name])
+            ran = Hop(IMPORT_WORK, use.module, text, where or "record", "module", kind, "record")
+            nodeid = record.tests[use.test].nodeid
+            how = Hop(use.role, nodeid, use.module, use.entered or "record", "test", "module",
+                      "record")  # fmt: skip
+            select(use.test, entity, [*hops, ran, how])
     return answer
+
+
+def _chain_to(chains: Chains, name: tuple[str, str]) -> tuple[list[Hop], tuple[str, str, str]]:
+    return chains.get(name, ([], (name[0], name[1], "")))
 
 
 def _unused(summary: dict, why: str) -> RecordAnswer:
@@ -180,7 +207,11 @@ def trusted_tests(runs: RecordedRuns, drifted: frozenset[str]) -> tuple[list, Co
         name for name in record.names
         if (path := path_of_name(*name)) is not None and path in drifted
     ]  # fmt: skip
-    ran_stale = runs.tests_executing(stale_names)
+    ran_stale = set(runs.tests_executing(stale_names))
+    # A stale module, or one whose import ran stale code, changes what its importers see.
+    stale_imports = set(runs.import_work(stale_names))
+    stale_imports.update(text for kind, text in stale_names if kind == "module")
+    ran_stale |= runs.importers(stale_imports)
     trusted, untrusted = [], Counter()
     for index, test in enumerate(record.tests):
         if test.unrecorded:

@@ -9,6 +9,10 @@ from typing import Any
 from indexer.graph.vocabulary import Extractor
 from indexer.select.model import (
     EXECUTED,
+    IMPORT_WORK,
+    IMPORTED,
+    USES,
+    WITNESS,
     ChangedFile,
     Entity,
     Hop,
@@ -130,6 +134,13 @@ def selection_from_dict(data: dict) -> Selection:
     return selection
 
 
+_IMPORT_ROLES = {
+    IMPORTED: "imported by its own test {test}",
+    USES: "used by {test}, which entered {at}",
+    WITNESS: "imported by {test}, one importer standing for all",
+}
+
+
 def chain_text(reason: Reason) -> str:
     """``matmul changed @ L.cpp:10 <- calls _matmul_impl @ L.cpp:40 <- ...``"""
     if not reason.chain:
@@ -139,6 +150,14 @@ def chain_text(reason: Reason) -> str:
         if hop.kind == EXECUTED:  # the record's hop: a test ran the op
             parts.append(f"{hop.dst_kind} {hop.dst} @ {hop.evidence}")
             parts.append(f"executed by {hop.src} ({reason.note})")
+            continue
+        if hop.kind == IMPORT_WORK:
+            parts.append(f"{hop.dst_kind} {hop.dst} @ {hop.evidence}")
+            parts.append(f"run by the import of {hop.src}")
+            continue
+        if hop.kind in _IMPORT_ROLES:
+            parts.append(f"{_IMPORT_ROLES[hop.kind].format(test=hop.src, at=hop.evidence)}"
+                         f" ({reason.note})")  # fmt: skip
             continue
         src, dst = hop.src, hop.dst
         if src == dst:  # 'derivative aten::mm derives op aten::mm'
