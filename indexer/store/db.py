@@ -156,9 +156,9 @@ def evict_file(conn: sqlite3.Connection, path: str) -> int | None:
         return None
     file_id = row[0]
     conn.execute(
-        "DELETE FROM edges WHERE file_id = ?1 OR src_id IN (SELECT id FROM nodes WHERE file_id = ?1)"
-        " OR dst_id IN (SELECT id FROM nodes WHERE file_id = ?1)",
-        (file_id,),
+        "DELETE FROM edges WHERE file_id = :file OR src_id IN (SELECT id FROM nodes WHERE"
+        " file_id = :file) OR dst_id IN (SELECT id FROM nodes WHERE file_id = :file)",
+        {"file": file_id},
     )
     conn.execute("DELETE FROM refs WHERE file_id = ?", (file_id,))
     conn.execute("DELETE FROM nodes WHERE file_id = ?", (file_id,))
