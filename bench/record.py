@@ -4,7 +4,8 @@ Samples test files of the PyTorch 2.6 tree at random (seeded), runs each with th
 wheel's Python twice, without and with recording (in alternating order, so that drift of
 a shared machine falls on both), and reports: the suite's wall and CPU time both ways and
 their ratio (target: at most 1.3x), the record's size per 1,000 tests, ops per test, and
-for a few ops how many of the recorded files execute each. The per-file records are
+for a few ops how many of the recorded files execute each (in a test's own work) and
+how many only import a module whose import executes it. The per-file records are
 merged into one (`torchtalk record merge`), which bench/selection.py can select from.
 
 Needs the tree (../shared/corpora/get-pytorch --git) and a venv with torch 2.6.0 and this
@@ -102,7 +103,9 @@ def main() -> int:
     random.Random(args.seed).shuffle(candidates)
     results_dir = args.out / "results"
     results_dir.mkdir(exist_ok=True)
-    warm = run(args.python, args.source, candidates[0], ["--co"], args.timeout)  # build once
+    # Builds the recorder for this torch (cached) outside the measured runs.
+    warm_record = f"--torchtalk-record={args.out / 'warm-up.ttr'}"
+    warm = run(args.python, args.source, candidates[0], ["--co", warm_record], args.timeout)
     print(f"warm-up (recorder build, caches): {warm['wall']:.1f} s", flush=True)
 
     def measure(position: int, file: str) -> dict:
@@ -172,10 +175,13 @@ def main() -> int:
     plain_cpu = sum(r["plain"]["cpu"] for r in results)
     recorded_cpu = sum(r["recorded"]["cpu"] for r in results)
     files_total = summary["test_files"]
-    per_op = {}
+    per_op, per_op_import = {}, {}
     for op in OPS:
         names = runs.matching_names("op", f"aten::{op}")
         per_op[op] = len(runs.files_executing(names))
+        # ... and the files whose process imports a module whose import ran it
+        importers = runs.importers(runs.import_work(names))
+        per_op_import[op] = len({runs.record.tests[t].file for t in importers})
     with_ops = {test.file for test, count in zip(runs.record.tests, ops, strict=True) if count}
     no_ops = sum(1 for r in results if f"test/{r['file']}" not in with_ops)
     report = {
@@ -195,6 +201,7 @@ def main() -> int:
         "ops_per_test_max": max(ops, default=0),
         "recorded_test_files": files_total,
         "files_executing": per_op,
+        "files_importing_a_module_whose_import_executes": per_op_import,
         "outcomes": summary["outcomes"],
         "unrecorded_tests": summary["unrecorded_tests"],
         "files_without_ops": no_ops,

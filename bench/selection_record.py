@@ -8,7 +8,10 @@ selection each, with the record beside the index. Reported per change, among the
 and tests the record holds: what the static walk selects (the file-level static
 evidence), what is selected with the record, and a check made apart from the join's own
 walk: every trusted recorded test that executed an op whose kernel reaches the change
-(callers' native code up to the ops, by an independent breadth-first walk) is kept.
+(callers' native code up to the ops, by an independent breadth-first walk) is kept, and
+for every module whose import ran such an op: all trusted tests of it when it is a test
+file, every trusted test that entered one of its functions, and at least one trusted
+test importing it (indexer/select/import_work.py says why that is enough).
 Also the time of `torchtalk select` in a fresh process, first with the index to update for
 the edited file (a PR job's select), then with it up to date.
 
@@ -96,6 +99,27 @@ def own_work_tests(runs: RecordedRuns, names: list[tuple[str, str]]) -> set[str]
     return {t.nodeid for t in runs.record.tests if own.intersection(t.segments)}
 
 
+def import_misses(runs: RecordedRuns, names, trusted: set[int], kept: set[str]) -> list[str]:
+    """What the import rule requires and ``kept`` lacks: one line per module."""
+    tests = runs.record.tests
+    test_files = {t.file for t in tests}
+    misses = []
+    for module in sorted(runs.import_work(names)):
+        if module in test_files:
+            need = {tests[i].nodeid for i in trusted if tests[i].file == module}
+            if need - kept:
+                misses.append(f"{module}: {len(need - kept)} of its own tests")
+            continue
+        users = {tests[i].nodeid for i in runs.tests_executing(runs.functions_of(module))
+                 if i in trusted}  # fmt: skip
+        if users - kept:
+            misses.append(f"{module}: {len(users - kept)} tests using it")
+        importers = {tests[i].nodeid for i in runs.importers([module]) & trusted}
+        if importers and not importers & kept:
+            misses.append(f"{module}: none of its {len(importers)} importers")
+    return misses
+
+
 def static_only(selection: Selection) -> Selection:
     """The same selection as the static walk alone made it."""
     copy = Selection(selection.source, selection.harness, selection.base, selection.index)
@@ -139,6 +163,8 @@ def main() -> int:
     shutil.copyfile(args.record, beside)
     runs = RecordedRuns.open(beside)
     trusted, _ = trusted_tests(runs, frozenset())
+    trusted_ids = {id(t) for t in trusted}
+    trusted_indexes = {i for i, t in enumerate(runs.record.tests) if id(t) in trusted_ids}
     recorded_files = {t.file for t in runs.record.tests}
     print(
         f"record: {len(runs.record.tests)} tests in {len(recorded_files)} files, "
@@ -187,6 +213,8 @@ def main() -> int:
         must &= {t.nodeid for t in trusted}
         missed = must - with_record
         own = own_work_tests(runs, names) & {t.nodeid for t in trusted}
+        imports = runs.import_work(names)
+        import_missed = import_misses(runs, names, trusted_indexes, with_record)
         result = {
             "qualname": qualname,
             "ops": len(ops),
@@ -197,6 +225,8 @@ def main() -> int:
             "must": len(must),
             "own": len(own),
             "missed": len(missed),
+            "import_modules": len(imports),
+            "import_missed": import_missed,
             "select_s": round(select_s, 2),
             "cli_s": round(cli_s, 2),
             "update_s": round(update_s, 2),
@@ -207,7 +237,9 @@ def main() -> int:
             f"{len(static)}/{len(runs.record.tests)} ({result['static_files']} files) -> with "
             f"record {len(with_record)} ({result['record_files']} files); executing an op "
             f"reaching it {len(must)} ({len(own)} in their own or fixture work), missed "
-            f"{len(missed)}; torchtalk select {update_s:.2f} s with the index update, "
+            f"{len(missed)}; run by the import of {len(imports)} modules, import rule missed "
+            f"{len(import_missed)}{' ' + str(import_missed[:3]) if import_missed else ''}; "
+            f"torchtalk select {update_s:.2f} s with the index update, "
             f"{cli_s:.2f} s up to date",
             flush=True,
         )
@@ -220,7 +252,9 @@ def main() -> int:
             f"changes: {len(results)} ({len(results) - len(measured)} run everything); median "
             f"selected fraction of recorded tests: static {static_fraction:.1%}, with the "
             f"record {record_fraction:.1%}; missed tests executing a reaching op: "
-            f"{sum(r['missed'] for r in measured)}; torchtalk select, index up to date: median "
+            f"{sum(r['missed'] for r in measured)}, import rule: "
+            f"{sum(len(r['import_missed']) for r in measured)}; "
+            f"torchtalk select, index up to date: median "
             f"{statistics.median(r['cli_s'] for r in measured):.2f} s, max "
             f"{max(r['cli_s'] for r in measured):.2f} s; with the update first: median "
             f"{statistics.median(r['update_s'] for r in measured):.2f} s, max "
