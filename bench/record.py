@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,16 +69,21 @@ def run(python: str, source: Path, file: str, extra: list[str], timeout: float) 
     command = [python, "-m", "pytest", file, "-q", "-p", "no:cacheprovider", *extra]
     start = time.perf_counter()
     cpu = 0.0
+    # A session of its own, so that a run over time is killed with everything it started
+    # (pytest under the wrapper, inductor's compile workers), not left loading the cores.
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WRAPPER, *command], cwd=source / "test", env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _WRAPPER, *command], cwd=source / "test", env=env,
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-        code = done.returncode
-        tail = (done.stdout.strip().splitlines() or [""])[-1]
-        found = re.findall(r"^TTCPU (\S+)$", done.stderr, re.M)
+        stdout, stderr = process.communicate(timeout=timeout)
+        code = process.returncode
+        tail = (stdout.strip().splitlines() or [""])[-1]
+        found = re.findall(r"^TTCPU (\S+)$", stderr, re.M)
         cpu = float(found[-1]) if found else 0.0
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         code, tail = None, "timeout"
     wall = time.perf_counter() - start
     return {"code": code, "wall": wall, "cpu": cpu, "tail": tail}
