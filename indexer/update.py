@@ -51,6 +51,7 @@ from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
 from indexer.precise.layer import precise_layer
 from indexer.precise.merge import restore_fast
 from indexer.progress import Progress
+from indexer.query.adjacency_delta import store_delta, track_touched
 from indexer.relink import Changed, batches, refs_to_relink, refs_touching
 from indexer.store.db import (
     SCHEMA_VERSION,
@@ -365,6 +366,7 @@ def update_index(
                 conn = connect_writable(tmp)
                 try:
                     conn.execute("BEGIN")
+                    track_touched(conn)
                     ledger = Ledger(meta)
                     context = _updated_context(workspace, meta, changes)
                     if changes:
@@ -399,6 +401,7 @@ def update_index(
                         lap("precise_s")
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     write_meta(conn, {"tree_problems": problems_meta(changes.problems)})
+                    store_delta(conn, base_path, meta)
                     conn.execute("COMMIT")
                 finally:
                     conn.close()

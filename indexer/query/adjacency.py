@@ -259,9 +259,21 @@ def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjac
     found = _read(path, key)
     if found is not None:
         return found
-    built = build(conn)
+    built = _spliced(path, conn, meta) or build(conn)
     _write(path, key, built)
     return built
+
+
+def _spliced(path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency | None:
+    """The sidecar of the index this one was updated from, with the update's touched
+    nodes read again (``indexer.query.adjacency_delta``); None when there is none."""
+    from indexer.query.adjacency_delta import delta_of, splice
+
+    delta = delta_of(meta)
+    if delta is None:
+        return None
+    base = _read(path, delta[0])
+    return splice(base, conn, delta[1]) if base is not None else None
 
 
 def build(conn: sqlite3.Connection) -> Adjacency:
