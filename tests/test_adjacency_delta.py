@@ -47,7 +47,7 @@ def test_the_spliced_adjacency_equals_a_build_after_every_kind_of_change(
         try:
             delta = delta_of(meta)
             assert delta is not None, name
-            spliced = splice(base, conn, delta[1])
+            spliced = splice(base, conn, delta.nodes)
             assert spliced is not None, name
             assert _arrays(spliced) == _arrays(adjacency.build(conn)), name
             # and what a reader gets: the sidecar written from the splice

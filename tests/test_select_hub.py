@@ -120,6 +120,49 @@ def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:
         assert hub.load(index) is None
 
 
+def _kept(tree: IndexedTree) -> tuple[dict, dict]:
+    with closing(tree.index()) as index:
+        walk = hub.load(index)
+    assert walk is not None
+    header = (walk.hub, walk.node_kinds, walk.step_kinds, walk.import_live, walk.module_names,
+              walk.deferred_calls)  # fmt: skip
+    return header, {name: list(values) for name, values in walk.arrays.items()}
+
+
+def _updated(tree: IndexedTree) -> None:
+    from indexer.update import update_index
+
+    assert not update_index(tree.workspace, show_progress=False).full_build
+
+
+def test_an_update_that_changed_nothing_the_walk_met_keeps_the_walk(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    tree.select()  # walks from the hub, kept for this index
+    tree.replace(LINALG, *NOT_AT_IMPORT)  # a kernel: nothing the hub's walk meets
+    _updated(tree)  # a new index file
+    with closing(tree.index()) as index:
+        assert hub._kept_across_update(index) is not None
+    taken_over = _kept(tree)  # and kept under the new index's key
+    _sidecar(tree).unlink()
+    fresh = tree.select()
+    assert "walked, and kept" in fresh.index["hub_walk"]
+    assert _kept(tree) == taken_over
+
+
+def test_an_update_that_changed_what_the_walk_met_walks_again(tree: IndexedTree) -> None:
+    tree.replace(OPS, *AT_IMPORT)
+    tree.select()
+    tree.replace(
+        OPS,
+        "    def __repr__(self):",
+        "    def __str__(self):\n        return ''\n\n    def __repr__(self):",
+    )
+    _updated(tree)  # minitorch imports ops.py: the hub's own edges are rewritten
+    with closing(tree.index()) as index:
+        assert hub._kept_across_update(index) is None
+        assert hub.load(index) is None
+
+
 def _witnesses(tree: IndexedTree):
     return tree.workspace.db_path.with_name(tree.workspace.db_path.name + witness.SUFFIX)
 

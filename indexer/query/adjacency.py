@@ -272,8 +272,8 @@ def _spliced(path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adja
     delta = delta_of(meta)
     if delta is None:
         return None
-    base = _read(path, delta[0])
-    return splice(base, conn, delta[1]) if base is not None else None
+    base = _read(path, delta.base)
+    return splice(base, conn, delta.nodes) if base is not None else None
 
 
 def build(conn: sqlite3.Connection) -> Adjacency:

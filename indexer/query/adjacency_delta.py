@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.query.adjacency import NONE, Adjacency, index_key
@@ -27,41 +28,61 @@ META_KEY = "adjacency_delta"
 # Past this share of the nodes (and this many), splicing saves little over a build.
 MAX_SHARE = 0.1
 MAX_NODES = 20_000
-_TOUCHED = "torchtalk_touched"  # a temporary table (a trigger may not name its schema)
+# Temporary tables (a trigger may not name a schema): every node whose row or edges
+# changed, and every node whose own row did (inserted, deleted, updated).
+_TOUCHED = "torchtalk_touched"
+_ROWS = "torchtalk_rows"
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What an update changed, against the index it started from."""
+
+    base: str  # that index's key (``index_key``)
+    nodes: list[int]  # nodes whose row or edges changed: the ends of every changed edge
+    rows: list[int]  # nodes whose own row changed
 
 
 def track_touched(conn: sqlite3.Connection) -> None:
     """From now on, note every node whose row or edges change on ``conn``."""
-    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_TOUCHED}(id INTEGER PRIMARY KEY)")
-    touch = f"INSERT OR IGNORE INTO {_TOUCHED}(id) VALUES"
+    for table in (_TOUCHED, _ROWS):
+        conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table}(id INTEGER PRIMARY KEY)")
     for table, ends in (("nodes", ("id",)), ("edges", ("src_id", "dst_id"))):
         for event, rows in (("INSERT", ("new",)), ("DELETE", ("old",)), ("UPDATE", ("old", "new"))):
             values = ", ".join(f"({row}.{end})" for row in rows for end in ends)
+            body = f"INSERT OR IGNORE INTO {_TOUCHED}(id) VALUES {values};"
+            if table == "nodes":
+                body += f" INSERT OR IGNORE INTO {_ROWS}(id) VALUES {values};"
             conn.execute(
                 f"CREATE TEMP TRIGGER IF NOT EXISTS torchtalk_touch_{table}_{event.lower()}"
-                f" AFTER {event} ON {table} BEGIN {touch} {values}; END"
+                f" AFTER {event} ON {table} BEGIN {body} END"
             )
 
 
 def store_delta(conn: sqlite3.Connection, base_path: Path, base_meta: dict[str, str]) -> None:
-    """Write the touched nodes into ``conn``'s meta as a delta from the index at
+    """Write what changed into ``conn``'s meta as a delta from the index at
     ``base_path`` (or remove a delta when there is none worth keeping)."""
     touched = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_TOUCHED} ORDER BY id")]
+    rows = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_ROWS} ORDER BY id")]
     nodes = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
     conn.execute("DELETE FROM meta WHERE key = ?", (META_KEY,))
     if len(touched) > max(MAX_SHARE * nodes, MAX_NODES):
         return
-    delta = {"base": index_key(base_path, base_meta), "nodes": touched}
+    delta = {"base": index_key(base_path, base_meta), "nodes": touched, "rows": rows}
     conn.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(delta)))
 
 
-def delta_of(meta: dict[str, str]) -> tuple[str, list[int]] | None:
-    """(the base index's key, the touched nodes) of an updated index, else None."""
+def delta_of(meta: dict[str, str]) -> Delta | None:
+    """What the update that made this index changed, else None."""
     try:
         delta = json.loads(meta.get(META_KEY) or "null")
         if delta is None:
             return None
-        return str(delta["base"]), [int(node) for node in delta["nodes"]]
+        return Delta(
+            str(delta["base"]),
+            [int(node) for node in delta["nodes"]],
+            [int(node) for node in delta["rows"]],
+        )
     except (ValueError, TypeError, KeyError):
         return None
 

@@ -20,7 +20,12 @@ at the change.
 
 The sidecar is keyed by the index file (as the adjacency is) and by the code that walks
 and the manifest it reads, and is only made and used by selections, which walk an index
-known to describe the tree (whose files' text the walk also reads).
+known to describe the tree (whose files' text the walk also reads). An incremental
+update keeps it when nothing the walk met changed: the update notes the ends of every
+edge it changed and every node whose row it changed (``indexer.query.adjacency_delta``);
+when no changed edge ends at a node the walk met and no changed node row sits at the
+other end of one's edge, walking again would read the same edges, nodes and files (a
+changed file's nodes are all rewritten), so the kept walk is taken over.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.adjacency import index_key
+from indexer.query.adjacency_delta import delta_of
 from indexer.select.bridges import Step
 from indexer.select.judgments import CODE_VERSION
 from indexer.select.reach import Overlay
@@ -191,10 +197,11 @@ class HubWalk:
         return added
 
 
-def sidecar_key(index: Index) -> str:
-    """The index file, the code that walks, and the manifest it reads."""
+def sidecar_key(index: Index, of_index: str | None = None) -> str:
+    """The index file (``of_index``: another index's key), the code that walks, and the
+    manifest it reads."""
     manifest = index.meta.get("manifest") or ""
-    parts = [index_key(index.db_path, index.meta), CODE_VERSION, manifest]
+    parts = [of_index or index_key(index.db_path, index.meta), CODE_VERSION, manifest]
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()
 
 
@@ -207,6 +214,9 @@ def load(index: Index) -> HubWalk | None:
     if not CODE_VERSION:
         return None  # the walking code cannot be hashed: nothing kept can be trusted
     found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index), _ARRAYS)
+    carried = found is None
+    if carried:
+        found = _kept_across_update(index)
     if found is None:
         return None
     header, arrays = found
@@ -222,7 +232,45 @@ def load(index: Index) -> HubWalk | None:
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    return walk if _consistent(walk) else None
+    if not _consistent(walk):
+        return None
+    if carried:
+        save(index, walk)  # under this index's key
+    return walk
+
+
+def _kept_across_update(index: Index):
+    """The (header, arrays) of the walk kept for the index this one was updated from,
+    when the update changed nothing it met; else None."""
+    delta = delta_of(index.meta)
+    if delta is None:
+        return None
+    found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index, delta.base), _ARRAYS)
+    if found is None:
+        return None
+    header, arrays = found
+    met = set(arrays["node"]) | set(arrays["src"]) | set(arrays["dst"])
+    try:
+        met.update(int(m) for m in header["import_live"])
+        met.update(int(m) for m in header["module_names"])
+        met.update(int(n) for pair in header["deferred_calls"] for n in pair)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    # A changed edge has both ends among the touched nodes: none may be a node it met.
+    if not met.isdisjoint(delta.nodes):
+        return None
+    # A node whose row changed beside one it met changes what the walk read of an edge.
+    rows = delta.rows
+    for start in range(0, len(rows), 900):
+        batch = rows[start : start + 900]
+        marks = ",".join("?" * len(batch))
+        ends = index.conn.execute(
+            f"SELECT src_id, dst_id FROM edges WHERE src_id IN ({marks}) OR dst_id IN ({marks})",
+            batch + batch,
+        )
+        if any(src in met or dst in met for src, dst in ends):
+            return None
+    return found
 
 
 def save(index: Index, walk: HubWalk) -> None:
