@@ -31,6 +31,7 @@ from indexer.snapshot.store import (
     DB_FILE,
     META_FILE,
     RECORD_FILE,
+    SIDECAR_FILES,
     SnapshotError,
     SnapshotInfo,
     check_name_free,
@@ -45,8 +46,9 @@ from indexer.snapshot.store import (
 from indexer.store.db import SCHEMA_VERSION, connect_readonly, read_meta
 
 SUMS_FILE = "SHA256SUMS"
-MEMBERS = (SUMS_FILE, META_FILE, DB_FILE, RECORD_FILE)
-REQUIRED = (SUMS_FILE, META_FILE, DB_FILE)  # the record is there only when one was made
+MEMBERS = (SUMS_FILE, META_FILE, DB_FILE, RECORD_FILE, *SIDECAR_FILES)
+REQUIRED = (SUMS_FILE, META_FILE, DB_FILE)  # a record and sidecars only where there are
+OPTIONAL = (RECORD_FILE, *SIDECAR_FILES)
 # Upper bounds per member: a description or checksum list is tiny; the index and the
 # record are bounded by what their archive can hold (``member_limits``).
 MAX_BYTES = {
@@ -75,7 +77,9 @@ def member_limits(archive_bytes: int) -> dict[str, int]:
             raise UsageError(f"{MAX_BYTES_ENV} must be at least 1 (got {db_limit})")
     else:
         db_limit = min(max(MIN_DB_LIMIT, archive_bytes * MAX_INFLATION), MAX_BYTES[DB_FILE])
-    return {**MAX_BYTES, DB_FILE: db_limit, RECORD_FILE: min(db_limit, MAX_BYTES[RECORD_FILE])}
+    limits = {**MAX_BYTES, DB_FILE: db_limit, RECORD_FILE: min(db_limit, MAX_BYTES[RECORD_FILE])}
+    limits.update({name: db_limit for name in SIDECAR_FILES})  # each smaller than its index
+    return limits
 
 
 COMPRESS_LEVEL = 6
@@ -111,13 +115,12 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
     info = read_info(name)
     directory = snapshot_dir(name)
     db_path = db_of(name)
-    record_path = directory / RECORD_FILE
-    has_record = record_path.is_file()
+    optional = [directory / member for member in OPTIONAL if (directory / member).is_file()]
     meta_bytes = (directory / META_FILE).read_bytes()
     sums = (
         f"{hashlib.sha256(meta_bytes).hexdigest()}  {META_FILE}\n"
         f"{_sha256_file(db_path)}  {DB_FILE}\n"
-        + (f"{_sha256_file(record_path)}  {RECORD_FILE}\n" if has_record else "")
+        + "".join(f"{_sha256_file(path)}  {path.name}\n" for path in optional)
     ).encode()
     output = Path(output) if output else Path.cwd() / default_archive_name(info.name)
     if output.is_dir():
@@ -127,14 +130,13 @@ def export_snapshot(name: str, output: Path | None = None, *, level: int = COMPR
         raise SnapshotError(f"cannot write {output}: {problem}")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        record = record_path if has_record else None
-        return _write_archive(output, sums, meta_bytes, db_path, record, level)
+        return _write_archive(output, sums, meta_bytes, db_path, optional, level)
     except OSError as exc:
         raise SnapshotError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def _write_archive(
-    output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, record_path: Path | None,
+    output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, optional: list[Path],
     level: int,
 ) -> Path:  # fmt: skip
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
@@ -149,9 +151,9 @@ def _write_archive(
             tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
             with open(db_path, "rb") as db:
                 tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
-            if record_path is not None:
-                with open(record_path, "rb") as record:
-                    tar.addfile(_member(RECORD_FILE, record_path.stat().st_size, now), record)
+            for path in optional:
+                with open(path, "rb") as member:
+                    tar.addfile(_member(path.name, path.stat().st_size, now), member)
         with open(tmp, "rb+") as written:
             os.fsync(written.fileno())
         durable.replace(tmp, output)
