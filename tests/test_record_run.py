@@ -122,6 +122,14 @@ def test_import_work_is_the_modules_whichever_test_imported_it_first(serial: Rec
     assert table_users == {t.nodeid for t in serial.tests if "test_scale.py" in t.nodeid}
 
 
+def test_code_that_cannot_be_hashed_is_recorded(serial: Record) -> None:
+    nodeid = "tests/test_shift.py::test_code_holding_a_dict_constant"
+    test = next(t for t in serial.tests if t.nodeid == nodeid)
+    assert test.complete
+    function = "tests/test_shift.py:test_code_holding_a_dict_constant.<locals>.generated"
+    assert ("function", function) in executed(serial, nodeid)
+
+
 def test_outcomes_and_tests_that_are_not_recorded(serial: Record) -> None:
     tests = {t.nodeid.split("::")[-1]: t for t in serial.tests}
     assert tests["test_scale"].outcome == "passed" and tests["test_scale"].complete

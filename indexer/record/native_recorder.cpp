@@ -142,7 +142,7 @@ void module_boundary(PyFrameObject* frame, int entering) {
 int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   if (what == PyTrace_CALL) {
     PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
-    bool module = is_module_body(reinterpret_cast<PyCodeObject*>(code));
+    bool module = PyCode_Check(code) && is_module_body(reinterpret_cast<PyCodeObject*>(code));
     if (!g_codes->insert(code).second) Py_DECREF(code);
     if (module && g_module_callback != nullptr) {
       t_module_frames.push_back(frame);

@@ -77,7 +77,9 @@ class Observer:
             where: f"{name}/" for name, where in self.packages.items()
             if where and not where.startswith(self._prefix)
         }  # fmt: skip
-        self._code_names: dict[CodeType, tuple[str, str] | None] = {}
+        # id(code) -> (code, its record name or None). By identity: a code object hashes
+        # its constants, and code torch.compile generates may hold a dict among them.
+        self._code_names: dict[int, tuple[CodeType, tuple[str, str] | None]] = {}
         self._lib = native.load()  # NativeUnavailable when it cannot be built or loaded
         self._token = object()  # what sys.getprofile() returns while we observe
         if self._lib.tt_start_ops() != 0:
@@ -120,9 +122,7 @@ class Observer:
         owners = getattr(self._owners, "stack", None)
         if owners is None:
             owners = self._owners.stack = [None]
-        name = self._code_names.get(code, False)
-        if name is False:
-            name = self._code_names[code] = self._name_of_code(code)
+        name = self._name_of(code)
         path = name[1] if name is not None and name[0] == "module" else None
         if entering:
             owner = path if path is not None else owners[-1]
@@ -158,9 +158,7 @@ class Observer:
             elif not name.startswith(_ENGINE_PREFIX):
                 observed.names.add(("op", name))
         for code in self._lib.tt_drain_codes():
-            name = self._code_names.get(code, False)
-            if name is False:
-                name = self._code_names[code] = self._name_of_code(code)
+            name = self._name_of(code)
             if name is not None:
                 observed.names.add(name)
         for function in self._lib.tt_drain_cfuncs():
@@ -214,6 +212,12 @@ class Observer:
             if filename.startswith(where):
                 return tree_dir + filename[len(where) :]
         return None
+
+    def _name_of(self, code: CodeType) -> tuple[str, str] | None:
+        known = self._code_names.get(id(code))
+        if known is None or known[0] is not code:
+            known = self._code_names[id(code)] = (code, self._name_of_code(code))
+        return known[1]
 
     def _name_of_code(self, code: CodeType) -> tuple[str, str] | None:
         relative = self._relative(code.co_filename)
