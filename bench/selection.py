@@ -13,6 +13,10 @@
    index is up to date (the target's measure, over typical changes, not only matmul),
    following only chains that earlier changes of the run found.
 
+3. The PR job's path for the same change: the index restored from a snapshot (`torchtalk
+   snapshot load`, as a PR job does after importing the nightly archive), the file
+   edited, `torchtalk select` with the index update included. Target: < 5 s.
+
 Needs a built index of the tree (`torchtalk index build --source PATH`, under
 TORCHTALK_CACHE_DIR if set); an index built otherwise (a copy of the corpus tests' one)
 is first prepared as the build leaves it (the hub's walk, chains from the most used ops).
@@ -127,6 +131,39 @@ def one_function_change(source: Path, index: Index, qualname: str, chains: KeptC
     print(f"  first selected files: {', '.join(names[:5])}")
 
 
+def _torchtalk(*args: str) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest_torchtalk", *args], capture_output=True,
+                   text=True, check=True)  # fmt: skip
+    return time.perf_counter() - started
+
+
+def pr_job(source: Path, index: Index, qualname: str) -> None:
+    """Restore the index from a snapshot, edit ``qualname``, select (update included)."""
+    candidates = index.find(qualname, ["cpp_function", "cuda_kernel"])
+    function = max(candidates, key=lambda node: node.end_line - node.line)
+    _torchtalk("index", "update", "--source", str(source), "-q")  # the nightly's index
+    saved = _torchtalk("snapshot", "save", "bench/pr-job", "--source", str(source))
+    loaded = _torchtalk("snapshot", "load", "bench/pr-job", "--source", str(source))
+    path = source / function.path
+    original = _insert_statement(path, function.line, function.end_line)
+    if original is None:
+        raise SystemExit(f"no body found for {qualname} at {function.evidence}")
+    try:
+        selected, report = _cli_select(source)
+    finally:
+        path.write_bytes(original)
+        _torchtalk("snapshot", "delete", "bench/pr-job")
+    timings = ", ".join(f"{k} {v:.3f}" for k, v in report["timings"].items())
+    print(f"PR job: snapshot saved in {saved:.2f} s (the nightly's step), loaded in {loaded:.2f} s")
+    print(
+        f"  then {qualname} edited and torchtalk select, index update included: "
+        f"{selected:.2f} s (target < 5 s); engine: {timings}"
+    )
+    print(f"    update: {report['index'].get('update')}")
+    print(f"    hub: {report['index'].get('hub_walk') or 'not reached'}")
+
+
 def sample_changes(
     source: Path, index: Index, samples: int, seed: int, folder: str, chains: KeptChains
 ) -> None:
@@ -203,7 +240,7 @@ def sample_changes(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
-    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--samples", type=int, default=40, help="0: only matmul and the PR job")
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--function", default=MATMUL, help="the one-function change")
     parser.add_argument("--folder", default=NATIVE, help="where sampled functions live")
@@ -232,6 +269,7 @@ def main() -> int:
         print(f"prepared as index build does: {prepared} ({time.perf_counter() - started:.1f} s)")
     chains = KeptChains(workspace)
     one_function_change(source, index, args.function, chains)
+    pr_job(source, index, args.function)
     sample_changes(source, index, args.samples, args.seed, args.folder, chains)
     return 0
 

@@ -88,3 +88,36 @@ def test_a_snapshot_without_sidecars_loads_as_before(
     with closing(Index(db_path)) as index:
         assert "adjacency_delta" not in index.meta
         assert hub.load(index) is None
+
+
+def test_a_loaded_snapshot_updated_before_any_selection_still_takes_them_over(
+    minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A PR job: load the nightly's snapshot, and its first selection updates the index
+    # for the PR's change before anything read the sidecars made for the nightly's.
+    repo = minitorch_repo
+    build_and_save(repo, "bare", capsys)
+    workspace = Workspace.resolve(repo)
+    assert keep_hub_walk(workspace) is not None
+    with closing(Index(workspace.db_path)) as index:  # a walk of PyTorch's size makes it
+        adjacency.shared(index.db_path, index.conn, index.meta)
+    assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0
+    assert run(capsys, "snapshot", "load", "nightly", "--source", str(repo))[0] == 0
+    linalg = repo / "aten/src/ATen/native/LinearAlgebra.cpp"
+    text = linalg.read_text()
+    linalg.write_text(
+        text.replace("check_dim_size(m1, 2);", "check_dim_size(m1, 2);\n  (void)0;", 1)
+    )
+    from indexer.update import update_index
+
+    update_index(workspace, show_progress=False)
+    conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
+    try:
+        meta = read_meta(conn)
+        spliced = adjacency._spliced(adjacency.sidecar_path(workspace.db_path), conn, meta)
+        assert spliced is not None  # through the delta from the nightly's index
+        assert _arrays(spliced) == _arrays(adjacency.build(conn))
+    finally:
+        conn.close()
+    with closing(Index(workspace.db_path)) as index:
+        assert hub._kept_across_update(index) is not None  # the kernel is not on its walk

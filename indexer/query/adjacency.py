@@ -267,13 +267,13 @@ def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjac
 def _spliced(path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency | None:
     """The sidecar of the index this one was updated from, with the update's touched
     nodes read again (``indexer.query.adjacency_delta``); None when there is none."""
-    from indexer.query.adjacency_delta import delta_of, splice
+    from indexer.query.adjacency_delta import deltas_of, splice
 
-    delta = delta_of(meta)
-    if delta is None:
-        return None
-    base = _read(path, delta.base)
-    return splice(base, conn, delta.nodes) if base is not None else None
+    for delta in deltas_of(meta):
+        base = _read(path, delta.base)
+        if base is not None:
+            return splice(base, conn, delta.nodes)
+    return None
 
 
 def build(conn: sqlite3.Connection) -> Adjacency:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from array import array
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from indexer.query.adjacency import NONE, Adjacency, index_key
@@ -28,6 +28,7 @@ META_KEY = "adjacency_delta"
 # Past this share of the nodes (and this many), splicing saves little over a build.
 MAX_SHARE = 0.1
 MAX_NODES = 20_000
+MAX_CHAIN = 4  # deltas kept per index: from its base, and from that one's bases
 # Temporary tables (a trigger may not name a schema): every node whose row or edges
 # changed, and every node whose own row did (inserted, deleted, updated).
 _TOUCHED = "torchtalk_touched"
@@ -60,31 +61,44 @@ def track_touched(conn: sqlite3.Connection) -> None:
 
 
 def store_delta(conn: sqlite3.Connection, base_path: Path, base_meta: dict[str, str]) -> None:
-    """Write what changed into ``conn``'s meta as a delta from the index at
-    ``base_path`` (or remove a delta when there is none worth keeping)."""
+    """Write what changed into ``conn``'s meta as deltas: from the index at ``base_path``,
+    and from each index that one's own deltas start from (its sidecar may still be the
+    one on disk: a snapshot loaded and updated before anything read it). None are kept
+    when there is none worth keeping."""
     touched = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_TOUCHED} ORDER BY id")]
     rows = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_ROWS} ORDER BY id")]
     nodes = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
-    conn.execute("DELETE FROM meta WHERE key = ?", (META_KEY,))
-    if len(touched) > max(MAX_SHARE * nodes, MAX_NODES):
-        return
-    delta = {"base": index_key(base_path, base_meta), "nodes": touched, "rows": rows}
-    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(delta)))
-
-
-def delta_of(meta: dict[str, str]) -> Delta | None:
-    """What the update that made this index changed, else None."""
-    try:
-        delta = json.loads(meta.get(META_KEY) or "null")
-        if delta is None:
-            return None
-        return Delta(
-            str(delta["base"]),
-            [int(node) for node in delta["nodes"]],
-            [int(node) for node in delta["rows"]],
+    limit = max(MAX_SHARE * nodes, MAX_NODES)
+    deltas = [Delta(index_key(base_path, base_meta), touched, rows)]
+    for earlier in deltas_of(base_meta)[: MAX_CHAIN - 1]:
+        deltas.append(
+            Delta(
+                earlier.base,
+                sorted(set(earlier.nodes) | set(touched)),
+                sorted(set(earlier.rows) | set(rows)),
+            )
         )
-    except (ValueError, TypeError, KeyError):
-        return None
+    kept = [asdict(delta) for delta in deltas if len(delta.nodes) <= limit]
+    conn.execute("DELETE FROM meta WHERE key = ?", (META_KEY,))
+    if kept:
+        conn.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(kept)))
+
+
+def deltas_of(meta: dict[str, str]) -> list[Delta]:
+    """What the updates that made this index changed, against each index it may have a
+    sidecar of: the nearest first; [] when it was built whole."""
+    try:
+        found = json.loads(meta.get(META_KEY) or "[]")
+        return [
+            Delta(
+                str(delta["base"]),
+                [int(node) for node in delta["nodes"]],
+                [int(node) for node in delta["rows"]],
+            )
+            for delta in found
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
 
 
 def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:

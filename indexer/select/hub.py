@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.adjacency import index_key
-from indexer.query.adjacency_delta import delta_of
+from indexer.query.adjacency_delta import Delta, deltas_of
 from indexer.select.bridges import Step
 from indexer.select.judgments import CODE_VERSION
 from indexer.select.reach import Overlay
@@ -242,12 +242,15 @@ def load(index: Index) -> HubWalk | None:
 def _kept_across_update(index: Index):
     """The (header, arrays) of the walk kept for the index this one was updated from,
     when the update changed nothing it met; else None."""
-    delta = delta_of(index.meta)
-    if delta is None:
-        return None
-    found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index, delta.base), _ARRAYS)
-    if found is None:
-        return None
+    for delta in deltas_of(index.meta):
+        found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index, delta.base), _ARRAYS)
+        if found is not None:
+            return found if _unchanged_by(index, delta, found) else None
+    return None
+
+
+def _unchanged_by(index: Index, delta: Delta, found) -> bool:
+    """Whether nothing the kept walk met is among what ``delta`` changed."""
     header, arrays = found
     met = set(arrays["node"]) | set(arrays["src"]) | set(arrays["dst"])
     try:
@@ -255,10 +258,10 @@ def _kept_across_update(index: Index):
         met.update(int(m) for m in header["module_names"])
         met.update(int(n) for pair in header["deferred_calls"] for n in pair)
     except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+        return False
     # A changed edge has both ends among the touched nodes: none may be a node it met.
     if not met.isdisjoint(delta.nodes):
-        return None
+        return False
     # A node whose row changed beside one it met changes what the walk read of an edge.
     rows = delta.rows
     for start in range(0, len(rows), 900):
@@ -269,8 +272,8 @@ def _kept_across_update(index: Index):
             batch + batch,
         )
         if any(src in met or dst in met for src, dst in ends):
-            return None
-    return found
+            return False
+    return True
 
 
 def save(index: Index, walk: HubWalk) -> None:

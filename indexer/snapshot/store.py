@@ -461,7 +461,7 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                 ]
                 if sidecars:  # the same graph as the index they were made for
                     delta = {"base": info.sidecars_for, "nodes": [], "rows": []}
-                    values.append((DELTA_KEY, json.dumps(delta)))
+                    values.append((DELTA_KEY, json.dumps([delta])))
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
             finally:
                 conn.close()
