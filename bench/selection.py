@@ -154,6 +154,7 @@ def pr_job(source: Path, index: Index, qualname: str) -> None:
     finally:
         path.write_bytes(original)
         _torchtalk("snapshot", "delete", "bench/pr-job")
+        _torchtalk("index", "update", "--source", str(source), "-q")  # as it was
     timings = ", ".join(f"{k} {v:.3f}" for k, v in report["timings"].items())
     print(f"PR job: snapshot saved in {saved:.2f} s (the nightly's step), loaded in {loaded:.2f} s")
     print(

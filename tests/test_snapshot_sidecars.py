@@ -121,3 +121,33 @@ def test_a_loaded_snapshot_updated_before_any_selection_still_takes_them_over(
         conn.close()
     with closing(Index(workspace.db_path)) as index:
         assert hub._kept_across_update(index) is not None  # the kernel is not on its walk
+
+
+def test_sidecars_of_the_index_before_an_update_are_taken_over_from_a_snapshot(
+    minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The nightly job updates its index and saves it before anything read the sidecars:
+    # they are still the ones made for the index before the update.
+    repo = minitorch_repo
+    build_and_save(repo, "bare", capsys)
+    workspace = Workspace.resolve(repo)
+    with closing(Index(workspace.db_path)) as index:
+        adjacency.shared(index.db_path, index.conn, index.meta)
+    linalg = repo / "aten/src/ATen/native/LinearAlgebra.cpp"
+    text = linalg.read_text()
+    linalg.write_text(
+        text.replace("check_dim_size(m1, 2);", "check_dim_size(m1, 2);\n  (void)0;", 1)
+    )
+    from indexer.update import update_index
+
+    update_index(workspace, show_progress=False)
+    assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0
+    assert run(capsys, "snapshot", "load", "nightly", "--source", str(repo))[0] == 0
+    conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
+    try:
+        meta = read_meta(conn)
+        spliced = adjacency._spliced(adjacency.sidecar_path(workspace.db_path), conn, meta)
+        assert spliced is not None
+        assert _arrays(spliced) == _arrays(adjacency.build(conn))
+    finally:
+        conn.close()

@@ -26,6 +26,7 @@ from indexer.build import build_lock
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.locations import cache_dir
 from indexer.query.adjacency import index_key
+from indexer.query.adjacency_delta import MAX_CHAIN, Delta, deltas_of
 from indexer.query.adjacency_delta import META_KEY as DELTA_KEY
 from indexer.query.recorded import RECORD_FILE as RECORD_NAME
 from indexer.query.recorded import RecordedRuns, record_path_for
@@ -459,9 +460,13 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                     ("harness_chosen_by", workspace.chosen_by),
                     ("loaded_snapshot", info.name),
                 ]
-                if sidecars:  # the same graph as the index they were made for
-                    delta = {"base": info.sidecars_for, "nodes": [], "rows": []}
-                    values.append((DELTA_KEY, json.dumps([delta])))
+                if sidecars:
+                    # The same graph as the index saved: nothing changed against it, nor
+                    # against the indexes its own deltas start from (a sidecar may be
+                    # one of theirs, saved before anything read the index).
+                    deltas = [Delta(info.sidecars_for, [], []), *deltas_of(read_meta(conn))]
+                    kept = [asdict(delta) for delta in deltas[:MAX_CHAIN]]
+                    values.append((DELTA_KEY, json.dumps(kept)))
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
             finally:
                 conn.close()
