@@ -207,6 +207,9 @@ def main() -> int:
             continue
         static = kept_tests(static_only(selection), runs.record.tests)
         with_record = kept_tests(selection, runs.record.tests)
+        # Among the tests the record speaks for (the rest are the static walk's either way)
+        trusted_ids_ = {t.nodeid for t in trusted}
+        static_trusted, record_trusted = static & trusted_ids_, with_record & trusted_ids_
         ops = ops_reaching(index, node_id)
         names = [n for op in ops for n in runs.matching_names("op", op)]
         must = {runs.record.tests[i].nodeid for i in runs.tests_executing(names)}
@@ -222,6 +225,9 @@ def main() -> int:
             "record_tests": len(with_record),
             "static_files": len({n.split("::")[0] for n in static}),
             "record_files": len({n.split("::")[0] for n in with_record}),
+            "static_trusted": len(static_trusted),
+            "record_trusted": len(record_trusted),
+            "record_trusted_files": len({n.split("::")[0] for n in record_trusted}),
             "must": len(must),
             "own": len(own),
             "missed": len(missed),
@@ -235,7 +241,9 @@ def main() -> int:
         print(
             f"  {qualname} ({len(ops)} ops): recorded tests selected static "
             f"{len(static)}/{len(runs.record.tests)} ({result['static_files']} files) -> with "
-            f"record {len(with_record)} ({result['record_files']} files); executing an op "
+            f"record {len(with_record)} ({result['record_files']} files); of the "
+            f"{len(trusted)} trusted: static {len(static_trusted)} -> record "
+            f"{len(record_trusted)} ({result['record_trusted_files']} files); executing an op "
             f"reaching it {len(must)} ({len(own)} in their own or fixture work), missed "
             f"{len(missed)}; run by the import of {len(imports)} modules, import rule missed "
             f"{len(import_missed)}{' ' + str(import_missed[:3]) if import_missed else ''}; "
@@ -248,10 +256,19 @@ def main() -> int:
     if measured:
         static_fraction = statistics.median(r["static_tests"] / total for r in measured)
         record_fraction = statistics.median(r["record_tests"] / total for r in measured)
+        trusted_total = len(trusted) or 1
+        static_trusted_fraction = statistics.median(
+            r["static_trusted"] / trusted_total for r in measured
+        )
+        record_trusted_fraction = statistics.median(
+            r["record_trusted"] / trusted_total for r in measured
+        )
         print(
             f"changes: {len(results)} ({len(results) - len(measured)} run everything); median "
             f"selected fraction of recorded tests: static {static_fraction:.1%}, with the "
-            f"record {record_fraction:.1%}; missed tests executing a reaching op: "
+            f"record {record_fraction:.1%}; of the trusted tests: static "
+            f"{static_trusted_fraction:.1%}, with the record {record_trusted_fraction:.1%}; "
+            f"missed tests executing a reaching op: "
             f"{sum(r['missed'] for r in measured)}, import rule: "
             f"{sum(len(r['import_missed']) for r in measured)}; "
             f"torchtalk select, index up to date: median "
