@@ -192,6 +192,28 @@ def test_a_module_level_change_selects_the_importers(repo: Path) -> None:
         assert selected.get(nodeid) == "static"
 
 
+def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo: Path) -> None:
+    from indexer.audit.compare import compare
+    from indexer.audit.outcomes import Outcomes
+
+    # recext::probe runs at import of recext.probes, which every file importing recext
+    # imports: the static walk names each such file, the record keeps one importer.
+    edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
+    selection = select_tests(Workspace.resolve(repo))
+    assert {"tests/test_scale.py", "tests/test_shift.py"} <= set(selection.files)
+    matcher = ItemMatcher(selection)
+    running = sorted(
+        path for path, names in TESTS.items()
+        if any(matcher.verdict(path, [name]).keep for name in names)
+    )  # fmt: skip
+    suite = {f"{path}::{name}": "passed" for path, names in TESTS.items() for name in names}
+    result = compare(selection, Outcomes(suite), Outcomes(suite), set(), sorted(TESTS))
+    assert result.selected_files == running
+    # test_scale_then_fail (failed when recorded) is the static walk's: its file runs;
+    # the witness is one test, so at most one other file runs anything.
+    assert "tests/test_scale.py" in running and len(running) <= 2
+
+
 def test_a_new_test_file_and_a_changed_test_file_fall_back_to_static(repo: Path) -> None:
     (repo / "tests" / "test_new.py").write_text(
         "import recext\n\n\ndef test_new():\n    assert recext.scale\n"

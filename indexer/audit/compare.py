@@ -77,10 +77,18 @@ def compare(
     matcher = ItemMatcher(selection)
     failing = sorted(outcomes.failing() - excluded)
     failing_files = sorted({Outcomes.file_of(test) for test in failing})
-    selected_files = list(test_files) if selection.run_everything else sorted(selection.files)
+    kept = [test for test in baseline.results if keeps(matcher, test)]
+    if selection.run_everything:
+        selected_files = list(test_files)
+    else:
+        # A file runs when one of its tests is kept: a file the static walk names whose
+        # every test a record decides against runs nothing. Files the suite's baseline
+        # does not hold (new ones) count as the selection names them.
+        known = {Outcomes.file_of(test) for test in baseline.results}
+        running = {Outcomes.file_of(test) for test in kept}
+        selected_files = sorted(running | {path for path in selection.files if path not in known})
     missed_tests = [test for test in failing if not keeps(matcher, test)]
     missed_files = sorted(set(failing_files) - set(selected_files))
-    kept = [test for test in baseline.results if keeps(matcher, test)]
     skipped_time = sum(
         seconds for test, seconds in baseline.seconds.items() if not keeps(matcher, test)
     )
