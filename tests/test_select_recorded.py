@@ -172,6 +172,20 @@ def test_an_op_whose_import_time_result_is_kept_selects_its_users(repo: Path) ->
     assert "used by tests/test_scale.py::test_table, which entered recext/table.py:offsets" in text
 
 
+def test_an_op_no_recorded_test_ran_keeps_only_what_the_record_does_not_decide(
+    repo: Path,
+) -> None:
+    # recext::unused is called by recext.negate, which no test calls: statically its users
+    # are a guess (the importers of recext); the record shows no trusted test runs it.
+    edit(repo, "csrc/ops.cpp", "return x.neg();", "return x.neg().contiguous();")
+    selection = select_tests(Workspace.resolve(repo))
+    assert not selection.run_everything
+    selected = kept(repo)
+    assert selected and set(selected.values()) == {"static"}, selected
+    assert "tests/test_scale.py::test_scale_then_fail" in selected  # failed when recorded
+    assert "tests/test_shift.py::test_shift" not in selected
+
+
 def test_a_python_function_change_selects_the_tests_that_entered_it(repo: Path) -> None:
     edit(repo, "recext/__init__.py", "return torch.ops.recext.scale(x, factor)",
          "return torch.ops.recext.scale(x, factor * 1)")  # fmt: skip

@@ -202,7 +202,12 @@ def _select(
     # With a record, this walk answers for the tests the record does not decide.
     walker = ImpactWalker(index, workspace.source, splice_hub=True)
     reach = walker.walk(_starts(selection.entities))
-    apply_fallbacks(index, walker, reach, placer, selection, set(tests))
+    recorded = frozenset(answer.answered) if answer is not None and answer.used else frozenset()
+    widened = apply_fallbacks(
+        index, walker, reach, placer, selection, set(tests), recorded, tests.values()
+    )
+    if answer is not None:
+        answer.answered |= widened
     if walker.hub_use:
         selection.index["hub_walk"] = walker.hub_use
     selection.timings["impact_s"] = time.perf_counter() - phase

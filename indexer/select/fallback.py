@@ -18,13 +18,14 @@ run it, and a note says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
 from indexer.query.index import Index, Node
 from indexer.select.impact import STATEFUL, ImpactWalker
-from indexer.select.model import Entity, Selection
+from indexer.select.model import Entity, Reason, SelectedFile, Selection
 from indexer.select.outside_users import ends, unnamed_ops
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
@@ -274,10 +275,17 @@ def apply_fallbacks(
     placer: Placer,
     selection: Selection,
     tests: set[int],
-) -> None:
+    recorded: frozenset[int] = frozenset(),
+    test_paths: Iterable[str] = (),
+) -> set[int]:
     """Widen each entity no test reaches, once; run everything for one whose widened
-    set reaches no test either. The walks share what they learn (:class:`Known`), so
-    the cost grows with the nodes walked, not with entities times nodes."""
+    set reaches no test either, or, for one a record answers (positions in
+    ``recorded``), every test file for the tests the record does not decide: the record
+    has shown which of its tests run the entity's ops. The walks share what they learn
+    (:class:`Known`), so the cost grows with the nodes walked, not with entities times
+    nodes. Returns the positions of the widened entities that stand only for entities
+    in ``recorded``: their guess of hidden users is for the tests the record does not
+    decide, as the entities' own evidence is."""
     credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
     asked = [
         (position, entity)
@@ -285,7 +293,7 @@ def apply_fallbacks(
         if position not in credited and entity.node_ids
     ]
     if not asked:
-        return
+        return set()
     known = known_from(reach, tests)  # only now: a central change's walk is large
     unreached = [
         (position, entity)
@@ -293,7 +301,7 @@ def apply_fallbacks(
         if not _reaches_tests(walker, entity, position, tests, known)
     ]
     if not unreached:
-        return
+        return set()
     widening = _widen(index, placer, unreached)
     first = len(selection.entities)
     selection.entities += widening.entities
@@ -310,9 +318,14 @@ def apply_fallbacks(
         wider = selection.entities[position]
         if position in credited or _reaches_tests(walker, wider, position, tests, known):
             covered.update(positions)
+    for_recorded = {
+        first + offset
+        for offset, positions in enumerate(widening.covers)
+        if positions and set(positions) <= recorded
+    }
     left = [(position, entity) for position, entity in unreached if position not in covered]
     if not left:
-        return
+        return for_recorded
     # One question for all of them: a walk per entity would cost entities times nodes,
     # and one entity that runs everything makes the whole selection run everything.
     wider = [
@@ -328,5 +341,19 @@ def apply_fallbacks(
                 f"chain from it ends at ops nothing in the tree names ({', '.join(outside)}),"
                 " whose callers are outside the tree"
             )
+        elif position in recorded:
+            _unrecorded_everything(selection, entity, test_paths)
         else:
             _everything(selection, widening.named.get(position, entity.label), entity)
+    return for_recorded
+
+
+def _unrecorded_everything(selection: Selection, entity: Entity, test_paths: Iterable[str]) -> None:
+    why = (
+        f"nothing in the index reaches {entity.label} (changed at {entity.evidence}) but its "
+        "ops: which tests run them is the record's answer; the tests it does not decide may "
+        "reach it"
+    )
+    for path in test_paths:
+        selected = selection.files.setdefault(path, SelectedFile(path))
+        selected.reasons.append(Reason(entity.label, entity.evidence, note=why))
