@@ -248,6 +248,8 @@ class RecordRun:
             "parts": 1,
             "problems": [self.unavailable] if self.unavailable else [],
         }
+        if self.observer is not None:
+            meta["unobserved_ops"] = self.observer.unobserved_ops()
         return meta
 
     @pytest.hookimpl(trylast=True)

@@ -186,6 +186,25 @@ def test_an_op_no_recorded_test_ran_keeps_only_what_the_record_does_not_decide(
     assert "tests/test_shift.py::test_shift" not in selected
 
 
+def test_an_op_the_recorder_cannot_observe_is_left_to_the_static_walk(repo: Path) -> None:
+    path = record_path_for(Workspace.resolve(repo).db_path)
+    saved = path.read_bytes()
+    record = storage.read(path)
+    assert "aten::size" in record.meta["unobserved_ops"]  # as this torch reports them
+    try:
+        # As if recext::scale were one RecordFunction never reports: that no test was
+        # seen running it proves nothing.
+        record.meta["unobserved_ops"] = [*record.meta["unobserved_ops"], "recext::scale"]
+        storage.write(record, path)
+        edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);",
+             "return at::mul(x, factor * 1.0);")  # fmt: skip
+        selected = kept(repo)
+        assert selected.get("tests/test_scale.py::test_scale") == "static"
+        assert "record" not in selected.values()
+    finally:
+        path.write_bytes(saved)
+
+
 def test_a_python_function_change_selects_the_tests_that_entered_it(repo: Path) -> None:
     edit(repo, "recext/__init__.py", "return torch.ops.recext.scale(x, factor)",
          "return torch.ops.recext.scale(x, factor * 1)")  # fmt: skip

@@ -101,7 +101,7 @@ def load() -> ctypes.PyDLL:
             library = ctypes.PyDLL(str(target))
         except OSError as exc:
             raise NativeUnavailable(f"cannot load {target}: {exc}") from None
-        for name in ("tt_close_epoch", "tt_drain_codes", "tt_drain_cfuncs"):
+        for name in ("tt_close_epoch", "tt_drain_codes", "tt_drain_cfuncs", "tt_unobserved_ops"):
             getattr(library, name).restype = ctypes.py_object
         library.tt_observe_thread.argtypes = [ctypes.py_object]
         library.tt_observe_thread.restype = None

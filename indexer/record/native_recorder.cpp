@@ -18,6 +18,7 @@
 // from the name's pointer to its id, checked against the interned text because pointers
 // of freed schemas can be reused by other ops). It uses only what torch 2.6 and later
 // declare alike.
+#include <ATen/core/dispatch/ObservedOperators.h>
 #include <ATen/record_function.h>
 #include <Python.h>
 #include <frameobject.h>
@@ -261,5 +262,22 @@ int tt_restart_ops() {
 }
 int tt_overflowed() { return g_overflow.load() ? 1 : 0; }
 int tt_ops_registered() { return g_registered ? 1 : 0; }
+
+// The operators RecordFunction never reports (aten::size, aten::is_leaf, ...): that no
+// test was seen running one of them says nothing.
+PyObject* tt_unobserved_ops() {
+  PyObject* names = PyList_New(0);
+  if (names == nullptr) return nullptr;
+  for (const auto& name : c10::ObservedOperators::getUnobservedOperatorList()) {
+    PyObject* text = PyUnicode_FromString(name.c_str());
+    if (text == nullptr) {
+      Py_DECREF(names);
+      return nullptr;
+    }
+    PyList_Append(names, text);
+    Py_DECREF(text);
+  }
+  return names;
+}
 
 }  // extern "C"

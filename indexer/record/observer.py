@@ -110,6 +110,11 @@ class Observer:
         observed.add(self._drain())
         return observed
 
+    def unobserved_ops(self) -> list[str]:
+        """The ops this torch's RecordFunction never reports: a record cannot show who
+        runs them."""
+        return sorted(self._lib.tt_unobserved_ops())
+
     def take_imports(self) -> dict[str, Observed]:
         """Module path -> what its body ran while imported, since the previous take: the
         modules it imported (run first there, or named in its namespace), the functions

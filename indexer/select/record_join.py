@@ -244,6 +244,8 @@ def _recorded_names(
             # No op or binding reaches it through native code: the record cannot say who
             # runs it (the static walk, and its fallbacks, decide).
             return None, {}
+        if _unobservable(index.nodes(reach.ops), runs):
+            return None, {}  # nobody seen running it would prove nothing
         return _native_names(index, reach, runs)
     # A function whose file changed since the record may be new, or called from new code.
     if len(nodes) == 1 and nodes[0].path not in drift.to_base and _in_function_body(nodes[0], diff):
@@ -277,6 +279,21 @@ def _native_names(
             names.append(name)
             chains.setdefault(name, (hops, (kind, name[1], f"{node.path}:{node.line}")))
     return names, chains
+
+
+def _unobservable(ops: list[Node], runs: RecordedRuns) -> bool:
+    """Whether one of ``ops`` is one RecordFunction never reports (``aten::size``): the
+    record lists those of the torch it was made with; a record that does not cannot
+    vouch for an op it never saw."""
+    unobserved = runs.record.meta.get("unobserved_ops")
+    for node in ops:
+        name = node.qualname.split(".", 1)[0]
+        if unobserved is None:
+            if not runs.matching_names("op", name):
+                return True
+        elif name in unobserved:
+            return True
+    return False
 
 
 def _same_binding(recorded: str, qualname: str) -> bool:
