@@ -347,5 +347,9 @@ def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
             "tests/test_scale.py::test_scale", "tests/test_scale.py::test_scale_by_name",
             "tests/test_scale.py::test_scale_then_fail",
         ]  # fmt: skip
+        # run only while recext.probes is imported: said so, not "run by no test"
+        probe = tests(index, "recext::probe")
+        assert probe.items[0].data["record"]["run_at_import_of"] == ["recext/probes.py"]
+        assert "while 1 module of the tree is imported (recext/probes.py)" in probe.to_text()
     finally:
         index.close()

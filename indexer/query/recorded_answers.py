@@ -69,9 +69,21 @@ def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: s
         f"tests that really run {what}{through}: {len(tests)} in "
         f"{plural(len(files), 'file')} ({label})"
     )
+    modules = sorted(runs.import_work(names))
     if not names:
         head = f"no recorded test ran {what} ({label})"
-    answer.items.insert(0, Item(head, data={"record": {"tests": tests, "ops": ops}}))
+    elif not tests and not modules:
+        head = f"no recorded test ran {what}, though the record holds it ({label})"
+    data = {"tests": tests, "ops": ops, "run_at_import_of": modules}
+    answer.items.insert(0, Item(head, data={"record": data}))
+    if modules:
+        importers = runs.importers(modules)
+        shown = ", ".join(modules[:3]) + (", ..." if len(modules) > 3 else "")
+        answer.notes.append(
+            f"{what} also runs while {plural(len(modules), 'module')} of the tree "
+            f"{'is' if len(modules) == 1 else 'are'} imported ({shown}): "
+            f"{plural(len(importers), 'recorded test')} import {'it' if len(modules) == 1 else 'them'}"
+        )
     for position, nodeid in enumerate(tests[:SHOWN]):
         answer.items.insert(1 + position, Item(nodeid, depth=1))
     if len(tests) > SHOWN:

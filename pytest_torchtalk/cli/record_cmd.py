@@ -101,8 +101,10 @@ def run_show(args: argparse.Namespace) -> int:
     names = runs.matching_names(kind, pattern)
     hits = runs.tests_executing(names)
     tests = sorted(runs.record.tests[t].nodeid for t in hits)
+    modules = sorted(runs.import_work(names))  # run while imported: no one test's work
     if args.json:
-        print(json.dumps({"names": [t for _, t in names], "tests": tests}, indent=2))
+        found = {"names": [t for _, t in names], "tests": tests, "run_at_import_of": modules}
+        print(json.dumps(found, indent=2))
         return 0
     if not names:
         print(f"no test in the record {runs.path} executed {kind} {pattern!r}")
@@ -112,6 +114,12 @@ def run_show(args: argparse.Namespace) -> int:
         f"{kind} {', '.join(t for _, t in names)}: executed by {_count(len(tests), 'test')} "
         f"in {_count(len(files), 'file')}"
     )
+    if modules:
+        importers = runs.importers(modules)
+        print(
+            f"  and while importing {', '.join(modules)}: "
+            f"{_count(len(importers), 'test')} import {'it' if len(modules) == 1 else 'them'}"
+        )
     for nodeid in tests:
         print(f"  {nodeid}")
     return 0
