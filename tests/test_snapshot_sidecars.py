@@ -33,6 +33,29 @@ def _walk(walk: hub.HubWalk) -> tuple:
     return walk.hub, walk.node_kinds, walk.step_kinds, walk.import_live, arrays
 
 
+def _update_for_a_kernel_edit(workspace: Workspace) -> None:
+    from indexer.update import update_index
+
+    linalg = workspace.source / "aten/src/ATen/native/LinearAlgebra.cpp"
+    text = linalg.read_text()
+    linalg.write_text(
+        text.replace("check_dim_size(m1, 2);", "check_dim_size(m1, 2);\n  (void)0;", 1)
+    )
+    update_index(workspace, show_progress=False)
+
+
+def _assert_taken_over(workspace: Workspace) -> None:
+    """The index's adjacency is spliced from a sidecar on disk, and equals a build."""
+    conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
+    try:
+        meta = read_meta(conn)
+        spliced = adjacency._spliced(adjacency.sidecar_path(workspace.db_path), conn, meta)
+        assert spliced is not None
+        assert _arrays(spliced) == _arrays(adjacency.build(conn))
+    finally:
+        conn.close()
+
+
 def test_sidecars_travel_with_an_exported_snapshot(
     minitorch_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,22 +126,8 @@ def test_a_loaded_snapshot_updated_before_any_selection_still_takes_them_over(
         adjacency.shared(index.db_path, index.conn, index.meta)
     assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0
     assert run(capsys, "snapshot", "load", "nightly", "--source", str(repo))[0] == 0
-    linalg = repo / "aten/src/ATen/native/LinearAlgebra.cpp"
-    text = linalg.read_text()
-    linalg.write_text(
-        text.replace("check_dim_size(m1, 2);", "check_dim_size(m1, 2);\n  (void)0;", 1)
-    )
-    from indexer.update import update_index
-
-    update_index(workspace, show_progress=False)
-    conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
-    try:
-        meta = read_meta(conn)
-        spliced = adjacency._spliced(adjacency.sidecar_path(workspace.db_path), conn, meta)
-        assert spliced is not None  # through the delta from the nightly's index
-        assert _arrays(spliced) == _arrays(adjacency.build(conn))
-    finally:
-        conn.close()
+    _update_for_a_kernel_edit(workspace)
+    _assert_taken_over(workspace)  # through the delta from the nightly's index
     with closing(Index(workspace.db_path)) as index:
         assert hub._kept_across_update(index) is not None  # the kernel is not on its walk
 
@@ -133,21 +142,7 @@ def test_sidecars_of_the_index_before_an_update_are_taken_over_from_a_snapshot(
     workspace = Workspace.resolve(repo)
     with closing(Index(workspace.db_path)) as index:
         adjacency.shared(index.db_path, index.conn, index.meta)
-    linalg = repo / "aten/src/ATen/native/LinearAlgebra.cpp"
-    text = linalg.read_text()
-    linalg.write_text(
-        text.replace("check_dim_size(m1, 2);", "check_dim_size(m1, 2);\n  (void)0;", 1)
-    )
-    from indexer.update import update_index
-
-    update_index(workspace, show_progress=False)
+    _update_for_a_kernel_edit(workspace)
     assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0
     assert run(capsys, "snapshot", "load", "nightly", "--source", str(repo))[0] == 0
-    conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
-    try:
-        meta = read_meta(conn)
-        spliced = adjacency._spliced(adjacency.sidecar_path(workspace.db_path), conn, meta)
-        assert spliced is not None
-        assert _arrays(spliced) == _arrays(adjacency.build(conn))
-    finally:
-        conn.close()
+    _assert_taken_over(workspace)

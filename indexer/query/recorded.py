@@ -77,7 +77,9 @@ class RecordedRuns:
         return [by_name[name] for name in names if name in by_name]
 
     def tests_executing(self, names: Iterable[tuple[str, str]]) -> dict[int, set[int]]:
-        """Test index -> the ids of ``names`` it executed (through any segment)."""
+        """Test index -> the ids of ``names`` it executed through its own segments (setup,
+        call, teardown, fixtures, its file's collection, the session): import work is
+        no test's own (``import_work``, ``importers``)."""
         tests_of, _ = self._index()
         wanted = set(self.name_ids(names))
         found: dict[int, set[int]] = defaultdict(set)
