@@ -52,9 +52,11 @@ from indexer.precise.layer import precise_layer
 from indexer.precise.merge import restore_fast
 from indexer.progress import Progress
 from indexer.query.adjacency_delta import store_delta, track_touched
+from indexer.query.moved_facts import track_facts
 from indexer.relink import Changed, batches, refs_to_relink, refs_touching
 from indexer.store.db import (
     SCHEMA_VERSION,
+    ReusedIds,
     connect_writable,
     evict_file,
     insert_file_facts,
@@ -367,6 +369,7 @@ def update_index(
                 try:
                     conn.execute("BEGIN")
                     track_touched(conn)
+                    track_facts(conn)
                     ledger = Ledger(meta)
                     context = _updated_context(workspace, meta, changes)
                     if changes:
@@ -441,6 +444,7 @@ def _apply(
     changed.collect(conn, old_ids, after=False)
     touching = refs_touching(conn, old_ids)
     ledger.before_evict(conn, old_ids, touching)
+    reuse = ReusedIds(conn, evict)
     for path in evict:
         evict_file(conn, path)
     lap("evict_s")
@@ -450,7 +454,7 @@ def _apply(
     progress = Progress("updating", len(extract), enabled=show_progress)
     new_ids: list[int] = []
     for facts in extract_all(workspace.source, workspace.manifest, extract, jobs, context):
-        new_ids.append(insert_file_facts(conn, facts))
+        new_ids.append(insert_file_facts(conn, facts, reuse))
         progress.advance()
     progress.close(f"re-extracted {len(extract)} files")
     changed.collect(conn, new_ids, after=True)

@@ -163,6 +163,99 @@ def test_an_update_that_changed_what_the_walk_met_walks_again(tree: IndexedTree)
         assert hub.load(index) is None
 
 
+ACTIVATION = "aten/src/ATen/native/Activation.cpp"
+
+
+def _hub_meets_cpp(tree: IndexedTree) -> None:
+    """Make the hub's walk meet C++, as PyTorch's does: the package imports a module
+    registering a decomposition of aten::relu whose body imports the package, and a
+    kernel calls at::relu (so the hub's walk goes op -> C++ caller)."""
+    tree.replace(
+        "minitorch/__init__.py",
+        "from . import fused\n",
+        "from . import fused\nfrom . import _refs\n",
+    )
+    tree.replace(
+        "minitorch/_refs.py",
+        "    return [max(x, 0.0) for x in a]",
+        "    from minitorch import functional  # noqa: F401\n    return [max(x, 0.0) for x in a]",
+    )
+    tree.replace(
+        ACTIVATION,
+        "Tensor& relu_scaled_(Tensor& self, double scale) {",
+        "Tensor relu_twice(const Tensor& self) {\n  return at::relu(at::relu(self));\n}\n\n"
+        "Tensor& relu_scaled_(Tensor& self, double scale) {",
+    )
+    tree.commit("the hub's walk meets at::native::relu_twice")
+    tree.replace(OPS, *AT_IMPORT)
+    tree.select()  # walks from the hub, kept for this index
+    with closing(tree.index()) as index:
+        met = [index.node(node).qualname for node in hub.load(index).arrays["node"]]
+    assert "at::native::relu_twice" in met
+
+
+def _step_into(tree: IndexedTree, qualname: str) -> tuple[int, int]:
+    """The kept hub walk's step by which it reached ``qualname``: its evidence line, and
+    the line of the edge that step names, as the index now has it."""
+    with closing(tree.index()) as index:
+        walk = hub.load(index)
+        (node,) = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,))
+        row = walk.rows[node[0]]
+        a = walk.arrays
+        (line,) = index.conn.execute(
+            "SELECT line FROM edges WHERE src_id = ? AND dst_id = ?", (a["src"][row], a["dst"][row])
+        ).fetchone()
+        return a["line"][row], line
+
+
+def test_an_update_that_only_moved_what_the_walk_met_moves_the_walk(tree: IndexedTree) -> None:
+    _hub_meets_cpp(tree)
+    with closing(tree.index()) as index:
+        (before,) = index.conn.execute(
+            "SELECT id FROM nodes WHERE qualname = 'at::native::relu_twice'"
+        ).fetchone()
+    # Two lines above relu_twice, in a function the hub's walk does not meet.
+    tree.replace(
+        ACTIVATION, "  ReluHelper h(0.0);\n", "  ReluHelper h(0.0);\n  (void)0;\n  (void)1;\n"
+    )
+    _updated(tree)
+    with closing(tree.index()) as index:
+        (after,) = index.conn.execute(
+            "SELECT id FROM nodes WHERE qualname = 'at::native::relu_twice'"
+        ).fetchone()
+        assert after == before  # an update keeps the ids of what it re-extracts unchanged
+        assert hub._kept_across_update(index) is not None
+    kept_line, edge_line = _step_into(tree, "at::native::relu_twice")
+    assert kept_line == edge_line == tree.line(ACTIVATION, "return at::relu(at::relu(self));")
+    taken_over = _kept(tree)
+    _sidecar(tree).unlink()
+    fresh = tree.select()
+    assert "walked, and kept" in fresh.index["hub_walk"]
+    assert _kept(tree) == taken_over  # what walking again gives, lines and all
+
+
+def test_an_update_adding_a_call_to_what_the_walk_met_walks_again(tree: IndexedTree) -> None:
+    _hub_meets_cpp(tree)
+    tree.replace(
+        ACTIVATION,
+        "  return at::relu(at::relu(self));",
+        "  return at::relu(at::clamp_min(self, 0));",
+    )
+    _updated(tree)
+    with closing(tree.index()) as index:
+        assert hub._kept_across_update(index) is None
+
+
+def test_an_update_of_a_python_file_the_walk_met_walks_again(tree: IndexedTree) -> None:
+    # Same facts, other text: the walk reads a Python file's lines (does it call what it
+    # names?), so its re-extraction changes what the walk met even when no row does.
+    _hub_meets_cpp(tree)
+    tree.replace("minitorch/_refs.py", "def relu(a):\n", "def relu(a):\n    # a comment\n")
+    _updated(tree)
+    with closing(tree.index()) as index:
+        assert hub._kept_across_update(index) is None
+
+
 def _witnesses(tree: IndexedTree):
     return tree.workspace.db_path.with_name(tree.workspace.db_path.name + witness.SUFFIX)
 

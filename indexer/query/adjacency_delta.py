@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from array import array
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.query import moved_facts
 from indexer.query.adjacency import NONE, Adjacency, index_key
 
 META_KEY = "adjacency_delta"
@@ -42,6 +43,25 @@ class Delta:
     base: str  # that index's key (``index_key``)
     nodes: list[int]  # nodes whose row or edges changed: the ends of every changed edge
     rows: list[int]  # nodes whose own row changed
+    # The same, rows that only moved to other lines aside (``indexer.query.moved_facts``);
+    # None when not compared (then ``nodes`` and ``rows`` are all there is).
+    changed: list[int] | None = None
+    changed_rows: list[int] | None = None
+    # Per file id (as text: JSON keys), old line -> new line, for files whose facts moved.
+    lines: dict[str, dict[str, int]] | None = None
+
+    def as_json(self) -> dict:
+        """The fields as they are (``dataclasses.asdict`` would copy every list deeply)."""
+        return dict(vars(self))
+
+    def moved_line(self, file_id: int, line: int) -> int | None:
+        """Where evidence at ``line`` of the file is now; None when it is not known."""
+        if self.lines is None:
+            return None
+        moved = self.lines.get(str(file_id))
+        if moved is None:
+            return line
+        return moved.get(str(line))
 
 
 def track_touched(conn: sqlite3.Connection) -> None:
@@ -69,19 +89,43 @@ def store_delta(conn: sqlite3.Connection, base_path: Path, base_meta: dict[str, 
     rows = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_ROWS} ORDER BY id")]
     nodes = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
     limit = max(MAX_SHARE * nodes, MAX_NODES)
-    deltas = [Delta(index_key(base_path, base_meta), touched, rows)]
+    moves = moved_facts.compare(conn)
+    latest = Delta(index_key(base_path, base_meta), touched, rows)
+    if moves is not None:
+        lines = {str(f): {str(o): n for o, n in m.items()} for f, m in moves.lines.items()}
+        latest = Delta(latest.base, touched, rows, moves.changed, moves.changed_rows, lines)
+    deltas = [latest]
     for earlier in deltas_of(base_meta)[: MAX_CHAIN - 1]:
-        deltas.append(
-            Delta(
-                earlier.base,
-                sorted(set(earlier.nodes) | set(touched)),
-                sorted(set(earlier.rows) | set(rows)),
-            )
-        )
-    kept = [asdict(delta) for delta in deltas if len(delta.nodes) <= limit]
+        deltas.append(_chained(earlier, latest))
+    kept = [delta.as_json() for delta in deltas if len(delta.nodes) <= limit]
     conn.execute("DELETE FROM meta WHERE key = ?", (META_KEY,))
     if kept:
         conn.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (META_KEY, json.dumps(kept)))
+
+
+def _chained(earlier: Delta, latest: Delta) -> Delta:
+    """What ``earlier`` and then ``latest`` changed together, against ``earlier.base``."""
+
+    def union(a: list[int] | None, b: list[int] | None) -> list[int] | None:
+        return None if a is None or b is None else sorted(set(a) | set(b))
+
+    lines = None
+    if earlier.lines is not None and latest.lines is not None:
+        lines = dict(earlier.lines)
+        for file_id, second in latest.lines.items():
+            first = earlier.lines.get(file_id)
+            if first is None:
+                lines[file_id] = second
+            else:  # every line of the middle index's facts of the file is in ``second``
+                lines[file_id] = {o: second[str(m)] for o, m in first.items() if str(m) in second}
+    return Delta(
+        earlier.base,
+        sorted(set(earlier.nodes) | set(latest.nodes)),
+        sorted(set(earlier.rows) | set(latest.rows)),
+        union(earlier.changed, latest.changed),
+        union(earlier.changed_rows, latest.changed_rows),
+        lines,
+    )
 
 
 def deltas_of(meta: dict[str, str]) -> list[Delta]:
@@ -94,11 +138,24 @@ def deltas_of(meta: dict[str, str]) -> list[Delta]:
                 str(delta["base"]),
                 [int(node) for node in delta["nodes"]],
                 [int(node) for node in delta["rows"]],
+                _ids(delta.get("changed")),
+                _ids(delta.get("changed_rows")),
+                _lines(delta.get("lines")),
             )
             for delta in found
         ]
     except (ValueError, TypeError, KeyError, AttributeError):
         return []
+
+
+def _ids(values) -> list[int] | None:
+    return None if values is None else [int(value) for value in values]
+
+
+def _lines(values) -> dict[str, dict[str, int]] | None:
+    if values is None:
+        return None
+    return {str(f): {str(o): int(n) for o, n in m.items()} for f, m in values.items()}
 
 
 def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:

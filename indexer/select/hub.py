@@ -21,11 +21,15 @@ at the change.
 The sidecar is keyed by the index file (as the adjacency is) and by the code that walks
 and the manifest it reads, and is only made and used by selections, which walk an index
 known to describe the tree (whose files' text the walk also reads). An incremental
-update keeps it when nothing the walk met changed: the update notes the ends of every
-edge it changed and every node whose row it changed (``indexer.query.adjacency_delta``);
-when no changed edge ends at a node the walk met and no changed node row sits at the
-other end of one's edge, walking again would read the same edges, nodes and files (a
-changed file's nodes are all rewritten), so the kept walk is taken over.
+update keeps it when nothing the walk met changed but lines: the update notes the ends
+of every edge it changed and every node whose row it changed, rows that only moved to
+other lines aside (``indexer.query.adjacency_delta``, ``indexer.query.moved_facts``; an
+update keeps the ids of the nodes it re-extracts). When no changed edge ends at a node
+the walk met and no changed node row sits at the other end of one's edge, walking again
+would read the same edges, nodes and file text, so the kept walk is taken over, each
+step's evidence moved to the line its edge is on now. A statement added to a kernel the
+walk met is such a change; a call added or removed, or any edit of a Python file the
+walk met (whose lines it reads), is not.
 """
 
 from __future__ import annotations
@@ -241,16 +245,35 @@ def load(index: Index) -> HubWalk | None:
 
 def _kept_across_update(index: Index):
     """The (header, arrays) of the walk kept for the index this one was updated from,
-    when the update changed nothing it met; else None."""
+    when the update changed nothing it met but the lines of its evidence (then moved
+    with them); else None."""
     for delta in deltas_of(index.meta):
         found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index, delta.base), _ARRAYS)
         if found is not None:
-            return found if _unchanged_by(index, delta, found) else None
+            if not _unchanged_by(index, delta, found):
+                return None
+            return _moved(found, delta)
     return None
 
 
+def _moved(found, delta: Delta):
+    """``found`` with each step's evidence line where the update moved it; None when
+    one is not known (then the walk is made again)."""
+    header, arrays = found
+    if not delta.lines:
+        return found
+    lines = array("i")
+    for file_id, line in zip(arrays["file"], arrays["line"], strict=True):
+        moved = line if file_id == NONE else delta.moved_line(file_id, line)
+        if moved is None:
+            return None
+        lines.append(moved)
+    return header, {**arrays, "line": lines}
+
+
 def _unchanged_by(index: Index, delta: Delta, found) -> bool:
-    """Whether nothing the kept walk met is among what ``delta`` changed."""
+    """Whether nothing the kept walk met is among what ``delta`` changed (rows that
+    only moved to other lines aside, where the update compared them)."""
     header, arrays = found
     met = set(arrays["node"]) | set(arrays["src"]) | set(arrays["dst"])
     try:
@@ -260,10 +283,10 @@ def _unchanged_by(index: Index, delta: Delta, found) -> bool:
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
     # A changed edge has both ends among the touched nodes: none may be a node it met.
-    if not met.isdisjoint(delta.nodes):
+    if not met.isdisjoint(delta.nodes if delta.changed is None else delta.changed):
         return False
     # A node whose row changed beside one it met changes what the walk read of an edge.
-    rows = delta.rows
+    rows = delta.rows if delta.changed_rows is None else delta.changed_rows
     for start in range(0, len(rows), 900):
         batch = rows[start : start + 900]
         marks = ",".join("?" * len(batch))

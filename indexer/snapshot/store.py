@@ -465,7 +465,7 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                     # against the indexes its own deltas start from (a sidecar may be
                     # one of theirs, saved before anything read the index).
                     deltas = [Delta(info.sidecars_for, [], []), *deltas_of(read_meta(conn))]
-                    kept = [asdict(delta) for delta in deltas[:MAX_CHAIN]]
+                    kept = [delta.as_json() for delta in deltas[:MAX_CHAIN]]
                     values.append((DELTA_KEY, json.dumps(kept)))
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
             finally:

@@ -99,20 +99,72 @@ def _dumps(attrs: dict[str, Any]) -> str | None:
     return json.dumps(attrs, sort_keys=True, separators=(",", ":")) if attrs else None
 
 
-def insert_file_facts(conn: sqlite3.Connection, facts: FileFacts) -> int:
-    """Write one file's row, nodes and refs; returns the file id. The caller owns the transaction."""
+class ReusedIds:
+    """The ids an update gives the files it re-extracts: each file keeps its file id, and
+    each node the id of the old node of the same kind and qualified name (the n-th of a
+    name in the file the n-th's), so that what an update did not change keeps its
+    identity in the graph: an edge between the same two functions is the same edge, and
+    what is kept beside the index (walks, chains) still names the same nodes. Anything
+    new gets an id above every id the index had, never one freed by an evicted file
+    whose facts are still to be written. Read before any file is evicted."""
+
+    def __init__(self, conn: sqlite3.Connection, paths: list[str]) -> None:
+        self._files: dict[str, int] = {}
+        self._nodes: dict[tuple[str, str, str], list[int]] = {}  # unused ids, last first
+        for path in paths:
+            row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+            if row is None:
+                continue
+            self._files[path] = row[0]
+            for node_id, kind, qualname in conn.execute(
+                "SELECT id, kind, qualname FROM nodes WHERE file_id = ? ORDER BY id DESC",
+                (row[0],),
+            ):
+                self._nodes.setdefault((path, kind, qualname), []).append(node_id)
+        (self._next_file,) = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM files").fetchone()
+        (self._next_node,) = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM nodes").fetchone()
+
+    def file_id(self, path: str) -> int:
+        found = self._files.pop(path, None)
+        if found is None:
+            found, self._next_file = self._next_file, self._next_file + 1
+        return found
+
+    def node_id(self, path: str, kind: str, qualname: str) -> int:
+        ids = self._nodes.get((path, kind, qualname))
+        if ids:
+            return ids.pop()
+        found, self._next_node = self._next_node, self._next_node + 1
+        return found
+
+
+def insert_file_facts(
+    conn: sqlite3.Connection, facts: FileFacts, reuse: ReusedIds | None = None
+) -> int:
+    """Write one file's row, nodes and refs; returns the file id. The caller owns the
+    transaction. ``reuse``: the ids the file had before it was evicted."""
     cursor = conn.execute(
-        "INSERT INTO files(path, language, sha, size, parse_errors, error) VALUES (?,?,?,?,?,?)",
-        (facts.path, facts.language, facts.sha, facts.size, facts.parse_errors, facts.error),
+        "INSERT INTO files(id, path, language, sha, size, parse_errors, error)"
+        " VALUES (?,?,?,?,?,?,?)",
+        (
+            reuse.file_id(facts.path) if reuse is not None else None,
+            facts.path,
+            facts.language,
+            facts.sha,
+            facts.size,
+            facts.parse_errors,
+            facts.error,
+        ),
     )
     file_id = cursor.lastrowid
     node_ids: list[int] = []
     for local, node in enumerate(facts.nodes):
         parent = node_ids[node.parent] if node.parent is not None and local > 0 else None
         cursor = conn.execute(
-            "INSERT INTO nodes(file_id, kind, name, qualname, line, end_line, parent_id, attrs)"
-            " VALUES (?,?,?,?,?,?,?,?)",
+            "INSERT INTO nodes(id, file_id, kind, name, qualname, line, end_line, parent_id,"
+            " attrs) VALUES (?,?,?,?,?,?,?,?,?)",
             (
+                reuse.node_id(facts.path, node.kind, node.qualname) if reuse is not None else None,
                 file_id,
                 node.kind,
                 node.name,
