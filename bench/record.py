@@ -102,6 +102,11 @@ def main() -> int:
         help="files measured at once (each file's two runs stay back to back); the CPU-time "
         "ratio is the figure to read when the machine is shared",
     )  # fmt: skip
+    parser.add_argument(
+        "--record-only", action="store_true",
+        help="skip the runs without recording: only the record is made (half the time; no "
+        "overhead figure), e.g. for bench/selection_record.py",
+    )  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "records").mkdir(exist_ok=True)
@@ -121,11 +126,13 @@ def main() -> int:
             return json.loads(saved.read_text())
         record_path = args.out / "records" / (file.replace("/", "__") + ".ttr")
         order = ("plain", "recorded") if position % 2 == 0 else ("recorded", "plain")
+        if args.record_only:
+            order = ("recorded",)
         runs = {}
         for which in order:
             extra = [f"--torchtalk-record={record_path}"] if which == "recorded" else []
             runs[which] = run(args.python, args.source, file, extra, args.timeout)
-        result = {"file": file, "plain": runs["plain"], "recorded": runs["recorded"]}
+        result = {"file": file, "plain": runs.get("plain"), "recorded": runs["recorded"]}
         result["kept"] = all(r["code"] in (0, 1, 5) for r in runs.values())
         saved.write_text(json.dumps(result))
         return result
@@ -147,7 +154,8 @@ def main() -> int:
             )
             for future in done:
                 result = future.result()
-                plain, recorded = result["plain"], result["recorded"]
+                recorded = result["recorded"]
+                plain = result["plain"] or recorded  # --record-only: no run without
                 if not result["kept"]:
                     dropped.append(
                         {
@@ -176,6 +184,9 @@ def main() -> int:
     runs = RecordedRuns.open(merged_path)
     summary = runs.summary()
     ops = runs.per_test_counts("op")
+    if args.record_only:  # no runs without recording: no overhead figure
+        for r in results:
+            r["plain"] = {"wall": 0.0, "cpu": 0.0}
     plain_wall = sum(r["plain"]["wall"] for r in results)
     recorded_wall = sum(r["recorded"]["wall"] for r in results)
     plain_cpu = sum(r["plain"]["cpu"] for r in results)
