@@ -53,8 +53,9 @@ class AtenOps:
         self.functions: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         self.methods: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         self.outs: set[int] = set()  # out= overloads, which at::X_out / at::X_outf call
+        op = NodeKind.OP.value  # read once: an enum's value is a property
         for node_id, kind in symbols.kind.items():
-            if kind != NodeKind.OP.value or not symbols.qualname[node_id].startswith("aten::"):
+            if kind != op or not symbols.qualname[node_id].startswith("aten::"):
                 continue
             attrs = symbols.attrs(node_id)
             arguments = attrs.get("arguments") or []

@@ -44,8 +44,9 @@ def _normal(path: str) -> str | None:
 def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
     file_node: dict[str, int] = {}
     by_basename: dict[str, list[str]] = defaultdict(list)
+    file_kind = NodeKind.FILE.value  # read once: an enum's value is a property
     for node_id, kind in symbols.kind.items():
-        if kind == NodeKind.FILE.value:
+        if kind == file_kind:
             path = symbols.qualname[node_id]
             file_node[path] = node_id
             by_basename[path.rsplit("/", 1)[-1]].append(path)

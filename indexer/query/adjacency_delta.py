@@ -225,7 +225,8 @@ def _splice_side(
         if kept_from < stop:
             first, last = offsets[kept_from], offsets[stop]
             shift = len(out["other"]) - first
-            new_offsets.extend(offsets[i] + shift for i in range(kept_from, stop))
+            kept = offsets[kept_from:stop]
+            new_offsets.extend(kept if shift == 0 else map(shift.__add__, kept))
             for name, values in columns.items():
                 out[name].extend(values[first:last])
         untouched_new = node - max(kept_from, base_nodes)  # new ids with no row of their own

@@ -262,12 +262,14 @@ def _moved(found, delta: Delta):
     header, arrays = found
     if not delta.lines:
         return found
-    lines = array("i")
-    for file_id, line in zip(arrays["file"], arrays["line"], strict=True):
-        moved = line if file_id == NONE else delta.moved_line(file_id, line)
-        if moved is None:
-            return None
-        lines.append(moved)
+    moved_files = {int(file_id) for file_id in delta.lines}
+    lines = array("i", arrays["line"])
+    for row, file_id in enumerate(arrays["file"]):
+        if file_id in moved_files:
+            moved = delta.moved_line(file_id, lines[row])
+            if moved is None:
+                return None
+            lines[row] = moved
     return header, {**arrays, "line": lines}
 
 
