@@ -315,3 +315,39 @@ def test_a_chain_to_the_hub_is_kept_without_walking_past_it(tree: IndexedTree) -
     kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
     assert [chain[0][1] for chain in kept] == ["minitorch.ops._OpNamespace.__init__"]
     assert kept[0][-1][1] == "minitorch"
+
+
+def _plain(reach):
+    """The same reach with every Overlay made a dict: what merging reads eagerly."""
+    from indexer.select.reach import Reach
+
+    return Reach(
+        dict(reach.steps.items()),
+        dict(reach.origin.items()),
+        dict(reach.kind.items()),
+        dict(reach.file_id.items()),
+        set(reach.import_live),
+        dict(reach.module_names),
+        dict(reach.depth.items()),
+        list(reach.deferred_calls),
+    )
+
+
+def test_merging_a_walk_that_spliced_the_hub_equals_merging_it_whole(tree: IndexedTree) -> None:
+    # The fallback merges a widened entity's walk into the selection's: when that walk
+    # spliced the hub's, its rows are laid over the selection's reach, made when read.
+    tree.replace(OPS, *AT_IMPORT)
+    tree.replace(LINALG, *NOT_AT_IMPORT)
+    tree.select()
+    with closing(tree.index()) as index:
+        _, own = _reach(index, tree, True, "at::native::mm_cpu")  # reaches no hub
+        _, wide = _reach(index, tree, True, "minitorch.ops._OpNamespace.__init__")
+        assert type(own.steps) is dict and type(wide.steps).__name__ == "Overlay"
+        eager, lazy = _plain(own), _plain(own)
+        eager_added = eager.merge(_plain(wide))
+        lazy_added = lazy.merge(wide)
+        assert lazy_added == eager_added
+        for name in ("steps", "origin", "kind", "file_id", "depth"):
+            assert dict(getattr(lazy, name).items()) == getattr(eager, name), name
+            assert len(getattr(lazy, name)) == len(getattr(eager, name)), name
+        assert lazy.import_live == eager.import_live

@@ -36,6 +36,8 @@ class Reach:
         """Add what ``other`` reached and this did not, and return it; chains stay paths
         of real steps. Where the two walks meet, a chain of ``other``'s runs on through
         this walk's steps: it is credited to the entity it really starts from."""
+        if isinstance(other.steps, Overlay) and not isinstance(self.steps, Overlay):
+            return self._merge_overlay(other)
         added = [node_id for node_id in other.steps if node_id not in self.steps]
         for node_id in added:  # in the order reached: each one's prev comes before it
             step = other.steps[node_id]
@@ -46,6 +48,46 @@ class Reach:
             self.origin[node_id] = other.origin[node_id] if step is None else self.origin[step.prev]
         self.import_live |= other.import_live
         return added
+
+    def _merge_overlay(self, other: Reach) -> list[int]:
+        """``merge`` of a walk that spliced the hub's walk in (``other.steps`` an
+        Overlay): its own nodes are added one by one, its hub rows are laid over this
+        walk the same way, made only when read (a widened walk reaching the hub would
+        otherwise make ~80,000 steps here to read a few thousand)."""
+        overlay = other.steps
+        own = [n for n in overlay.own if n not in self.steps]
+        for node_id in own:
+            step = overlay.own[node_id]
+            self.steps[node_id] = step
+            self.kind[node_id] = other.kind[node_id]
+            self.file_id[node_id] = other.file_id[node_id]
+            self.depth[node_id] = other.depth.get(node_id, 0)
+            self.origin[node_id] = other.origin[node_id] if step is None else self.origin[step.prev]
+        rows = overlay.rows
+        laid = [n for n in rows if n not in self.steps]
+        step_of, origins = overlay.value, self.origin
+
+        def origin(row: int) -> int:
+            # The entity of the first node up the row's chain this walk holds itself, as
+            # ``merge`` credits it (each row's prev is a row above it, or such a node).
+            path = []
+            node = step_of(row).prev
+            while node not in origins.own:
+                path.append(node)
+                node = step_of(rows[node]).prev
+            found = origins.own[node]
+            for passed in path:
+                origins[passed] = found
+            return found
+
+        for name in ("steps", "kind", "file_id", "depth", "origin"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            value = origin if name == "origin" else theirs.value
+            extra = len(laid) if name != "depth" else sum(1 for n in rows if n not in mine)
+            setattr(self, name, Overlay(mine, rows, value, extra))
+        origins = self.origin
+        self.import_live |= other.import_live
+        return own + laid
 
     def graft(self, other: Reach, root: int) -> list[int]:
         """Add what ``other``, a walk from ``root`` alone (a node reached here), reached
