@@ -181,6 +181,15 @@ PyObject* drain(Set* set, Item item_of) {
   return list;
 }
 
+// Appends the string ``text`` to ``list``; false (a Python error set) when it cannot.
+bool append_text(PyObject* list, const char* text) {
+  PyObject* item = PyUnicode_FromString(text);
+  if (item == nullptr) return false;
+  int failed = PyList_Append(list, item);
+  Py_DECREF(item);
+  return failed == 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -234,13 +243,10 @@ PyObject* tt_close_epoch() {
   if (names == nullptr) return nullptr;
   for (uint32_t id = 0; id < count; ++id) {
     if (g_seen[id].load(std::memory_order_relaxed) == closing) {
-      PyObject* text = PyUnicode_FromString(g_names[id]);
-      if (text == nullptr) {
+      if (!append_text(names, g_names[id])) {
         Py_DECREF(names);
         return nullptr;
       }
-      PyList_Append(names, text);
-      Py_DECREF(text);
     }
   }
   return names;
@@ -269,13 +275,10 @@ PyObject* tt_unobserved_ops() {
   PyObject* names = PyList_New(0);
   if (names == nullptr) return nullptr;
   for (const auto& name : c10::ObservedOperators::getUnobservedOperatorList()) {
-    PyObject* text = PyUnicode_FromString(name.c_str());
-    if (text == nullptr) {
+    if (!append_text(names, name.c_str())) {
       Py_DECREF(names);
       return nullptr;
     }
-    PyList_Append(names, text);
-    Py_DECREF(text);
   }
   return names;
 }

@@ -40,14 +40,18 @@ class Reach:
             return self._merge_overlay(other)
         added = [node_id for node_id in other.steps if node_id not in self.steps]
         for node_id in added:  # in the order reached: each one's prev comes before it
-            step = other.steps[node_id]
-            self.steps[node_id] = step
-            self.kind[node_id] = other.kind[node_id]
-            self.file_id[node_id] = other.file_id[node_id]
-            self.depth[node_id] = other.depth.get(node_id, 0)
-            self.origin[node_id] = other.origin[node_id] if step is None else self.origin[step.prev]
+            self._take(other, node_id, other.steps[node_id])
         self.import_live |= other.import_live
         return added
+
+    def _take(self, other: Reach, node_id: int, step: Step | None) -> None:
+        """Add ``other``'s node reached by ``step``, credited to the entity its chain
+        starts from here (its prev is already held)."""
+        self.steps[node_id] = step
+        self.kind[node_id] = other.kind[node_id]
+        self.file_id[node_id] = other.file_id[node_id]
+        self.depth[node_id] = other.depth.get(node_id, 0)
+        self.origin[node_id] = other.origin[node_id] if step is None else self.origin[step.prev]
 
     def _merge_overlay(self, other: Reach) -> list[int]:
         """``merge`` of a walk that spliced the hub's walk in (``other.steps`` an
@@ -57,12 +61,7 @@ class Reach:
         overlay = other.steps
         own = [n for n in overlay.own if n not in self.steps]
         for node_id in own:
-            step = overlay.own[node_id]
-            self.steps[node_id] = step
-            self.kind[node_id] = other.kind[node_id]
-            self.file_id[node_id] = other.file_id[node_id]
-            self.depth[node_id] = other.depth.get(node_id, 0)
-            self.origin[node_id] = other.origin[node_id] if step is None else self.origin[step.prev]
+            self._take(other, node_id, overlay.own[node_id])
         rows = overlay.rows
         laid = [n for n in rows if n not in self.steps]
         step_of, origins = overlay.value, self.origin
