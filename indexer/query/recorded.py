@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,9 @@ class RecordedRuns:
         self._by_name: dict[tuple[str, str], int] | None = None
         self._naming: dict[str, list[int]] | None = None  # module path -> segments naming it
         self._functions: dict[str, list[tuple[str, str]]] | None = None  # module -> its functions
-        self._lock = threading.Lock()
+        self._executed_by: dict[int, list[int]] | None = None  # name -> segments, made here
+        self._overloads: dict[str, list[str]] | None = None
+        self._lock = threading.RLock()  # the lookups build on one another
 
     @classmethod
     def open(cls, path: Path) -> RecordedRuns:
@@ -76,34 +78,41 @@ class RecordedRuns:
         _, by_name = self._index()
         return [by_name[name] for name in names if name in by_name]
 
+    def segments_executing(self, name: int) -> Sequence[int]:
+        """The segments that executed the name with id ``name``: the record's postings
+        when it was read from disk (nothing else is read), else made once from it."""
+        if self.record.postings is not None:
+            return self.record.postings(name)
+        with self._lock:
+            if self._executed_by is None:
+                executed_by: dict[int, list[int]] = defaultdict(list)
+                for index, segment in enumerate(self.record.segments):
+                    for each in segment.names:
+                        executed_by[each].append(index)
+                self._executed_by = dict(executed_by)
+            return self._executed_by.get(name, ())
+
     def tests_executing(self, names: Iterable[tuple[str, str]]) -> dict[int, set[int]]:
         """Test index -> the ids of ``names`` it executed through its own segments (setup,
         call, teardown, fixtures, its file's collection, the session): import work is
         no test's own (``import_work``, ``importers``)."""
         tests_of, _ = self._index()
-        wanted = set(self.name_ids(names))
         found: dict[int, set[int]] = defaultdict(set)
-        if not wanted:
-            return found
-        for segment_id, segment in enumerate(self.record.segments):
-            hits = segment.names & wanted
-            if hits:
-                for test in tests_of.get(segment_id, ()):
-                    found[test] |= hits
+        for name in set(self.name_ids(names)):
+            for segment in self.segments_executing(name):
+                for test in tests_of.get(segment, ()):
+                    found[test].add(name)
         return found
 
     def import_work(self, names: Iterable[tuple[str, str]]) -> dict[str, set[int]]:
         """Module path -> the ids of ``names`` its body ran while it was imported."""
-        wanted = set(self.name_ids(names))
-        found: dict[str, set[int]] = {}
-        if not wanted:
-            return found
-        for segment in self.record.segments:
-            if segment.kind == "module":
-                hits = segment.names & wanted
-                if hits:
-                    found[segment.label] = hits
-        return found
+        segments = self.record.segments
+        found: dict[str, set[int]] = defaultdict(set)
+        for name in set(self.name_ids(names)):
+            for segment in self.segments_executing(name):
+                if segments[segment].kind == "module":
+                    found[segments[segment].label].add(name)
+        return dict(found)
 
     def importers(self, modules: Iterable[str]) -> set[int]:
         """The tests whose process imports one of ``modules`` (paths): a test file, fixture
@@ -138,30 +147,43 @@ class RecordedRuns:
             return self._functions.get(module, [])
 
     def _module_naming(self) -> dict[str, list[int]]:
+        """Module path -> the segments that imported it (its name is a module name)."""
         with self._lock:
             if self._naming is None:
-                names = self.record.names
-                module_ids = {i: text for i, (kind, text) in enumerate(names) if kind == "module"}
-                naming: dict[str, list[int]] = defaultdict(list)
-                for index, segment in enumerate(self.record.segments):
-                    for name in segment.names & module_ids.keys():
-                        naming[module_ids[name]].append(index)
-                self._naming = dict(naming)
+                self._naming = {
+                    text: list(self.segments_executing(i))
+                    for i, (kind, text) in enumerate(self.record.names)
+                    if kind == "module"
+                }
             return self._naming
 
     def matching_names(self, kind: str, pattern: str) -> list[tuple[str, str]]:
         """Names of ``kind`` equal to ``pattern``, else those containing it (overloads of
         an op, functions by qualname suffix)."""
+        if kind == "op":  # asked for every op a change reaches: looked up, not scanned
+            overloads = self._op_overloads()
+            if pattern in overloads.get(pattern.split(".", 1)[0], ()):
+                return [("op", pattern)]
+            return [("op", text) for text in overloads.get(pattern, ())]
         exact = [(k, t) for k, t in self.record.names if k == kind and t == pattern]
         if exact:
             return exact
-        if kind == "op":
-            prefix = pattern + "."
-            return [(k, t) for k, t in self.record.names if k == kind and t.startswith(prefix)]
         return [
             (k, t) for k, t in self.record.names
             if k == kind and (t.endswith(":" + pattern) or t.endswith("." + pattern))
         ]  # fmt: skip
+
+    def _op_overloads(self) -> dict[str, list[str]]:
+        """Op name without its overload -> the recorded names of it (``aten::add`` ->
+        ``aten::add``, ``aten::add.Tensor``, ...), in the record's order."""
+        with self._lock:
+            if self._overloads is None:
+                overloads: dict[str, list[str]] = defaultdict(list)
+                for kind, text in self.record.names:
+                    if kind == "op":
+                        overloads[text.split(".", 1)[0]].append(text)
+                self._overloads = dict(overloads)
+            return self._overloads
 
     def test(self, nodeid: str) -> RecordedTest | None:
         return next((t for t in self.record.tests if t.nodeid == nodeid), None)

@@ -28,6 +28,7 @@ kernel      a CUDA kernel it launched (recorded only where a GPU is present)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 KINDS = ("op", "backward", "function", "module", "binding", "kernel")
@@ -38,11 +39,45 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 COMPLETE_OUTCOMES = frozenset({"passed", "xpassed"})
 
 
-@dataclass
 class Segment:
-    kind: str  # one of SEGMENT_KINDS
-    label: str  # node id, 'fixture NAME @ BASEID', 'file PATH', 'session', module PATH
-    names: set[int] = field(default_factory=set)  # ids into Record.names
+    """A unit of work and the names it executed (ids into ``Record.names``).
+
+    A record read from disk knows, for each name, the segments that executed it (the
+    question selection asks); the other way round (``names``) is made for all its
+    segments at once, the first time one is asked (``indexer.record.storage``).
+    """
+
+    __slots__ = ("_fill", "_names", "kind", "label")
+
+    def __init__(
+        self,
+        kind: str,
+        label: str,
+        names: set[int] | None = None,
+        fill: Callable[[], None] | None = None,
+    ) -> None:
+        self.kind = kind  # one of SEGMENT_KINDS
+        self.label = label  # node id, 'fixture NAME @ BASEID', 'file PATH', 'session', module PATH
+        self._names = set() if names is None and fill is None else names
+        self._fill = fill
+
+    @property
+    def names(self) -> set[int]:
+        if self._names is None:
+            self._fill()  # sets every segment's names of the record it was read with
+        return self._names
+
+    @names.setter
+    def names(self, value: set[int]) -> None:
+        self._names = value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Segment):
+            return NotImplemented
+        return (self.kind, self.label, self.names) == (other.kind, other.label, other.names)
+
+    def __repr__(self) -> str:
+        return f"Segment({self.kind!r}, {self.label!r})"
 
 
 @dataclass
@@ -68,6 +103,8 @@ class Record:
     tests: list[RecordedTest] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # repo path -> content hash
     _ids: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
+    # For each name, the segments that executed it, as read from disk (None: made here).
+    postings: Callable[[int], Sequence[int]] | None = field(default=None, repr=False, compare=False)
 
     def name_id(self, kind: str, text: str) -> int:
         """The id of (kind, text), interned on first use."""

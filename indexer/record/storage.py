@@ -187,16 +187,28 @@ def _decode(header: dict, arrays: dict[str, array]) -> Record:
     names = [(KINDS[k], t) for k, t in zip(arrays["name_kinds"], names_text, strict=True)]
     labels = _texts(arrays["segment_labels"], counts["segments"])
     kinds = arrays["segment_kinds"]
-    segments = [Segment(SEGMENT_KINDS[k], label) for k, label in zip(kinds, labels, strict=True)]
     offsets, flat = arrays["posting_offsets"], arrays["posting_segments"]
     if len(offsets) != len(names) + 1 or offsets[-1] != len(flat):
         raise ValueError("posting lists do not match the names")
-    for name in range(len(names)):
-        for segment in flat[offsets[name] : offsets[name + 1]]:
-            segments[segment].names.add(name)
+    if flat and max(flat) >= len(labels):
+        raise ValueError("a posting names a segment that does not exist")
+
+    def fill() -> None:
+        # Selection reads the postings; what each segment executed is made only for
+        # those who ask (show --test, merge, stats), once for the whole record.
+        for segment in segments:
+            segment.names = set()
+        for name in range(len(names)):
+            for segment in flat[offsets[name] : offsets[name + 1]]:
+                segments[segment].names.add(name)
+
+    segments = [
+        Segment(SEGMENT_KINDS[k], label, fill=fill) for k, label in zip(kinds, labels, strict=True)
+    ]
     files = _texts(arrays["file_paths"], counts["files"])
     hashes = _texts(arrays["file_hashes"], counts["files"])
     record = Record(meta=header["meta"], names=names, segments=segments)
+    record.postings = lambda name: flat[offsets[name] : offsets[name + 1]]
     record.files = {p: h for p, h in zip(files, hashes, strict=True) if h}
     nodeids = _texts(arrays["test_nodeids"], counts["tests"])
     test_offsets, test_segments = arrays["test_segment_offsets"], arrays["test_segments"]
