@@ -118,3 +118,21 @@ def test_a_test_starting_under_a_running_profiler_is_not_captured() -> None:
         capture.close()
     assert launches == []
     assert problems == ["kernels not recorded: a profiler was already running"]
+
+
+def test_merged_shards_say_each_way_kernels_were_observed() -> None:
+    from indexer.record.merge import merge
+    from indexer.record.model import Record
+
+    def shard(cuda_kernels: str, created_at: str) -> Record:
+        mechanisms = {"ops": "RecordFunction global callback", "cuda_kernels": cuda_kernels}
+        return Record(meta={"commit": "c1", "created_at": created_at, "mechanisms": mechanisms})
+
+    gpu = shard("Kineto CUDA activity, a session per test", "2026-12-04T00:00:00+00:00")
+    cpu = shard("off: no CUDA device", "2026-12-04T01:00:00+00:00")
+    for order in ([gpu, cpu], [cpu, gpu]):
+        mechanisms = merge(order).meta["mechanisms"]
+        assert mechanisms["cuda_kernels"] == (
+            "Kineto CUDA activity, a session per test; off: no CUDA device"
+        )
+        assert mechanisms["ops"] == "RecordFunction global callback"
