@@ -25,6 +25,7 @@ import pytest
 from indexer.errors import TorchTalkError
 from indexer.query.recorded import record_path_for
 from indexer.record import native, storage
+from indexer.record.cuda_capture import KernelCapture, capture_off_reason
 from indexer.record.files import content_hashes
 from indexer.record.merge import merge
 from indexer.record.model import Record, RecordedTest
@@ -83,6 +84,8 @@ class RecordRun:
         self.record = Record(meta={})
         self.observer: Observer | None = None
         self.unavailable = ""
+        self.kernels: KernelCapture | None = None
+        self.kernels_off = "off: the recorder is unavailable"  # why kernels are not captured
         self.problems: list[str] = []
         self._session = self.record.add_segment("session", SESSION_LABEL)
         self._files: dict[str, int] = {}  # test file -> its collection segment
@@ -103,6 +106,11 @@ class RecordRun:
             self.observer = Observer(self.root)
         except native.NativeUnavailable as exc:
             self.unavailable = f"recorder unavailable: {exc}"
+            return
+        torch = sys.modules.get("torch")  # imported by the compiled recorder's load
+        self.kernels_off = capture_off_reason(torch)
+        if not self.kernels_off:
+            self.kernels = KernelCapture(torch)
 
     def _take(self, segment: int) -> None:
         """Add what ran since the last look to ``segment``."""
@@ -141,6 +149,11 @@ class RecordRun:
                 names = self.record.segments[segment].names
                 names.update(self.record.name_id(*n) for n in self.observer.imported_by(module))
 
+    def _add_kernels(self, segment: int, launches, problems: list[str]) -> None:
+        names = self.record.segments[segment].names
+        names.update(self.record.name_id("kernel", launch.kernel) for launch in launches)
+        self._problems[segment].extend(problems)
+
     # --- tests and the fixtures they share --------------------------------------------
 
     @pytest.hookimpl(wrapper=True)
@@ -155,9 +168,13 @@ class RecordRun:
         own = self.record.add_segment("test", item.nodeid)
         self._outcomes.setdefault(item.nodeid, _Outcome())
         self._stack = [own]
+        if self.kernels is not None:
+            self.kernels.start()
         try:
             return (yield)
         finally:
+            if self.kernels is not None:
+                self._add_kernels(own, *self.kernels.stop())
             self._take(own)
             self._stack = []
             lost = self.observer.check_ops()
@@ -243,7 +260,7 @@ class RecordRun:
             "mechanisms": {
                 "ops": "RecordFunction global callback",
                 "python": "C profile function (PyEval_SetProfile)",
-                "cuda_kernels": "off: not recorded (docs/recording.md)",
+                "cuda_kernels": self.kernels_off or "Kineto CUDA activity, a session per test",
             },
             "parts": 1,
             "problems": [self.unavailable] if self.unavailable else [],
@@ -266,6 +283,8 @@ class RecordRun:
         if self.observer is not None:
             self._take(self._session)  # what session teardown imported
             self.observer.stop()
+        if self.kernels is not None:
+            self.kernels.close()
         self._add_unobserved(session)
         if self.unavailable:
             for test in self.record.tests:

@@ -10,7 +10,9 @@ unrecorded rather than recorded as doing less.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,21 @@ def test_a_record_that_cannot_be_written_fails_the_run(recext, tmp_path: Path) -
         check_codes=(3,),
     )  # fmt: skip
     assert "torchtalk: record not written: cannot write the record" in done.stdout
+
+
+def test_cuda_kernels_switch_off_without_a_gpu_and_stats_say_why(recext, serial: Record) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    repo, env = recext
+    assert serial.meta["mechanisms"]["cuda_kernels"] == "off: no CUDA device"
+    assert not [name for name in serial.names if name[0] == "kernel"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_torchtalk", "record", "stats", "--record", "serial.ttr"],
+        cwd=repo,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "kernels:  off: no CUDA device" in done.stdout.splitlines()

@@ -225,6 +225,10 @@ class RecordedRuns:
             "ops": kinds.get("op", 0),
             "torch": record.meta.get("torch"),
             "devices": record.meta.get("devices", []),
+            # How CUDA kernels were captured, or why not ('off: no CUDA device').
+            "cuda_kernels": (record.meta.get("mechanisms") or {}).get(
+                "cuda_kernels", "unknown: the record does not say"
+            ),
             "problems": record.meta.get("problems", []),
             "bytes": storage.size_on_disk(self.path) if self.path else None,
         }

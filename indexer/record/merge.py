@@ -74,4 +74,12 @@ def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
         meta["commit"] = None
         meta["commits"] = sorted({str(m.get("commit")) for m in metas})
     meta["problems"] = sorted({p for m in metas for p in m.get("problems", [])})
+    # Shards may differ in how they observed (a GPU shard captures kernels, a CPU shard
+    # says why not): the merged record says each way, not only the latest shard's.
+    mechanisms: dict[str, set[str]] = {}
+    for m in metas:
+        for key, how in (m.get("mechanisms") or {}).items():
+            mechanisms.setdefault(key, set()).add(str(how))
+    if mechanisms:
+        meta["mechanisms"] = {key: "; ".join(sorted(hows)) for key, hows in mechanisms.items()}
     return meta

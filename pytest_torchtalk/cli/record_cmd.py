@@ -147,6 +147,8 @@ def run_stats(args: argparse.Namespace) -> int:
         f"ops per test: median {summary['ops_per_test']['median']}, "
         f"max {summary['ops_per_test']['max']}"
     )
+    print(f"devices:  {', '.join(summary['devices']) or '-'}")
+    print(f"kernels:  {summary['cuda_kernels']}")
     for problem in summary["problems"]:
         print(f"problem:  {problem}")
     return 0
