@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from indexer.precise.toolchain import find_resource_dir
 from pytest_torchtalk.cli import main
 from tests.helpers import git, make_fixture_repo
-from tests.test_audit import audit_args, needs_compiler, tracked_bytes
+from tests.test_audit import PYTHON_H, audit_args, needs_compiler, tracked_bytes
 
 SELECTION_FIGURES = (
     "measured",
@@ -95,3 +96,32 @@ def test_a_replay_refuses_what_is_not_a_report(tmp_path: Path, capsys) -> None:
     junk.write_text('{"schema": "something else"}')
     assert main(["audit", "--source", str(repo), "--replay", str(junk)]) == 2
     assert "is not a torchtalk.audit/1 report" in capsys.readouterr().err
+
+
+def test_a_replay_switches_precise_mode_on_and_off(
+    audited: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("clang.cindex", reason="libclang is not installed")
+    if find_resource_dir().path is None:
+        pytest.skip("no compiler headers for libclang (no clang or gcc)")
+    repo, original_path = audited
+    database = original_path.parent / "compile_commands.json"  # outside the tree: it stays clean
+    command = ["c++", f"-I{PYTHON_H.parent}", "-Icsrc", "-c", "csrc/ops.cpp", "-o", "ops.o"]
+    database.write_text(
+        json.dumps([{"directory": str(repo), "file": "csrc/ops.cpp", "arguments": command}])
+    )
+    before = tracked_bytes(repo)
+    original = json.loads(original_path.read_text())
+    args = ["audit", "--source", str(repo), "--replay", str(original_path), "--report"]
+    on, off = original_path.parent / "precise-on.json", original_path.parent / "precise-off.json"
+    assert main([*args, str(on), "--precise", "--compile-commands", str(database)]) == 0
+    assert main([*args, str(off), "--no-precise"]) == 0
+    assert tracked_bytes(repo) == before
+    on_report, off_report = json.loads(on.read_text()), json.loads(off.read_text())
+    assert on_report["precise"]["mode"] == "on" and on_report["precise"]["tus"] == 1
+    assert on_report["precise"]["failed"] == 0
+    assert off_report["precise"] == {"mode": "off", "reason": "turned off (TORCHTALK_PRECISE=off)"}
+    for report in (on_report, off_report):
+        assert report["totals"]["measured"] == original["totals"]["measured"]
+        assert report["totals"]["safety_files"] == 1.0
+    assert "precise mode on" in on.with_suffix(".md").read_text()

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_torchtalk.cli import add_source_arguments
+
+if TYPE_CHECKING:
+    from indexer.workspace import Workspace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -122,10 +126,9 @@ def run(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import os
 
-    from indexer.audit.replay import Replay, precise_mode
+    from indexer.audit.replay import Replay
     from indexer.audit.report import markdown
     from indexer.audit.run import tty_progress
-    from indexer.build import build_index
     from indexer.errors import UsageError
     from indexer.precise.layer import SWITCH
     from indexer.workspace import Workspace
@@ -135,18 +138,36 @@ def _replay(args: argparse.Namespace) -> int:
     if args.compile_commands and not args.precise:
         raise UsageError("--compile-commands goes with --precise")
     workspace = Workspace.resolve(args.source or ".", args.harness)
+    previous = os.environ.get(SWITCH)
     if args.no_precise:
         os.environ[SWITCH] = "off"  # for the selections' index updates too
-    if args.precise or args.no_precise:
-        wanted = "on" if args.precise else "off"
-        if precise_mode(workspace).get("mode") != wanted or args.compile_commands:
-            tty_progress(f"building the index with precise mode {wanted}")
-            build_index(workspace, show_progress=False, compile_commands=args.compile_commands)
-        found = precise_mode(workspace)
-        if found.get("mode") != wanted:
-            raise UsageError(f"precise mode is {found.get('mode')}: {found.get('reason', '')}")
-    replay = Replay(workspace, args.replay, args.report, tty_progress)
-    report = replay.run()
+    try:
+        if args.precise or args.no_precise:
+            _index_in_mode(workspace, "on" if args.precise else "off", args.compile_commands)
+        replay = Replay(workspace, args.replay, args.report, tty_progress)
+        report = replay.run()
+    finally:
+        if previous is None:
+            os.environ.pop(SWITCH, None)
+        else:
+            os.environ[SWITCH] = previous
     print(markdown(report).split("\n| id |", 1)[0].rstrip())
     print(f"\nreport: {replay.report_path} (and {replay.report_path.with_suffix('.md')})")
     return 0
+
+
+def _index_in_mode(workspace: Workspace, wanted: str, compile_commands: Path | None) -> None:
+    """Build the index again when its precise mode is not ``wanted`` (or a compile
+    database is named); a UsageError when precise mode cannot be what is asked."""
+    from indexer.audit.replay import precise_mode
+    from indexer.audit.run import tty_progress
+    from indexer.build import build_index
+    from indexer.errors import UsageError
+
+    if precise_mode(workspace).get("mode") != wanted or compile_commands:
+        tty_progress(f"building the index with precise mode {wanted}")
+        named = compile_commands.resolve() if compile_commands else None
+        build_index(workspace, show_progress=False, compile_commands=named)
+    found = precise_mode(workspace)
+    if found.get("mode") != wanted:
+        raise UsageError(f"precise mode is {found.get('mode')}: {found.get('reason', '')}")
