@@ -73,6 +73,18 @@ def _files(paths: list[str], limit: int = 4) -> str:
     return shown + (f" +{len(paths) - limit}" if len(paths) > limit else "")
 
 
+def _replay_note(report: dict) -> list[str]:
+    if not report.get("replay_of"):
+        return []
+    precise = report.get("precise") or {}
+    mode = precise.get("mode", "off")
+    how = precise.get("database") if mode == "on" else precise.get("reason")
+    return [
+        f"Replay of {report['replay_of']}: the selection run again on its mutations, the "
+        f"failures as it recorded them (no build, no suite); precise mode {mode} ({how})"
+    ]
+
+
 def markdown(report: dict) -> str:
     t = report["totals"]
     config = report["config"]
@@ -83,6 +95,7 @@ def markdown(report: dict) -> str:
         f"{t['mutations']} of {config['mutations']} planned mutations run"
         + (f" (stopped: {report['stopped']})" if report.get("stopped") else ""),
         f"build: `{config['build']}`; tests: `{config['test']}`",
+        *_replay_note(report),
         "",
         "| figure | value |",
         "| --- | --- |",

@@ -10,6 +10,7 @@ merge's counts.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from indexer.precise.tu import TuFacts, TuJob, parse_tu
 from indexer.workspace import Workspace
 
 CACHE_DIR = "precise-tus"
+SWITCH = "TORCHTALK_PRECISE"  # "off": no precise layer even where a compile database is found
 SAMPLE = 20
 DEFAULT_AUTOGRAD_TEMPLATES = ("torch::autograd::Function",)
 
@@ -50,6 +52,8 @@ def precise_layer(
     ``headers_in_no_tu`` (a sample; ``headers_in_no_tu_count``), since a change there
     reaches no compiled code."""
     started = time.perf_counter()
+    if os.environ.get(SWITCH) == "off":  # to compare with the fast graph on the same tree
+        return {"mode": "off", "reason": f"turned off ({SWITCH}=off)"}
     discovery = discover_database(workspace.source, workspace.manifest, compile_commands)
     if discovery.database is None:
         return {"mode": "off", "reason": discovery.reason}

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_torchtalk.cli import add_source_arguments
+
+if TYPE_CHECKING:
+    from indexer.workspace import Workspace
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,9 +21,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "failing test files the selection missed. Every mutated file is restored byte for byte.",
     )
     add_source_arguments(parser)
-    parser.add_argument("--build", required=True, metavar="CMD", help="incremental build command")
+    parser.add_argument("--build", metavar="CMD", help="incremental build command")
+    parser.add_argument("--test", metavar="CMD", help="the pytest command of the suite")
     parser.add_argument(
-        "--test", required=True, metavar="CMD", help="the pytest command of the suite"
+        "--replay",
+        type=Path,
+        metavar="REPORT",
+        help="run only the selection again for each built mutation of REPORT (same HEAD), "
+        "against the failures it recorded; no --build or --test",
+    )
+    precise = parser.add_mutually_exclusive_group()
+    precise.add_argument(
+        "--precise",
+        action="store_true",
+        help="with --replay: select over an index with precise C++ mode (a compile database "
+        "must be found, or named with --compile-commands)",
+    )
+    precise.add_argument(
+        "--no-precise",
+        action="store_true",
+        help="with --replay: select over the fast graph alone (TORCHTALK_PRECISE=off)",
+    )
+    parser.add_argument(
+        "--compile-commands",
+        type=Path,
+        metavar="PATH",
+        help="with --precise: compile_commands.json, or a build directory with one or a "
+        "build.ninja",
     )
     parser.add_argument(
         "--mutations", type=int, default=20, metavar="N", help="mutations to plan (20)"
@@ -66,6 +94,12 @@ def run(args: argparse.Namespace) -> int:
     from indexer.errors import UsageError
     from indexer.workspace import Workspace
 
+    if args.replay is not None:
+        return _replay(args)
+    if not args.build or not args.test:
+        raise UsageError("--build and --test are required (or --replay REPORT)")
+    if args.precise or args.no_precise or args.compile_commands:
+        raise UsageError("--precise, --no-precise and --compile-commands go with --replay")
     if args.mutations < 1 or args.baseline_runs < 1:
         raise UsageError("--mutations and --baseline-runs must be at least 1")
     workspace = Workspace.resolve(args.source or ".", args.harness)
@@ -87,3 +121,53 @@ def run(args: argparse.Namespace) -> int:
     print(text.split("\n| id |", 1)[0].rstrip())
     print(f"\nreport: {audit.report_path} (and {audit.report_path.with_suffix('.md')})")
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import os
+
+    from indexer.audit.replay import Replay
+    from indexer.audit.report import markdown
+    from indexer.audit.run import tty_progress
+    from indexer.errors import UsageError
+    from indexer.precise.layer import SWITCH
+    from indexer.workspace import Workspace
+
+    if args.build or args.test or args.resume or args.record:
+        raise UsageError("--replay takes its --build, --test and --record from the report")
+    if args.compile_commands and not args.precise:
+        raise UsageError("--compile-commands goes with --precise")
+    workspace = Workspace.resolve(args.source or ".", args.harness)
+    previous = os.environ.get(SWITCH)
+    if args.no_precise:
+        os.environ[SWITCH] = "off"  # for the selections' index updates too
+    try:
+        if args.precise or args.no_precise:
+            _index_in_mode(workspace, "on" if args.precise else "off", args.compile_commands)
+        replay = Replay(workspace, args.replay, args.report, tty_progress)
+        report = replay.run()
+    finally:
+        if previous is None:
+            os.environ.pop(SWITCH, None)
+        else:
+            os.environ[SWITCH] = previous
+    print(markdown(report).split("\n| id |", 1)[0].rstrip())
+    print(f"\nreport: {replay.report_path} (and {replay.report_path.with_suffix('.md')})")
+    return 0
+
+
+def _index_in_mode(workspace: Workspace, wanted: str, compile_commands: Path | None) -> None:
+    """Build the index again when its precise mode is not ``wanted`` (or a compile
+    database is named); a UsageError when precise mode cannot be what is asked."""
+    from indexer.audit.replay import precise_mode
+    from indexer.audit.run import tty_progress
+    from indexer.build import build_index
+    from indexer.errors import UsageError
+
+    if precise_mode(workspace).get("mode") != wanted or compile_commands:
+        tty_progress(f"building the index with precise mode {wanted}")
+        named = compile_commands.resolve() if compile_commands else None
+        build_index(workspace, show_progress=False, compile_commands=named)
+    found = precise_mode(workspace)
+    if found.get("mode") != wanted:
+        raise UsageError(f"precise mode is {found.get('mode')}: {found.get('reason', '')}")
