@@ -1,0 +1,116 @@
+"""Which of the tree's ``operator...`` definitions an operator use (indexer/cpp/operators.py)
+runs, from the declared classes of its operands.
+
+* The operand types are looked up as classes from the caller's scope; a type the tree does
+  not define as a class (``int64_t``, ``std::string``, a template parameter) contributes
+  nothing, so built-in arithmetic never reaches an edge.
+* A left or unary operand's class (and its bases) contributes its member operators taking
+  the right number of arguments (``a + b``: one; ``-a``, ``*it``, ``++it``: none;
+  ``it++``: one, the ``int`` tag).
+* Free operators of that name contribute when they take one more argument, name one of the
+  operand classes in their parameters, and are declared in a namespace that encloses the
+  class (argument-dependent lookup) or the caller (ordinary lookup).
+
+What remains is every candidate; the linker marks several as ambiguous (overloads on
+other parameter types that text cannot tell apart).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from indexer.graph.vocabulary import NodeKind
+
+if TYPE_CHECKING:
+    from indexer.cpp.resolve import CppSymbols
+    from indexer.link.symbols import Ref
+
+_CLASS = NodeKind.CPP_CLASS.value
+CLASSES = frozenset({_CLASS})
+CALLABLE = frozenset(
+    {NodeKind.CPP_FUNCTION.value, NodeKind.CUDA_KERNEL.value, NodeKind.DISPATCH_STUB.value}
+)
+
+
+class OperatorIndex:
+    """The free operator definitions of a symbol table, by operator name (built once)."""
+
+    def __init__(self, index: CppSymbols) -> None:
+        self.index = index
+        self._free: dict[str, list[tuple[int, tuple[str, ...], str]]] = {}
+
+    @classmethod
+    def of(cls, index: CppSymbols) -> OperatorIndex:
+        found = getattr(index, "_operators", None)
+        if found is None:
+            found = cls(index)
+            index._operators = found  # type: ignore[attr-defined]
+        return found
+
+    def free(self, name: str) -> list[tuple[int, tuple[str, ...], str]]:
+        """(node, its namespace, its signature) of each non-member ``name`` in the tree."""
+        cached = self._free.get(name)
+        if cached is None:
+            index = self.index
+            cached = []
+            for node_id in index.by_name.get(name, ()):
+                if index.kind[node_id] not in CALLABLE:
+                    continue
+                owner = index.key_of[node_id].rpartition("::")[0]
+                if any(index.kind[other] == _CLASS for other in index.by_key.get(owner, ())):
+                    continue  # a member: found through its class
+                signature = str(index.symbols.attrs(node_id).get("signature", ""))
+                namespace = tuple(owner.split("::")) if owner else ()
+                cached.append((node_id, namespace, signature))
+            self._free[name] = cached
+        return cached
+
+
+def _fits(index: CppSymbols, node_id: int, nargs: int) -> bool:
+    bounds = index.arity.get(node_id)
+    return bounds is None or (bounds[0] <= nargs and (bounds[1] < 0 or nargs <= bounds[1]))
+
+
+def _encloses(namespace: tuple[str, ...], scope: tuple[str, ...]) -> bool:
+    return scope[: len(namespace)] == namespace
+
+
+def operator_targets(
+    ref: Ref, scope: tuple[str, ...], usings: tuple[str, ...], index: CppSymbols
+) -> list[int]:
+    """The definitions an operator ref can run, by the rules in the module docstring."""
+    attrs = ref.attrs
+    name = ref.target
+    nargs = int(attrs.get("nargs", 1))
+    file_id = ref.file_id
+    found: list[int] = []
+    class_names: set[str] = set()
+    class_scopes: list[tuple[str, ...]] = []
+    for position, written in enumerate(attrs.get("operand_types", ())):
+        if not written:
+            continue
+        classes = index.lookup(written, scope, usings, file_id, CLASSES)
+        if not classes:
+            continue
+        for class_id in classes:
+            class_names.add(index.symbols.name[class_id])
+            class_scopes.append(tuple(index.key_of[class_id].split("::")[:-1]))
+        if position == 0:  # only the left (or only) operand's class owns a member operator
+            for node_id in index.in_classes(classes, name, file_id, CALLABLE):
+                if _fits(index, node_id, nargs) and node_id not in found:
+                    found.append(node_id)
+    if not class_names:
+        return []
+    mentions = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(class_names))) + r")\b")
+    for node_id, namespace, signature in OperatorIndex.of(index).free(name):
+        if node_id in found or not _fits(index, node_id, nargs + 1):
+            continue
+        if not mentions.search(signature):
+            continue
+        if not (_encloses(namespace, scope) or any(_encloses(namespace, s) for s in class_scopes)):
+            continue
+        if node_id in index.local_only and index.file_id[node_id] != file_id:
+            continue
+        found.append(node_id)
+    return found
