@@ -40,6 +40,31 @@ struct Iter {
   Iter operator++(int) { Iter old = *this; ++at; return old; }
 };
 
+template <typename T>
+struct Lanes {
+  T v;
+  bool operator<(const Lanes& other) const { return v < other.v; }
+};
+
+template <>
+struct Lanes<float> {
+  float v;
+  bool operator<(const Lanes<float>& other) const { return v < other.v; }
+};
+
+template <>
+struct Lanes<double> {
+  double v;
+  bool operator<(const Lanes<double>& other) const { return v < other.v; }
+};
+
+template <typename T>
+Lanes<T> operator-(const Lanes<T>& a, const Lanes<T>& b) { return a; }
+template <>
+Lanes<float> operator-(const Lanes<float>& a, const Lanes<float>& b) { return a; }
+template <>
+Lanes<double> operator-(const Lanes<double>& a, const Lanes<double>& b) { return a; }
+
 }  // namespace geo
 """
 
@@ -91,6 +116,17 @@ float walk(Iter it) {
 float explicit_forms(Vec a, Vec b) {
   int c = operator<<(3, a);
   return a.operator[](0);
+}
+
+bool lanes_float(Lanes<float> a, Lanes<float> b) {
+  Lanes<float> d = a - b;
+  return a < b;
+}
+
+template <typename scalar_t>
+bool lanes_any(Lanes<scalar_t> a, Lanes<scalar_t> b) {
+  Lanes<scalar_t> d = a - b;
+  return a < b;
 }
 
 int builtins(int i, double d, Vec* p) {
@@ -218,3 +254,56 @@ def test_builtin_arithmetic_and_pointers_add_no_edges(built: tuple[Path, Index])
     assert operator_calls(index, "geo::builtins") == {}
     # Inside the operators' own bodies: float arithmetic and comparisons, nothing.
     assert operator_calls(index, "geo::Vec::operator+") == {}
+
+
+def test_a_specialization_picks_its_own_operators(built: tuple[Path, Index]) -> None:
+    """``Lanes<float>``: the float specialization's member and free operator; a template
+    parameter's ``Lanes<scalar_t>``: the primary template's, not every specialization's."""
+    _, index = built
+    for caller, wanted in (("geo::lanes_float", "float"), ("geo::lanes_any", "T")):
+        calls = operator_calls(index, caller)
+        assert set(calls) == {
+            (
+                "geo::Lanes::operator<",
+                f"(const Lanes{'<float>' if wanted == 'float' else ''}&) const",
+            ),
+            ("geo::operator-", f"(const Lanes<{wanted}>&, const Lanes<{wanted}>&)"),
+        }, (caller, calls)
+        assert not any(edge.ambiguous for edges in calls.values() for edge in edges)
+
+
+def test_update_equals_rebuild_when_operators_come_and_go(tmp_path: Path) -> None:
+    """Refs in a file left alone re-resolve when another file adds an operator overload, or
+    the class an operand is declared with (the operator existed, the class did not: only
+    the ref's ``operand_types`` name it)."""
+    from indexer.build import build_index
+    from indexer.update import update_index
+    from indexer.workspace import Workspace
+    from tests.test_update_equals_rebuild import assert_same_graph, rebuild_copy
+
+    repo = make_fixture_repo("miniext", tmp_path / "miniext")
+    box_operator = (
+        "namespace geo {\ntemplate <typename T>\n"
+        "bool operator==(const Box<T>& a, const Box<T>& b) { return true; }\n}\n"
+    )
+    box_use = "namespace geo {\nbool boxes(Box<int> a, Box<int> b) { return a == b; }\n}\n"
+    (repo / "csrc/vec.h").write_text(VEC + box_operator, encoding="utf-8")
+    (repo / "csrc/vec_use.cpp").write_text('#include "vec.h"\n' + USE + box_use, encoding="utf-8")
+    commit_all(repo, "operators")
+    workspace = Workspace.resolve(repo)
+    build_index(workspace, jobs=1, show_progress=False)
+    assert operator_calls(Index(workspace.db_path), "geo::boxes") == {}
+    more = "namespace geo {\nbool operator==(const Vec& a, int b) { return false; }\n}\n"
+    box = "namespace geo {\ntemplate <typename T>\nstruct Box {\n  T v;\n};\n}\n"
+    steps = [
+        ("an overload in a new file", lambda: (repo / "csrc/more.cpp").write_text(more)),
+        ("the operands' class, in a file nobody includes", lambda: (repo / "csrc/box.h").write_text(box)),
+    ]  # fmt: skip
+    for number, (name, change) in enumerate(steps):
+        change()
+        commit_all(repo, name)
+        update_index(workspace, jobs=1, show_progress=False)
+        assert_same_graph(workspace.db_path, rebuild_copy(repo, tmp_path / f"r{number}"), name)
+    assert {name for name, _ in operator_calls(Index(workspace.db_path), "geo::boxes")} == {
+        "geo::operator=="
+    }

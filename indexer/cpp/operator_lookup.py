@@ -6,10 +6,14 @@ runs, from the declared classes of its operands.
   nothing, so built-in arithmetic never reaches an edge.
 * A left or unary operand's class (and its bases) contributes its member operators taking
   the right number of arguments (``a + b``: one; ``-a``, ``*it``, ``++it``: none;
-  ``it++``: one, the ``int`` tag).
+  ``it++``: one, the ``int`` tag); of a class template, those of the specialization the
+  operand was declared with (``Vectorized<float>``), else of the primary template.
 * Free operators of that name contribute when they take one more argument, name one of the
   operand classes in their parameters, and are declared in a namespace that encloses the
-  class (argument-dependent lookup) or the caller (ordinary lookup).
+  class (argument-dependent lookup) or the caller (ordinary lookup). One whose parameters
+  name only another specialization the tree defines (``Vectorized<double>`` for a
+  ``Vectorized<float>`` operand) is left out; ones naming the operand's own
+  specialization are preferred to the generic ones, as for members.
 
 What remains is every candidate; the linker marks several as ambiguous (overloads on
 other parameter types that text cannot tell apart).
@@ -20,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from indexer.cpp.names import owner_arguments
 from indexer.graph.vocabulary import NodeKind
 
 if TYPE_CHECKING:
@@ -39,6 +44,10 @@ class OperatorIndex:
     def __init__(self, index: CppSymbols) -> None:
         self.index = index
         self._free: dict[str, list[tuple[int, tuple[str, ...], str]]] = {}
+        # Class template specializations the tree defines, as written: Vectorized<float>.
+        self.specializations = {
+            "".join(value.split()) for value in index.specialization.values() if value
+        }
 
     @classmethod
     def of(cls, index: CppSymbols) -> OperatorIndex:
@@ -87,6 +96,7 @@ def operator_targets(
     found: list[int] = []
     class_names: set[str] = set()
     class_scopes: list[tuple[str, ...]] = []
+    wanted: set[str] = set()  # the operands' specializations: Vectorized<float>
     for position, written in enumerate(attrs.get("operand_types", ())):
         if not written:
             continue
@@ -96,21 +106,35 @@ def operator_targets(
         for class_id in classes:
             class_names.add(index.symbols.name[class_id])
             class_scopes.append(tuple(index.key_of[class_id].split("::")[:-1]))
+        arguments = owner_arguments(f"{written}::{name}")
+        if arguments is not None:
+            wanted.add(arguments)
         if position == 0:  # only the left (or only) operand's class owns a member operator
-            for node_id in index.in_classes(classes, name, file_id, CALLABLE):
+            members = index.in_classes(classes, name, file_id, CALLABLE)
+            for node_id in index.specialized(members, f"{written}::{name}"):
                 if _fits(index, node_id, nargs) and node_id not in found:
                     found.append(node_id)
     if not class_names:
         return []
-    mentions = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(class_names))) + r")\b")
-    for node_id, namespace, signature in OperatorIndex.of(index).free(name):
+    names = "|".join(map(re.escape, sorted(class_names)))
+    mentions = re.compile(r"\b(?:" + names + r")\b(?:\s*<((?:[^<>]|<[^<>]*>)*)>)?")
+    operators = OperatorIndex.of(index)
+    free: list[int] = []
+    exact: list[int] = []
+    for node_id, namespace, signature in operators.free(name):
         if node_id in found or not _fits(index, node_id, nargs + 1):
             continue
-        if not mentions.search(signature):
+        named = ["".join(match.group(0).split()) for match in mentions.finditer(signature)]
+        if not named:
             continue
+        if any(written in wanted for written in named):
+            exact.append(node_id)
+        elif all(written in operators.specializations for written in named):
+            continue  # only another specialization's operator: Vectorized<double> for <float>
         if not (_encloses(namespace, scope) or any(_encloses(namespace, s) for s in class_scopes)):
             continue
         if node_id in index.local_only and index.file_id[node_id] != file_id:
             continue
-        found.append(node_id)
-    return found
+        free.append(node_id)
+    exact = [node_id for node_id in exact if node_id in free]
+    return found + (exact or free)

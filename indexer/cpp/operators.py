@@ -4,7 +4,7 @@
 
 An operator token alone says nothing about which function runs: ``i + 1`` on ints runs no
 function at all. So a use becomes a ref only when an operand is a local variable or
-parameter declared with a class type (not a pointer: ``p + 1``, ``p->m`` are built in), or
+parameter declared with a class type (as written, with its template arguments; not a pointer: ``p + 1``, ``p->m`` are built in), or
 ``*this``; the ref carries the declared types (``operand_types``, left and right) and the
 resolver (indexer/cpp/operator_lookup.py) keeps only operators the indexed tree defines
 for such a class. Plain ``=`` is left out (a copy or move, almost always the compiler's).
@@ -138,7 +138,11 @@ class OperatorUses:
         declared = _declaration(sites.variables[name], node.start_byte, caller.start)
         if declared is None or self._pointer(declared):
             return None
-        return sites.variable_type(name, node.start_byte, caller)
+        if sites.variable_type(name, node.start_byte, caller) is None:
+            return None
+        # As written, template arguments kept: Vectorized<float> picks that specialization.
+        written = sites.variable_types.get(declared)
+        return "".join(written.split()) if written else None
 
     def _pointer(self, declared_at: int) -> bool:
         """Whether the declarator before the name is ``*`` (``Vec* p``, ``Vec *p``)."""
