@@ -44,6 +44,7 @@ template <typename T>
 struct Lanes {
   T v;
   bool operator<(const Lanes& other) const { return v < other.v; }
+  bool operator>(const Lanes& other) const { return other < *this; }
 };
 
 template <>
@@ -56,6 +57,8 @@ template <>
 struct Lanes<double> {
   double v;
   bool operator<(const Lanes<double>& other) const { return v < other.v; }
+  bool operator>(const Lanes<double>& other) const { return other < *this; }
+  bool operator<=(const Lanes<double>& other) const { return !(*this > other); }
 };
 
 template <typename T>
@@ -307,3 +310,11 @@ def test_update_equals_rebuild_when_operators_come_and_go(tmp_path: Path) -> Non
     assert {name for name, _ in operator_calls(Index(workspace.db_path), "geo::boxes")} == {
         "geo::operator=="
     }
+
+
+def test_this_in_a_specialization_is_that_specialization(built: tuple[Path, Index]) -> None:
+    """``*this > other`` in a member of ``Lanes<double>``: that specialization's
+    ``operator>``, not the primary template's or another's."""
+    _, index = built
+    calls = operator_calls(index, "geo::Lanes::operator<=")
+    assert set(calls) == {("geo::Lanes::operator>", "(const Lanes<double>&) const")}, calls

@@ -7,7 +7,8 @@ runs, from the declared classes of its operands.
 * A left or unary operand's class (and its bases) contributes its member operators taking
   the right number of arguments (``a + b``: one; ``-a``, ``*it``, ``++it``: none;
   ``it++``: one, the ``int`` tag); of a class template, those of the specialization the
-  operand was declared with (``Vectorized<float>``), else of the primary template.
+  operand was declared with (``Vectorized<float>``), else of the primary template; with
+  none written (``*this``), of the specialization the caller is a member of.
 * Free operators of that name contribute when they take one more argument, name one of the
   operand classes in their parameters, and are declared in a namespace that encloses the
   class (argument-dependent lookup) or the caller (ordinary lookup). One whose parameters
@@ -107,10 +108,19 @@ def operator_targets(
             class_names.add(index.symbols.name[class_id])
             class_scopes.append(tuple(index.key_of[class_id].split("::")[:-1]))
         arguments = owner_arguments(f"{written}::{name}")
-        if arguments is not None:
+        own = None
+        if arguments is None:
+            # No template arguments written (`*this`, `Vectorized` in its own members):
+            # the class the caller is a member of, as specialized there.
+            own = index.specialization.get(ref.src_id)
+            if own is not None:
+                wanted.add(own)
+        else:
             wanted.add(arguments)
         if position == 0:  # only the left (or only) operand's class owns a member operator
             members = index.in_classes(classes, name, file_id, CALLABLE)
+            if arguments is None and len(members) > 1:
+                members = [m for m in members if index.specialization.get(m) == own] or members
             for node_id in index.specialized(members, f"{written}::{name}"):
                 if _fits(index, node_id, nargs) and node_id not in found:
                     found.append(node_id)
