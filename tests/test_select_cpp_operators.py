@@ -4,14 +4,11 @@ static blind spots, overloaded operators."""
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 import pytest
 
-from indexer.build import build_index
-from indexer.workspace import Workspace
-from tests.helpers import commit_all, make_fixture_repo
-from tests.select_support import IndexedTree, chain_nodes, selected
+from tests.select_support import IndexedTree, chain_nodes, indexed_tree, selected
 
 VEC = """\
 #pragma once
@@ -34,33 +31,21 @@ inline float combined_scale(Scale a, Scale b) {
 """
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    """miniext whose ``rms_norm`` host function calls a helper that adds two ``Scale``s."""
-    base = tmp_path_factory.mktemp("select-cpp-operators")
-    root = make_fixture_repo("miniext", base / "miniext")
+def _scale_through_an_operator(root: Path) -> None:
+    """``rms_norm`` calls a helper that adds two ``Scale``s."""
     (root / "csrc/scale.h").write_text(VEC, encoding="utf-8")
     kernels = root / "csrc/layernorm_kernels.cu"
     text = kernels.read_text(encoding="utf-8")
     text = text.replace('#include "ops.h"\n', '#include "ops.h"\n#include "scale.h"\n', 1)
     anchor = "  TORCH_CHECK(out.is_contiguous());\n"
     assert text.count(anchor) == 1
-    text = text.replace(
-        anchor, anchor + "  vllm::combined_scale(vllm::Scale{1.0f}, vllm::Scale{2.0f});\n"
-    )
-    kernels.write_text(text, encoding="utf-8")
-    commit_all(root, "rms_norm scales through an operator")
-    cache = base / "cache"
-    previous = os.environ.get("TORCHTALK_CACHE_DIR")
-    os.environ["TORCHTALK_CACHE_DIR"] = str(cache)
-    try:
-        build_index(Workspace.resolve(root), show_progress=False)
-    finally:
-        if previous is None:
-            os.environ.pop("TORCHTALK_CACHE_DIR", None)
-        else:
-            os.environ["TORCHTALK_CACHE_DIR"] = previous
-    return IndexedTree(root, cache)
+    call = "  vllm::combined_scale(vllm::Scale{1.0f}, vllm::Scale{2.0f});\n"
+    kernels.write_text(text.replace(anchor, anchor + call), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+    return indexed_tree(tmp_path_factory, "miniext", _scale_through_an_operator)
 
 
 @pytest.fixture
