@@ -64,7 +64,11 @@ POLICIES: dict[str, Policy] = {
     "cpp": Policy(
         _CPP | {"op"},
         True,
-        secondary=(("receiver", frozenset({"cpp_class"})), ("stub", frozenset({"dispatch_stub"}))),
+        secondary=(
+            ("receiver", frozenset({"cpp_class"})),
+            ("stub", frozenset({"dispatch_stub"})),
+            ("operand_types", frozenset({"cpp_class"})),  # a + b: the operands' classes
+        ),
         whole_if=("bases",),
     ),
     # Files by path: relative, rooted, or by path suffix.
@@ -280,7 +284,11 @@ def _refs_by_secondary(
         values = json.loads(raw)
         for attr in attrs:
             value = values.get(attr)
-            if isinstance(value, str) and (value in names or target_key(value) in names):
+            written = value if isinstance(value, list) else [value]  # operand_types: a list
+            if any(
+                isinstance(name, str) and (name in names or target_key(name) in names)
+                for name in written
+            ):
                 found.add(ref_id)
                 break
     return found

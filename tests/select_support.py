@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,9 +84,18 @@ class IndexedTree:
         )
 
 
-def indexed_tree(tmp_path_factory: pytest.TempPathFactory, name: str) -> IndexedTree:
+def indexed_tree(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    prepare: Callable[[Path], None] | None = None,
+) -> IndexedTree:
+    """The fixture repository ``name``, edited by ``prepare`` (committed) before its index
+    is built."""
     base = tmp_path_factory.mktemp(f"select-{name}")
     root = make_fixture_repo(name, base / name)
+    if prepare is not None:
+        prepare(root)
+        commit_all(root, f"{name} prepared")
     cache = base / "cache"
     previous = os.environ.get("TORCHTALK_CACHE_DIR")
     os.environ["TORCHTALK_CACHE_DIR"] = str(cache)

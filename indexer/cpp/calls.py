@@ -249,8 +249,9 @@ class CallSites:
                 target = written.decode("utf-8", "replace")
                 if target.isupper() and is_macro_name(target):
                     continue
-                if not launch and written in variables:
+                if not launch and written in variables and call.child_count == 2:
                     receiver = self.variable_type(written, start, caller)
+                    # (a.operator[](i) parses as `a` called with an error between.)
                     if receiver is not None:  # an object called: its operator()
                         attrs = caller.receiver(receiver)
                         target = "operator()"

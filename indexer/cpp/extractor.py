@@ -28,6 +28,8 @@ from indexer.cpp.expand import FUNCTION_LIKE_DEFINE, Expander, Macro, definition
 from indexer.cpp.functions import describe, macro_names
 from indexer.cpp.includes import add_include_ref, include_roots
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified, strip_templates
+from indexer.cpp.operators import QUERY as _OPERATOR_QUERY
+from indexer.cpp.operators import OperatorUses
 from indexer.cpp.scopes import CLASS, FUNCTION, NAMESPACE, Region, nest
 from indexer.extract.source import SourceFile, cpp_parser
 from indexer.graph.facts import FILE_NODE, FileFacts, RefFact
@@ -84,7 +86,8 @@ def _query(cuda: bool) -> Query:
         with _queries_lock:
             query = _queries.get(cuda)
             if query is None:
-                query = Query(cpp_parser().language, _QUERY + (_KERNEL_ARGUMENTS if cuda else ""))
+                text = _QUERY + _OPERATOR_QUERY + (_KERNEL_ARGUMENTS if cuda else "")
+                query = Query(cpp_parser().language, text)
                 _queries[cuda] = query
     return query
 
@@ -214,6 +217,7 @@ class _Extraction:
         )
         sites.add_variables(captures.get("var", []), captures.get("vtype", []))
         sites.add_calls(captures.get("call", []), cuda and "karg" in captures)
+        OperatorUses(sites).add(captures)
         if "karg" in captures:
             kernels = self.kernel_names if cuda else set()
             sites.add_kernel_arguments(captures["karg"], kernels, self.stub_names)

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from indexer.cpp.aten_api import AtenOps
 from indexer.cpp.macros import STRUCTURED
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified
+from indexer.cpp.operator_lookup import operator_targets
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 from indexer.paths import is_header
@@ -54,6 +55,7 @@ STUBS = frozenset({_STUB})
 CLASSES = frozenset({_CLASS})
 _CALLS = EdgeKind.CALLS.value
 _VIA_OP = {"via": "aten_api"}
+_VIA_OPERATOR = {"via": "operator"}
 _MAX_BASE_DEPTH = 4
 _STRUCTURED_BASES = ("at::TensorIteratorBase", "at::impl::MetaBase")
 AUTOGRAD_MEMBERS = ("forward", "backward")  # what an autograd function's apply runs
@@ -274,7 +276,7 @@ class CppSymbols:
         if found:
             return found
         classes = self.lookup(receiver, scope, usings, file_id, CLASSES)
-        return self._in_classes(classes, name, file_id, want)
+        return self.in_classes(classes, name, file_id, want)
 
     def autograd_apply(
         self, written: str, scope: tuple[str, ...], usings: tuple[str, ...], file_id: int
@@ -296,10 +298,10 @@ class CppSymbols:
         return [
             node_id
             for name in AUTOGRAD_MEMBERS
-            for node_id in self._in_classes(classes, name, file_id, CALLABLE)
+            for node_id in self.in_classes(classes, name, file_id, CALLABLE)
         ]
 
-    def _in_classes(
+    def in_classes(
         self, classes: list[int], name: str, file_id: int, want: frozenset[str]
     ) -> list[int]:
         """``name`` as a member of these classes, else of their bases, nearest first."""
@@ -347,7 +349,7 @@ class CppSymbols:
             if not classes and scope[level - 1].startswith("structured_"):
                 bases = self._structured_bases
             if bases:
-                found = self._in_classes(bases, key, file_id, want)
+                found = self.in_classes(bases, key, file_id, want)
                 if found:
                     return found
         return []
@@ -386,6 +388,11 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
             for kernel in index.lookup(ref.target, scope, usings, ref.file_id, CALLABLE):
                 for stub_id in stubs:
                     yield Resolution(ref.id, kernel, None, stub_id)
+            continue
+        if "operand_types" in attrs:  # a + b, a[i], *it: only operators the tree defines
+            targets = operator_targets(ref, scope, usings, index)
+            for node_id in targets:
+                yield Resolution(ref.id, node_id, _VIA_OPERATOR)
             continue
         receiver = attrs.get("receiver")
         if receiver is not None:
