@@ -2,7 +2,8 @@
 
 An incremental update re-extracts only changed files; after an upgrade of TorchTalk (or an
 edit to its extractors) the unchanged files' facts would still be the old code's. The
-layers that only read an index (queries, selection) and the snapshot store do not shape it.
+layers that only read an index (queries, selection, the audit), the snapshot store and the
+record (its own file beside the index) do not shape it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from functools import cache
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
-_READERS = ("indexer/query", "indexer/select", "indexer/snapshot")
+_READERS = (
+    "indexer/query",
+    "indexer/select",
+    "indexer/snapshot",
+    "indexer/record",
+    "indexer/audit",
+)
 
 
 @cache
