@@ -108,7 +108,8 @@ def test_tool_schemas(minitorch_repo: Path) -> None:
     assert set(schemas["modules"]["properties"]) == {"name", "mode", "focus"}
     assert set(schemas["tests"]["properties"]) == {"query", "mode", "limit", "focus"}
     assert "required" not in schemas["tests"]
-    assert set(schemas["affected"]["properties"]) == {"funcs", "depth"}
+    # limit (issue 22): how many ranked test files affected lists, as tests' limit does.
+    assert set(schemas["affected"]["properties"]) == {"funcs", "depth", "limit"}
     assert schemas["affected"]["required"] == ["funcs"]
 
 
@@ -124,6 +125,7 @@ BAD_CALLS = [
     ("search", {"query": "add", "mode": "everything"}, "mode"),
     ("affected", {"funcs": []}, "funcs"),
     ("affected", {"funcs": " , "}, "funcs"),
+    ("affected", {"funcs": "check_add_alpha", "limit": 0}, "limit"),
     ("nonexistent_tool", {}, "nonexistent_tool"),
 ]
 
