@@ -34,6 +34,7 @@ from indexer.query.tests import RankedTests, ReachedTest, rank_tests
 from indexer.select.engine import reason_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
+from indexer.select.native_reach import NATIVE, walk_native
 from indexer.select.reach import FileQuota
 from indexer.wording import plural
 
@@ -53,6 +54,7 @@ MAX_FILES = 50  # files walked to and kept, each with its chain; the MCP tool sa
 MAX_HOPS_SHOWN = 12
 CHAINS_SHOWN = 3  # files whose chains the text spells out, hop by hop (the rest: in data)
 TESTS_NAMED = 3  # a file's most direct tests named in its line
+NEAREST_OPS = 8  # ops a native function's tests are ranked by (nearest first)
 
 
 def _resolve(index: Index, name: str) -> list[Node]:
@@ -122,7 +124,7 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
             by_file.setdefault(tests[file_id], []).append(node_id)
     named = index.nodes(node_id for entity in entities for node_id in entity.node_ids)
     evidence = record_evidence(index, named, query)
-    ranking = rank_tests(index, named, evidence.tests if evidence else ())
+    ranking = rank_tests(index, _ranking_starts(index, named), evidence.tests if evidence else ())
     excluded = _excluded_files(index, by_file, ranking)
     for path in excluded:
         del by_file[path]
@@ -148,9 +150,10 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
         tier = hits[0].tier if hits else FURTHER
         ran = "ran it in the record; " if hits and hits[0].ran else ""
         detail = f"{ran}{TIER_TEXT[tier]}; {len(reason.chain)} hops from {reason.entity}"
-        if hits:
-            shown = ", ".join(hit.qualname.rsplit("::", 1)[-1] for hit in hits[:TESTS_NAMED])
-            more = f" and {len(hits) - TESTS_NAMED} more" if len(hits) > TESTS_NAMED else ""
+        if any(hit.kind != "test_file" for hit in hits):
+            tests = [hit for hit in hits if hit.kind != "test_file"]  # the file is the line
+            shown = ", ".join(hit.qualname.rsplit("::", 1)[-1] for hit in tests[:TESTS_NAMED])
+            more = f" and {len(tests) - TESTS_NAMED} more" if len(tests) > TESTS_NAMED else ""
             detail += f"; {shown}{more}"
         answer.items.append(
             Item(
@@ -214,6 +217,17 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     if evidence is not None:
         evidence.add_to(answer)
     return answer
+
+
+def _ranking_starts(index: Index, named: list[Node]) -> list[Node]:
+    """What tests are ranked against: the named definitions and, for native code (which
+    tests do not name), the nearest ops whose kernels reach it: a test naming
+    ``torch.bincount`` tests ``at::native::_bincount_cpu`` directly."""
+    native = [node.id for node in named if node.kind in NATIVE]
+    if not native:
+        return named
+    ops = walk_native(index, native, frozenset()).ops[:NEAREST_OPS]
+    return [*named, *index.nodes(ops)]
 
 
 def _tests_by_file(ranked: list[ReachedTest]) -> dict[str, list[ReachedTest]]:
