@@ -55,6 +55,7 @@ MAX_HOPS_SHOWN = 12
 CHAINS_SHOWN = 3  # files whose chains the text spells out, hop by hop (the rest: in data)
 TESTS_NAMED = 3  # a file's most direct tests named in its line
 NEAREST_OPS = 8  # ops a native function's tests are ranked by (nearest first)
+RANKED_HOPS = 2  # a test naming it (1), an OpInfo test through its entry (2)
 
 
 def _resolve(index: Index, name: str) -> list[Node]:
@@ -124,7 +125,14 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
             by_file.setdefault(tests[file_id], []).append(node_id)
     named = index.nodes(node_id for entity in entities for node_id in entity.node_ids)
     evidence = record_evidence(index, named, query)
-    ranking = rank_tests(index, _ranking_starts(index, named), evidence.tests if evidence else ())
+    # Two hops hold the tiers that order files (naming it; OpInfo entry -> op); files
+    # further away keep the impact walk's order, which the deeper levels would only redo.
+    ranking = rank_tests(
+        index,
+        _ranking_starts(index, named),
+        evidence.tests if evidence else (),
+        max_depth=RANKED_HOPS,
+    )
     excluded = _excluded_files(index, by_file, ranking)
     for path in excluded:
         del by_file[path]

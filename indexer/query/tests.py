@@ -161,7 +161,9 @@ def _level_in_edges_sql(
     return rows
 
 
-def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, ReachedTest], bool]:
+def _walk(
+    index: Index, starts: list[Node], max_depth: int = MAX_DEPTH
+) -> tuple[dict[int, ReachedTest], bool]:
     """Breadth-first back along covers/references; tests are collected, not walked past.
 
     One batched query per level reads the edges and their sources' kinds; only the tests
@@ -174,10 +176,10 @@ def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, ReachedTest], boo
     reached: list[tuple[int, int, Edge]] = []  # (test id, depth, first hop)
     frontier = list(depth_of)
     truncated = False
-    for depth in range(MAX_DEPTH):
+    for depth in range(max_depth):
         following = []
         # At the last level only tests count: what else is reached there is not walked.
-        last = depth == MAX_DEPTH - 1
+        last = depth == max_depth - 1
         for src, dst, kind, path, line, src_kind in _level_in_edges(index, frontier, last):
             if src in depth_of:
                 continue
@@ -236,11 +238,14 @@ class RankedTests:
     truncated: bool  # the walk stopped at MAX_VISITED nodes
 
 
-def rank_tests(index: Index, starts: list[Node], executed: Iterable[str] = ()) -> RankedTests:
+def rank_tests(
+    index: Index, starts: list[Node], executed: Iterable[str] = (), max_depth: int = MAX_DEPTH
+) -> RankedTests:
     """The one ranking of tests by how directly they test ``starts``: walked back along
-    covers/references, tiered and filtered by indexer/query/test_rank.py; tests a record
-    saw execute them (``executed``: recorded node ids) before all others."""
-    hits, truncated = _walk(index, starts)
+    covers/references (``max_depth`` hops), tiered and filtered by
+    indexer/query/test_rank.py; tests a record saw execute them (``executed``: recorded
+    node ids) before all others."""
+    hits, truncated = _walk(index, starts, max_depth)
     ranked, dropped = _rank(index, list(hits.values()), starts, test_rank.RecordedIds(executed))
     for position, hit in enumerate(ranked):
         hit.position = position
