@@ -386,7 +386,7 @@ def test_tests_reads_an_ops_list_too_long_for_the_index_from_the_source(built) -
 
 
 def test_affected_ranks_files_as_tests_ranks_tests_and_honours_ops_lists(built) -> None:
-    _, index = built
+    repo, index = built
     ranked = [item.label for item in find_tests(index, "aten::sum", limit=100).items]
     answer = affected(index, "aten::sum")
     files = answer.data["ranked_files"]
@@ -407,9 +407,9 @@ def test_affected_ranks_files_as_tests_ranks_tests_and_honours_ops_lists(built) 
     assert "test/test_excluding_ops.py" in affected(index, "aten::add.Tensor").data["test_files"]
     # Each file names its most direct tests; the structured output holds them all.
     tensor = next(item for item in answer.items if item.label == "test/test_tensor.py")
-    assert [test["name"] for test in tensor.data["tests"]] == [
-        "test/test_tensor.py::test_sum",
-        "test/test_tensor.py::test_sum_dim",
+    assert [(test["name"], test["line"]) for test in tensor.data["tests"]] == [
+        ("test_sum", line_of(repo / "test/test_tensor.py", "def test_sum(")),
+        ("test_sum_dim", line_of(repo / "test/test_tensor.py", "def test_sum_dim(")),
     ]
     assert "test_sum, test_sum_dim" in tensor.detail
 

@@ -170,15 +170,10 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
                 detail,
                 data={
                     "tier": tier,
-                    "tests": [
-                        {
-                            "name": hit.qualname,
-                            "evidence": hit.evidence,
-                            "tier": hit.tier,
-                            "ran": hit.ran,
-                        }
-                        for hit in hits
-                    ],
+                    # the file's tests, most direct first: name in the file, line, tier (and
+                    # "ran" when a record saw it run); kept short, a central function's
+                    # answer lists hundreds
+                    "tests": [_test_data(hit) for hit in hits],
                     "chain": [vars(hop) for hop in reason.chain],
                     "reached": len(by_file[path]),
                 },
@@ -236,6 +231,17 @@ def _ranking_starts(index: Index, named: list[Node]) -> list[Node]:
         return named
     ops = walk_native(index, native, frozenset()).ops[:NEAREST_OPS]
     return [*named, *index.nodes(ops)]
+
+
+def _test_data(hit: ReachedTest) -> dict[str, object]:
+    data: dict[str, object] = {
+        "name": hit.qualname.partition("::")[2] or hit.qualname,
+        "line": hit.line,
+        "tier": hit.tier,
+    }
+    if hit.ran:
+        data["ran"] = True
+    return data
 
 
 def _tests_by_file(ranked: list[ReachedTest]) -> dict[str, list[ReachedTest]]:
