@@ -166,9 +166,11 @@ SPECS = {
             "Tests a change can break",
             "Which tests can a change to these functions break? funcs: changed functions "
             "(C++, CUDA or Python qualified names; a list or a comma-separated string). "
-            "Answers the impacted test files nearest first, each with the chain of evidence "
-            "that links it to the change; a central function reaches most of the suite, and "
-            "then the answer lists the nearest 50 and says 'at least'. Needs the complete "
+            "Answers the impacted test files ranked as 'tests' ranks tests: files whose tests "
+            "name the changed op or function first, then OpInfo tests whose @ops list holds "
+            "it, then files further away, each with the chain of evidence that links it to "
+            "the change; a central function reaches most of the suite, and then the answer "
+            "lists the nearest 50 (limit: more or fewer) and says 'at least'. Needs the complete "
             "index: until the C++ call graph is built it answers an error rather than an "
             "incomplete selection.",
             COMPONENTS,
@@ -412,6 +414,10 @@ class Tools:
             Field(description="changed functions: a list, or one comma-separated string"),
         ],
         depth: Annotated[int | None, Field(ge=1, le=20)] = None,
+        limit: Annotated[
+            int | None,
+            Field(ge=1, le=500, description="test files to list (default: one screen of 50)"),
+        ] = None,
     ) -> ToolResult:
         names = [part.strip() for part in funcs.split(",")] if isinstance(funcs, str) else funcs
         names = [name.strip() for name in names if name and name.strip()]
@@ -430,7 +436,7 @@ class Tools:
             note = self.state.incomplete_note(SPECS["affected"].needs)
             raise ToolError(f"affected needs the complete index; {note}")
         run = _query("affected", "affected", "affected")
-        return self._answer("affected", lambda index: run(index, names, depth=depth))
+        return self._answer("affected", lambda index: run(index, names, depth=depth, limit=limit))
 
     def functions(self) -> list[tuple[ToolSpec, Callable[..., Any]]]:
         return [(SPECS[name], getattr(self, name)) for name in TOOL_NAMES]

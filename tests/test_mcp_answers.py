@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from indexer.query import test_rank
+from indexer.query.affected import affected
 from indexer.query.answer import DEFAULT_BUDGET, Answer, Item
 from indexer.query.graph import graph
 from indexer.query.index import Index
@@ -163,6 +165,60 @@ class TestFiltered(TestCase):
 instantiate_device_type_tests(TestFiltered, globals())
 """
 
+# One file whose only OpInfo test's list leaves sum out; a list longer than the 120
+# characters the index keeps of it, which holds sum.
+EXCLUDING_TESTS = """\
+from minitorch.testing._internal.common_device_type import (
+    instantiate_device_type_tests,
+    ops,
+)
+from minitorch.testing._internal.common_methods_invocations import op_db
+from minitorch.testing._internal.common_utils import TestCase
+
+
+class TestExcluding(TestCase):
+    @ops([op for op in op_db if op.name != "sum"])
+    def test_everything_but_sum(self, device, dtype, op):
+        pass
+
+
+instantiate_device_type_tests(TestExcluding, globals())
+"""
+
+LONG_LIST_TESTS = """\
+from minitorch.testing._internal.common_device_type import (
+    instantiate_device_type_tests,
+    ops,
+)
+from minitorch.testing._internal.common_methods_invocations import op_db
+from minitorch.testing._internal.common_utils import TestCase
+
+
+class TestLongList(TestCase):
+    @ops(
+        [
+            op
+            for op in op_db
+            if op.name in ("relu", "matmul", "addmm", "a_long_name_one", "a_long_name_two", "sum")
+        ]
+    )
+    def test_listed_at_length(self, device, dtype, op):
+        pass
+
+    @ops(
+        [
+            op
+            for op in op_db
+            if op.name in ("relu", "matmul", "addmm", "a_long_name_one", "a_long_name_two", "mm")
+        ]
+    )
+    def test_listed_at_length_without_sum(self, device, dtype, op):
+        pass
+
+
+instantiate_device_type_tests(TestLongList, globals())
+"""
+
 DIRECT_TEST = """\
 import minitorch
 
@@ -188,6 +244,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
         functional.write(FUNCTIONAL)
     (repo / "test/test_filtered_ops.py").write_text(FILTERED_TESTS, encoding="utf-8")
     (repo / "test/test_sum_direct.py").write_text(DIRECT_TEST, encoding="utf-8")
+    (repo / "test/test_excluding_ops.py").write_text(EXCLUDING_TESTS, encoding="utf-8")
+    (repo / "test/test_long_ops_list.py").write_text(LONG_LIST_TESTS, encoding="utf-8")
     commit_all(repo, "a composite op, a cuBLAS kernel, an assigned functional, filtered tests")
     return repo, build_private_index(repo, base)
 
@@ -307,10 +365,85 @@ def test_tests_rank_direct_tests_first_and_honour_ops_lists(built) -> None:
     assert names[0] == "test/test_sum_direct.py::test_sum_directly"
     assert any(name.endswith("::test_only_sum") for name in names)
     assert not any(name.endswith("::test_all_but_sum") for name in names)
-    assert "test_all_but_sum" in " ".join(answer.notes)
+    assert "3 OpInfo tests left out: their @ops list excludes sum" in " ".join(answer.notes)
+    assert any(name.endswith("::test_all_but_sum") for name in answer.data["excluded_by_ops_list"])
     other = [item.label for item in find_tests(index, "add", limit=100).items]
     assert any(name.endswith("::test_all_but_sum") for name in other)
     assert not any(name.endswith("::test_only_sum") for name in other)
+
+
+def test_tests_reads_an_ops_list_too_long_for_the_index_from_the_source(built) -> None:
+    _, index = built
+    answer = find_tests(index, "sum", limit=100)
+    tiers = {item.label.rsplit("::", 1)[-1]: item.data["tier"] for item in answer.items}
+    # The index keeps 120 characters of the list: the rest is read from the decorator.
+    assert tiers["test_listed_at_length"] == test_rank.OPINFO
+    assert "test_listed_at_length_without_sum" not in tiers
+    assert any(
+        name.endswith("::test_listed_at_length_without_sum")
+        for name in answer.data["excluded_by_ops_list"]
+    )
+
+
+def test_affected_ranks_files_as_tests_ranks_tests_and_honours_ops_lists(built) -> None:
+    repo, index = built
+    ranked = [item.label for item in find_tests(index, "aten::sum", limit=100).items]
+    answer = affected(index, "aten::sum")
+    files = answer.data["ranked_files"]
+    # Each file where its most direct test ranks in tests' answer: same order, one ranking.
+    first_of = {}
+    for label in ranked:
+        first_of.setdefault(label.split("::", 1)[0], len(first_of))
+    assert files == sorted(files, key=lambda path: first_of.get(path, len(first_of)))
+    assert files[:2] == ["test/test_sum_direct.py", "test/test_tensor.py"]
+    tiers = [item.data["tier"] for item in answer.items if "tier" in item.data]
+    assert tiers == sorted(tiers) and tiers[0] == test_rank.DIRECT
+    assert tiers[-1] == test_rank.OPINFO
+    # The file whose only OpInfo test's @ops list leaves sum out is not listed; said so.
+    assert "test/test_excluding_ops.py" not in files
+    assert answer.data["excluded_by_ops_list"] == ["test/test_excluding_ops.py"]
+    assert "1 test file left out" in answer.to_text()
+    # ... but is for an op its list holds.
+    assert "test/test_excluding_ops.py" in affected(index, "aten::add.Tensor").data["test_files"]
+    # Each file names its most direct tests; the structured output holds them all.
+    tensor = next(item for item in answer.items if item.label == "test/test_tensor.py")
+    assert [(test["name"], test["line"]) for test in tensor.data["tests"]] == [
+        ("test_sum", line_of(repo / "test/test_tensor.py", "def test_sum(")),
+        ("test_sum_dim", line_of(repo / "test/test_tensor.py", "def test_sum_dim(")),
+    ]
+    assert "test_sum, test_sum_dim" in tensor.detail
+
+
+def test_affected_keeps_to_the_budget_unless_given_a_limit(built) -> None:
+    _, index = built
+    answer = affected(index, "aten::add.Tensor")
+    assert len(answer.to_text()) <= DEFAULT_BUDGET
+    answer.budget = None
+    full = answer.to_text()
+    answer.budget = 700  # a smaller screen: the files beyond it are counted, and how to ask
+    text = answer.to_text()
+    assert len(full) > 700 >= len(text)
+    assert "more not shown" in text and "pass limit=N" in text
+    two = affected(index, "aten::add.Tensor", limit=2)
+    assert len(two.data["test_files"]) <= 2 and two.budget is None
+    with pytest.raises(ValueError, match="limit"):
+        affected(index, "aten::add.Tensor", limit=0)
+
+
+def test_a_recorded_run_ranks_the_tests_that_ran_it_first() -> None:
+    ran = test_rank.RecordedIds(
+        [
+            "test/test_x.py::TestFooCPU::test_bar_cpu_float32",
+            "test/test_y.py::test_plain[3]",
+        ]
+    )
+    assert ran.ran("test_function", "test/test_x.py::TestFoo::test_bar")
+    assert ran.ran("test_class", "test/test_x.py::TestFoo")
+    assert ran.ran("test_file", "test/test_x.py")
+    assert ran.ran("test_function", "test/test_y.py::test_plain")
+    assert not ran.ran("test_function", "test/test_y.py::test_plain_other")
+    assert not ran.ran("test_function", "test/test_x.py::TestFoo::test_baz")
+    assert not ran.ran("test_function", "test/test_z.py::test_plain")
 
 
 def test_answers_keep_to_the_budget_and_the_structured_output_keeps_everything() -> None:

@@ -108,7 +108,8 @@ def test_tool_schemas(minitorch_repo: Path) -> None:
     assert set(schemas["modules"]["properties"]) == {"name", "mode", "focus"}
     assert set(schemas["tests"]["properties"]) == {"query", "mode", "limit", "focus"}
     assert "required" not in schemas["tests"]
-    assert set(schemas["affected"]["properties"]) == {"funcs", "depth"}
+    # limit (issue 22): how many ranked test files affected lists, as tests' limit does.
+    assert set(schemas["affected"]["properties"]) == {"funcs", "depth", "limit"}
     assert schemas["affected"]["required"] == ["funcs"]
 
 
@@ -124,6 +125,7 @@ BAD_CALLS = [
     ("search", {"query": "add", "mode": "everything"}, "mode"),
     ("affected", {"funcs": []}, "funcs"),
     ("affected", {"funcs": " , "}, "funcs"),
+    ("affected", {"funcs": "check_add_alpha", "limit": 0}, "limit"),
     ("nonexistent_tool", {}, "nonexistent_tool"),
 ]
 
@@ -275,8 +277,14 @@ def test_every_tool_answers_a_fixture_query_with_file_and_line(minitorch_repo: P
         at("test/test_nn.py", "def test_functional_relu("),
     ) in _evidence(answers["tests"])
     affected = _evidence(answers["affected"])
-    assert ("test/test_binary_ufuncs.py", at("test/test_binary_ufuncs.py", "minitorch.add(")) in (
-        affected
+    # A file's line cites its most direct test (issue 22: ranked as tests ranks them); the
+    # call site linking it to the change is the last hop of its chain.
+    assert (
+        "test/test_binary_ufuncs.py",
+        at("test/test_binary_ufuncs.py", "def test_reference_numerics("),
+    ) in affected
+    assert any(
+        evidence == at("test/test_binary_ufuncs.py", "minitorch.add(") for _, evidence in affected
     )
     assert any(
         evidence == at(f"{native}/BinaryOps.cpp", "check_add_alpha(*this, alpha)")

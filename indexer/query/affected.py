@@ -5,6 +5,12 @@ without a diff: each impacted test file comes with the shortest chain of evidenc
 the change to the test, every hop with file:line. ``depth`` caps the hops (default: no
 cap, as test selection walks).
 
+Files are ranked as ``tests`` ranks tests (:func:`indexer.query.tests.rank_tests`, the
+one ranking): files whose tests name the changed op or function themselves first, then
+those with OpInfo-driven tests whose ``@ops`` list holds it, then files reached further
+away, nearest first. A file reached only through OpInfo tests whose ``@ops`` list excludes
+the op is not listed (the answer counts them and names them in its data).
+
 The answer lists the ``limit`` nearest test files, and the walk, breadth-first, stops
 once it has found them: a central function (``at::native::matmul``) reaches nearly every
 test file through ~76,000 nodes, seconds of walking for a list no agent reads past its
@@ -22,11 +28,15 @@ from threading import Lock
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
-from indexer.query.recorded_answers import add_record_evidence
+from indexer.query.recorded_answers import record_evidence
+from indexer.query.test_rank import FURTHER, TIER_TEXT
+from indexer.query.tests import RankedTests, ReachedTest, rank_tests
 from indexer.select.engine import reason_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
+from indexer.select.native_reach import NATIVE, walk_native
 from indexer.select.reach import FileQuota
+from indexer.wording import plural
 
 CHANGEABLE = (
     NodeKind.CPP_FUNCTION.value,
@@ -40,9 +50,12 @@ CHANGEABLE = (
     NodeKind.PYTHON_MODULE.value,
     NodeKind.TEST_UTILITY.value,
 )
-MAX_FILES = 50  # files listed, each with its chain (one screen); the MCP tool says "50"
+MAX_FILES = 50  # files walked to and kept, each with its chain; the MCP tool says "50"
 MAX_HOPS_SHOWN = 12
-CHAINS_SHOWN = 10  # files whose chains the text spells out, hop by hop
+CHAINS_SHOWN = 3  # files whose chains the text spells out, hop by hop (the rest: in data)
+TESTS_NAMED = 3  # a file's most direct tests named in its line
+NEAREST_OPS = 8  # ops a native function's tests are ranked by (nearest first)
+RANKED_HOPS = 2  # a test naming it (1), an OpInfo test through its entry (2)
 
 
 def _resolve(index: Index, name: str) -> list[Node]:
@@ -62,10 +75,23 @@ def _resolve(index: Index, name: str) -> list[Node]:
 
 
 def affected(
-    index: Index, funcs: Iterable[str] | str, depth: int | None = None, limit: int = MAX_FILES
+    index: Index,
+    funcs: Iterable[str] | str,
+    depth: int | None = None,
+    limit: int | None = None,
 ) -> Answer:
-    if limit < 1:
+    """The test files a change to ``funcs`` can break, most directly tested first. Without
+    ``limit`` the nearest MAX_FILES, the text within its budget; with it, that many, all
+    in the text."""
+    if limit is not None and limit < 1:
         raise ValueError(f"affected: limit must be at least 1, not {limit}")
+    answer = _affected(index, funcs, depth, limit or MAX_FILES)
+    if limit is not None:  # asked for a number of files: they are what the text shows
+        answer.budget = None
+    return answer
+
+
+def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit: int) -> Answer:
     names = [part.strip() for part in funcs.split(",")] if isinstance(funcs, str) else list(funcs)
     names = [name for name in names if name]
     query = ", ".join(names)
@@ -97,6 +123,19 @@ def affected(
     for node_id, file_id in reach.file_id.items():
         if file_id in tests:
             by_file.setdefault(tests[file_id], []).append(node_id)
+    named = index.nodes(node_id for entity in entities for node_id in entity.node_ids)
+    evidence = record_evidence(index, named, query)
+    # Two hops hold the tiers that order files (naming it; OpInfo entry -> op); files
+    # further away keep the impact walk's order, which the deeper levels would only redo.
+    ranking = rank_tests(
+        index,
+        _ranking_starts(index, named),
+        evidence.tests if evidence else (),
+        max_depth=RANKED_HOPS,
+    )
+    excluded = _excluded_files(index, by_file, ranking)
+    for path in excluded:
+        del by_file[path]
     answer = Answer("affected", query)
     cap = "" if depth is None else f" within {depth} hops"
     answer.title = (
@@ -110,29 +149,59 @@ def affected(
             "walk stopped there: 'torchtalk select' on a diff finds every one"
         )
     nearest = {path: min(reach.depth.get(n, 0) for n in ids) for path, ids in by_file.items()}
-    # Nearest first; among files as near, those where the walk reached the most (tests
-    # calling the changed code directly) before the rest.
-    ranked = sorted(by_file, key=lambda p: (nearest[p], -len(by_file[p]), p))
+    direct = _tests_by_file(ranking.ranked)
+    ranked = sorted(by_file, key=lambda p: _file_key(p, direct, nearest, by_file))
     for position, path in enumerate(ranked):
         first = min(by_file[path], key=lambda n: reach.depth.get(n, 0))
         reason = reason_for(index, reach, first, entities, paths)
+        hits = direct.get(path, [])
+        tier = hits[0].tier if hits else FURTHER
+        ran = "ran it in the record; " if hits and hits[0].ran else ""
+        detail = f"{ran}{TIER_TEXT[tier]}; {len(reason.chain)} hops from {reason.entity}"
+        if any(hit.kind != "test_file" for hit in hits):
+            tests = [hit for hit in hits if hit.kind != "test_file"]  # the file is the line
+            shown = ", ".join(hit.qualname.rsplit("::", 1)[-1] for hit in tests[:TESTS_NAMED])
+            more = f" and {len(tests) - TESTS_NAMED} more" if len(tests) > TESTS_NAMED else ""
+            detail += f"; {shown}{more}"
         answer.items.append(
             Item(
                 path,
-                reason.chain[-1].evidence if reason.chain else reason.evidence,
-                f"{len(reason.chain)} hops from {reason.entity}",
-                data={"chain": [vars(hop) for hop in reason.chain], "reached": len(by_file[path])},
+                hits[0].evidence if hits else _chain_end(reason),
+                detail,
+                data={
+                    "tier": tier,
+                    # the file's tests, most direct first: name in the file, line, tier (and
+                    # "ran" when a record saw it run); kept short, a central function's
+                    # answer lists hundreds
+                    "tests": [_test_data(hit) for hit in hits],
+                    "chain": [vars(hop) for hop in reason.chain],
+                    "reached": len(by_file[path]),
+                },
             )
         )
         if position < CHAINS_SHOWN:  # further files' chains are in their items' data
             for hop in reason.chain[:MAX_HOPS_SHOWN]:
-                answer.items.append(Item(f"{hop.src} {hop.kind} {hop.dst}", hop.evidence, depth=1))
+                answer.items.append(
+                    Item(
+                        f"{hop.src} {hop.kind} {hop.dst}",
+                        hop.evidence,
+                        depth=1,
+                        data={"minor": True},  # the budget drops hops before files
+                    )
+                )
     answer.data = {
         "test_files": sorted(by_file),
+        "ranked_files": ranked,
         "complete": complete,
         "changed": [{"name": e.label, "kind": e.kind, "evidence": e.evidence} for e in entities],
     }
-    answer.more = "each file's chain is in its item's data; 'torchtalk select' lists every test"
+    answer.more = "pass limit=N to list N files; each file's chain and tests are in its item's data"
+    if excluded:
+        answer.notes.append(
+            f"{plural(len(excluded), 'test file')} left out: reached only through OpInfo tests whose "
+            f"@ops list excludes it (e.g. {excluded[0]})"
+        )
+        answer.data["excluded_by_ops_list"] = excluded
     if missing:
         answer.notes.append(f"not found in the index: {', '.join(missing)}")
     unreached = [
@@ -148,6 +217,72 @@ def affected(
     elif complete and unreached and len(entities) > 1:
         answer.notes.append(f"no test was credited to {', '.join(unreached)} (shared paths)")
     answer = answer.truncate(limit + CHAINS_SHOWN * MAX_HOPS_SHOWN)
-    named = index.nodes(node_id for entity in entities for node_id in entity.node_ids)
-    add_record_evidence(index, answer, named, query)
+    if evidence is not None:
+        evidence.add_to(answer)
     return answer
+
+
+def _ranking_starts(index: Index, named: list[Node]) -> list[Node]:
+    """What tests are ranked against: the named definitions and, for native code (which
+    tests do not name), the nearest ops whose kernels reach it: a test naming
+    ``torch.bincount`` tests ``at::native::_bincount_cpu`` directly."""
+    native = [node.id for node in named if node.kind in NATIVE]
+    if not native:
+        return named
+    ops = walk_native(index, native, frozenset()).ops[:NEAREST_OPS]
+    return [*named, *index.nodes(ops)]
+
+
+def _test_data(hit: ReachedTest) -> dict[str, object]:
+    data: dict[str, object] = {
+        "name": hit.qualname.partition("::")[2] or hit.qualname,
+        "line": hit.line,
+        "tier": hit.tier,
+    }
+    if hit.ran:
+        data["ran"] = True
+    return data
+
+
+def _tests_by_file(ranked: list[ReachedTest]) -> dict[str, list[ReachedTest]]:
+    """Each file's tests in ``tests``' order (most direct first)."""
+    by_path: dict[str, list[ReachedTest]] = {}
+    for hit in ranked:
+        by_path.setdefault(hit.path, []).append(hit)
+    return by_path
+
+
+def _file_key(
+    path: str,
+    direct: dict[str, list[ReachedTest]],
+    nearest: dict[str, int],
+    by_file: dict[str, list[int]],
+) -> tuple:
+    """A file ranks as its most direct test does in ``tests``; files that ranking does not
+    reach (further away than its walk) after them, nearest first, then those where the
+    walk reached the most."""
+    hits = direct.get(path)
+    if hits:
+        return (0, hits[0].position, path)
+    return (1, nearest[path], -len(by_file[path]), path)
+
+
+def _excluded_files(index: Index, by_file: dict[str, list[int]], ranking: RankedTests) -> list[str]:
+    """Files reached only through tests an @ops list leaves out: every test function the
+    impact walk reached there is one of them, and no test of the file ranks."""
+    dropped: dict[str, set[int]] = {}
+    for hit in ranking.dropped:
+        dropped.setdefault(hit.path, set()).add(hit.id)
+    kept = {hit.path for hit in ranking.ranked}
+    excluded = []
+    for path, ids in dropped.items():
+        if path not in by_file or path in kept:
+            continue
+        reached = [n for n in index.nodes(by_file[path]) if n.kind == "test_function"]
+        if reached and all(node.id in ids for node in reached):
+            excluded.append(path)
+    return sorted(excluded)
+
+
+def _chain_end(reason) -> str:
+    return reason.chain[-1].evidence if reason.chain else reason.evidence

@@ -11,7 +11,7 @@ every item. A caller that asks for a number of items (``limit``) sets ``budget=N
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 DEFAULT_BUDGET = 2000  # characters of text an answer takes in a model's context
@@ -87,7 +87,25 @@ class Answer:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _plain(self)
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` without its deep copy of every leaf: an affected answer's
+    structured output holds thousands of values, and the copy took most of its time."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {item.name: _plain(getattr(value, item.name)) for item in fields(value)}
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return (
+            type(value)(*map(_plain, value))
+            if hasattr(value, "_fields")
+            else tuple(map(_plain, value))
+        )
+    return value
 
 
 def _within(lines: list[str], minor: list[bool], room: int) -> list[str]:

@@ -9,6 +9,8 @@ up to the ops, then the record), without a diff.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.recorded import RecordedRuns, record_path_for
@@ -41,17 +43,38 @@ def recorded_names(index: Index, runs: RecordedRuns, nodes: list[Node]) -> list[
     return names
 
 
+@dataclass
+class RecordEvidence:
+    """What a usable record says about some nodes: the recorded tests that executed them,
+    and the lines an answer shows for it (:meth:`add_to`)."""
+
+    tests: list[str] = field(default_factory=list)  # node ids of the tests that ran them
+    items: list[Item] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add_to(self, answer: Answer) -> None:
+        answer.items[0:0] = self.items
+        answer.notes.extend(self.notes)
+
+
 def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: str) -> None:
     """Add to ``answer`` the recorded tests that executed ``nodes`` (named ``what``), when a
     usable record lies beside the index; say why not when one is there but unusable."""
+    evidence = record_evidence(index, nodes, what)
+    if evidence is not None:
+        evidence.add_to(answer)
+
+
+def record_evidence(index: Index, nodes: list[Node], what: str) -> RecordEvidence | None:
+    """The record's evidence on ``nodes`` (named ``what``); None when no record lies
+    beside the index, a note saying why when one is there but unusable."""
     path = record_path_for(index.db_path)
     try:
         runs = RecordedRuns.cached(path)
     except FileNotFoundError:
-        return
+        return None
     except (RecordError, OSError) as exc:
-        answer.notes.append(f"the record beside the index cannot be used: {exc}")
-        return
+        return RecordEvidence(notes=[f"the record beside the index cannot be used: {exc}"])
     names = recorded_names(index, runs, nodes)
     hits = runs.tests_executing(names)
     tests = sorted(runs.record.tests[i].nodeid for i in hits)
@@ -75,16 +98,16 @@ def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: s
     elif not tests and not modules:
         head = f"no recorded test ran {what}, though the record holds it ({label})"
     data = {"tests": tests, "ops": ops, "run_at_import_of": modules}
-    answer.items.insert(0, Item(head, data={"record": data}))
+    evidence = RecordEvidence(tests, [Item(head, data={"record": data})])
     if modules:
         importers = runs.importers(modules)
         shown = ", ".join(modules[:3]) + (", ..." if len(modules) > 3 else "")
-        answer.notes.append(
+        evidence.notes.append(
             f"{what} also runs while {plural(len(modules), 'module')} of the tree "
             f"{'is' if len(modules) == 1 else 'are'} imported ({shown}): "
             f"{plural(len(importers), 'recorded test')} import {'it' if len(modules) == 1 else 'them'}"
         )
-    for position, nodeid in enumerate(tests[:SHOWN]):
-        answer.items.insert(1 + position, Item(nodeid, depth=1))
+    evidence.items += [Item(nodeid, depth=1) for nodeid in tests[:SHOWN]]
     if len(tests) > SHOWN:
-        answer.items.insert(1 + SHOWN, Item(f"{len(tests) - SHOWN} more recorded tests", depth=1))
+        evidence.items.append(Item(f"{len(tests) - SHOWN} more recorded tests", depth=1))
+    return evidence

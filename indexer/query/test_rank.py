@@ -10,11 +10,12 @@ Tiers, most direct first (:func:`tier`):
 An ``@ops`` list is honoured (:class:`OpsFilters`): ``@ops([op for op in op_db if op.name
 in aliasing_ops])``, ``@ops(filter(lambda op: "linalg" in op.name, op_db))`` keep only
 the entries their condition holds for, read from the test file's own literals; a test
-whose list excludes the op's entry is dropped. A condition that cannot be read keeps the
+whose list excludes the op's entry is dropped. A list too long for the index's attribute
+(abbreviated with "...") is read in full from the test's own decorator in the source. A condition that cannot be read keeps the
 test (select more, never less), in tier 3.
 
-A source of better evidence (a record of which tests really ran the op) ranks before
-these tiers: it belongs in :func:`tier`'s caller as one more key in front.
+A source of better evidence ranks before these tiers: tests a record saw execute the op
+or function (:class:`RecordedIds`) come first.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import ast
 import functools
 import re
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,44 @@ def tier(depth: int, via_kind: str | None) -> int:
     return DIRECT if depth == 1 else FURTHER
 
 
+class RecordedIds:
+    """Whether a test the index holds is one a record saw run: recorded node ids
+    (``test/test_x.py::TestFooCPU::test_bar_cpu_float32[p]``) matched to the index's tests
+    (``test/test_x.py::TestFoo::test_bar``: device-generic classes and their tests take
+    a device and dtype suffix when instantiated), files and classes."""
+
+    def __init__(self, nodeids: Iterable[str]) -> None:
+        self.by_file: dict[str, list[list[str]]] = {}
+        for nodeid in nodeids:
+            path, _, rest = nodeid.partition("::")
+            parts = rest.split("[", 1)[0].split("::") if rest else []
+            self.by_file.setdefault(path, []).append(parts)
+
+    def ran(self, kind: str, qualname: str) -> bool:
+        path, _, rest = qualname.partition("::")
+        recorded = self.by_file.get(path)
+        if not recorded:
+            return False
+        if kind == "test_file":
+            return True
+        parts = rest.split("::")
+        return any(_same_test(parts, kind, seen) for seen in recorded)
+
+
+def _same_test(parts: list[str], kind: str, recorded: list[str]) -> bool:
+    """Whether the index's ``parts`` ([Class, ]name) stand for the recorded ones."""
+    if kind == "test_class":
+        return len(recorded) > 1 and recorded[0].startswith(parts[0])
+    if len(parts) != len(recorded):
+        return False
+    if len(parts) == 1:
+        return parts[0] == recorded[0]
+    (cls, name), (seen_cls, seen_name) = parts, recorded
+    if cls == seen_cls:
+        return name == seen_name
+    return seen_cls.startswith(cls) and seen_name.startswith(name + "_")
+
+
 class OpsFilters:
     """Evaluates ``@ops`` list conditions against one OpInfo entry, reading module-level
     string collections from test files (each file parsed once per index)."""
@@ -54,9 +94,14 @@ class OpsFilters:
         self._literals: dict[tuple[str, str], frozenset[str] | None] = {}
         self._lock = threading.Lock()
 
-    def holds(self, list_text: str | None, path: str, entry: dict[str, Any]) -> bool | None:
+    def holds(
+        self, list_text: str | None, path: str, entry: dict[str, Any], line: int | None = None
+    ) -> bool | None:
         """Whether the entry is in the list ``list_text`` (the decorator's argument as
-        written): True, False, or None when the list's condition cannot be read."""
+        written, of the test defined at ``path``:``line``): True, False, or None when the
+        list's condition cannot be read."""
+        if list_text and list_text.endswith("...") and line is not None:
+            list_text = self._full_list(path, line) or list_text
         if not list_text or list_text.endswith("..."):
             return None if list_text else True
         condition = _parsed(list_text)
@@ -111,6 +156,40 @@ class OpsFilters:
             names = self._module_strings(path, right.id)
             return None if names is None else value in names
         return None
+
+    def _full_list(self, path: str, line: int) -> str | None:
+        """The whole first argument of the ``@ops(...)`` decorating the test whose ``def``
+        is at ``line`` (the index keeps 120 characters of it)."""
+        key = (path, f"@ops:{line}")
+        with self._lock:
+            if key in self._literals:
+                found = self._literals[key]
+                return next(iter(found)) if found else None
+        text = self._decorator_list(path, line)
+        with self._lock:
+            self._literals[key] = frozenset([text]) if text else None
+        return text
+
+    def _decorator_list(self, path: str, line: int) -> str | None:
+        if self.root is None:
+            return None
+        try:
+            lines = (self.root / path).read_text(encoding="utf-8", errors="replace").split("\n")
+        except OSError:
+            return None
+        above = "\n".join(lines[max(0, line - 1 - _DECORATOR_LINES) : max(0, line - 1)])
+        starts = list(_OPS_DECORATOR.finditer(above))
+        if not starts:
+            return None
+        start = above.index("@", starts[-1].start()) + 1  # after the "@"
+        statement = above[start : _statement_end(above, start)]
+        try:
+            call = ast.parse(statement.strip(), mode="eval").body
+        except SyntaxError:
+            return None
+        if not isinstance(call, ast.Call) or not call.args:
+            return None
+        return ast.unparse(call.args[0])
 
     def _module_strings(self, path: str, name: str) -> frozenset[str] | None:
         """The strings of ``name = [...]`` (a list, tuple or set literal, or one wrapped
@@ -184,6 +263,8 @@ def _statement_end(text: str, start: int) -> int:
 
 
 _NO_FILTER = ("", ast.Constant(True))
+_OPS_DECORATOR = re.compile(r"^[ \t]*@(?:\w+\.)*ops\(", re.M)
+_DECORATOR_LINES = 60  # how far above a def its @ops decorator may start
 
 
 @functools.lru_cache(maxsize=1024)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from indexer.query import adjacency, test_rank
@@ -22,7 +23,7 @@ from indexer.query.answer import Answer, Item
 from indexer.query.index import Edge, Index, Node
 from indexer.query.op_lookup import lookup
 from indexer.query.py_lookup import IndexNames, definitions, suggest
-from indexer.query.recorded_answers import add_record_evidence
+from indexer.query.recorded_answers import record_evidence
 
 MODES = ("find", "utils", "file_info")
 FOCUS = ("functions", "classes", "files")
@@ -34,7 +35,7 @@ MAX_VISITED = 20_000
 
 
 @dataclass
-class _Hit:
+class ReachedTest:
     """A test reached: what ranks and counts it (its full node is read only if shown)."""
 
     id: int
@@ -45,9 +46,11 @@ class _Hit:
     depth: int
     via: Edge | None  # the first hop from the test towards the query
     tier: int = 0  # how directly it tests the query (indexer/query/test_rank.py)
+    position: int = 0  # its place in the ranking, most direct first
+    ran: bool = False  # a record saw it execute what the query names
 
     @classmethod
-    def of(cls, node: Node, depth: int, via: Edge | None) -> _Hit:
+    def of(cls, node: Node, depth: int, via: Edge | None) -> ReachedTest:
         return cls(node.id, node.kind, node.qualname, node.path, node.line, depth, via)
 
     @property
@@ -158,23 +161,25 @@ def _level_in_edges_sql(
     return rows
 
 
-def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
+def _walk(
+    index: Index, starts: list[Node], max_depth: int = MAX_DEPTH
+) -> tuple[dict[int, ReachedTest], bool]:
     """Breadth-first back along covers/references; tests are collected, not walked past.
 
     One batched query per level reads the edges and their sources' kinds; only the tests
     reached are read in full (per-edge reads took thousands of queries for 'matmul')."""
-    hits: dict[int, _Hit] = {}
+    hits: dict[int, ReachedTest] = {}
     depth_of = {node.id: 0 for node in starts}
     for node in starts:
         if node.kind in TEST_KINDS:
-            hits[node.id] = _Hit.of(node, 0, None)
+            hits[node.id] = ReachedTest.of(node, 0, None)
     reached: list[tuple[int, int, Edge]] = []  # (test id, depth, first hop)
     frontier = list(depth_of)
     truncated = False
-    for depth in range(MAX_DEPTH):
+    for depth in range(max_depth):
         following = []
         # At the last level only tests count: what else is reached there is not walked.
-        last = depth == MAX_DEPTH - 1
+        last = depth == max_depth - 1
         for src, dst, kind, path, line, src_kind in _level_in_edges(index, frontier, last):
             if src in depth_of:
                 continue
@@ -194,7 +199,7 @@ def _walk(index: Index, starts: list[Node]) -> tuple[dict[int, _Hit], bool]:
     for src, depth, edge in reached:
         if src in found:
             kind, qualname, path, line = found[src]
-            hits[src] = _Hit(src, kind, qualname, path, line, depth, edge)
+            hits[src] = ReachedTest(src, kind, qualname, path, line, depth, edge)
     return hits, truncated
 
 
@@ -213,7 +218,7 @@ def _light_nodes(index: Index, ids: list[int]) -> dict[int, tuple[str, str, str,
     return found
 
 
-def _describe(hit: _Hit, targets: dict[int, Node]) -> str:
+def _describe(hit: ReachedTest, targets: dict[int, Node]) -> str:
     if hit.via is None:
         return "named"
     target = targets[hit.via.dst]
@@ -223,12 +228,37 @@ def _describe(hit: _Hit, targets: dict[int, Node]) -> str:
     return hop if hit.depth == 1 else f"{hop} (+{hit.depth - 1} hops)"
 
 
+@dataclass
+class RankedTests:
+    """The tests reaching some nodes, most direct first (what ``tests`` lists and
+    ``affected`` orders its files by), and those an ``@ops`` list leaves out."""
+
+    ranked: list[ReachedTest]
+    dropped: list[ReachedTest]  # OpInfo tests whose @ops list excludes the nodes' entries
+    truncated: bool  # the walk stopped at MAX_VISITED nodes
+
+
+def rank_tests(
+    index: Index, starts: list[Node], executed: Iterable[str] = (), max_depth: int = MAX_DEPTH
+) -> RankedTests:
+    """The one ranking of tests by how directly they test ``starts``: walked back along
+    covers/references (``max_depth`` hops), tiered and filtered by
+    indexer/query/test_rank.py; tests a record saw execute them (``executed``: recorded
+    node ids) before all others."""
+    hits, truncated = _walk(index, starts, max_depth)
+    ranked, dropped = _rank(index, list(hits.values()), starts, test_rank.RecordedIds(executed))
+    for position, hit in enumerate(ranked):
+        hit.position = position
+    return RankedTests(ranked, dropped, truncated)
+
+
 def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     starts, how = _starts(index, query)
     if not starts:
         return Answer.not_found("tests", query, "Op, Python API or test", suggest(index, query))
-    hits, truncated = _walk(index, starts)
-    ranked, dropped = _rank(index, list(hits.values()), starts)
+    evidence = record_evidence(index, starts, query)
+    found = rank_tests(index, starts, evidence.tests if evidence else ())
+    ranked, dropped, truncated = found.ranked, found.dropped, found.truncated
     files: dict[str, int] = {}
     for hit in ranked:
         files[hit.path] = files.get(hit.path, 0) + 1
@@ -238,7 +268,8 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
             f"No test reaches {query} ({how}: {', '.join(n.qualname for n in starts[:5])})."
         )
         answer.notes.append("the index holds no covers/references path from a test to it")
-        add_record_evidence(index, answer, starts, query)
+        if evidence is not None:
+            evidence.add_to(answer)
         return answer
     if focus == "files":
         for path in files:
@@ -253,7 +284,8 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         targets = {node.id: node for node in vias}
         attrs = {node.id: node.attrs for node in index.nodes(hit.id for hit in page)}
         for hit in page:
-            detail = f"{test_rank.TIER_TEXT[hit.tier]}: {_describe(hit, targets)}"
+            ran = "ran it in the record; " if hit.ran else ""
+            detail = f"{ran}{test_rank.TIER_TEXT[hit.tier]}: {_describe(hit, targets)}"
             opinfo_list = attrs.get(hit.id, {}).get("opinfo_list")
             if opinfo_list:
                 detail += f"; @ops({opinfo_list})"
@@ -262,7 +294,7 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
                     hit.qualname,
                     hit.evidence,
                     detail,
-                    data={"kind": hit.kind, "depth": hit.depth, "tier": hit.tier},
+                    data={"kind": hit.kind, "depth": hit.depth, "tier": hit.tier, "ran": hit.ran},
                 )
             )
         if len(shown) > len(page):
@@ -280,11 +312,14 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     if truncated:
         answer.notes.append(f"walk stopped after {MAX_VISITED} nodes; more tests may reach it")
     answer = answer.truncate(limit)
-    add_record_evidence(index, answer, starts, query)
+    if evidence is not None:
+        evidence.add_to(answer)
     return answer
 
 
-def _rank(index: Index, hits: list[_Hit], starts: list[Node]) -> tuple[list[_Hit], list[_Hit]]:
+def _rank(
+    index: Index, hits: list[ReachedTest], starts: list[Node], executed: test_rank.RecordedIds
+) -> tuple[list[ReachedTest], list[ReachedTest]]:
     """(tests most direct first, OpInfo tests whose @ops list excludes the query's
     entries): see indexer/query/test_rank.py."""
     via_ids = {hit.via.dst for hit in hits if hit.via is not None}
@@ -306,7 +341,9 @@ def _rank(index: Index, hits: list[_Hit], starts: list[Node]) -> tuple[list[_Hit
     for hit in hits:
         hit.tier = test_rank.tier(hit.depth, kinds.get(hit.via.dst) if hit.via else None)
         if hit.tier == test_rank.OPINFO:
-            holds = filters.holds(lists.get(hit.id), hit.path, entries.get(hit.via.dst, {}))
+            holds = filters.holds(
+                lists.get(hit.id), hit.path, entries.get(hit.via.dst, {}), hit.line
+            )
             if holds is False:
                 dropped.append(hit)
                 continue
@@ -315,13 +352,15 @@ def _rank(index: Index, hits: list[_Hit], starts: list[Node]) -> tuple[list[_Hit
         kept.append(hit)
     names = tuple({node.name.lower().lstrip("_") for node in starts if len(node.name) > 2})
 
-    def named(hit: _Hit) -> int:  # test_searchsorted_* before a test that merely calls it
+    def named(hit: ReachedTest) -> int:  # test_searchsorted_* before a test that merely calls it
         test_name = hit.qualname[hit.qualname.rfind("::") + 2 :].lower()
         return 0 if any(name in test_name for name in names) else 1
 
-    # Most direct first. A record of which tests really ran the op (issue "Selection from
-    # recorded runs") ranks before all of this: one more key in front of h.tier.
-    kept.sort(key=lambda h: (h.tier, named(h), h.depth, h.path, h.line))
+    # Most direct first; a test the record saw run it (issue "Selection from recorded
+    # runs") before all of these.
+    for hit in kept:
+        hit.ran = executed.ran(hit.kind, hit.qualname)
+    kept.sort(key=lambda h: (not h.ran, h.tier, named(h), h.depth, h.path, h.line))
     return kept, dropped
 
 
