@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run `torchtalk audit` on a tree built by setup-extension.sh, with the plan of
 # docs/audit.md for that extension.
+# NAME is the tree's directory under $EXT; NAME-python is a copy of NAME's built tree
+# (cp -a), audited on its Python sources only.
 # Usage: run-audit.sh NAME static|record [extra audit arguments, e.g. --budget 20, --resume]
 # Trees under $EXT (/work/ext), reports $EXT/reports/NAME-MODE.json and .md.
 set -euo pipefail
@@ -16,6 +18,8 @@ test_cmd="python -m pytest test -q --no-header -p no:cacheprovider"
 case $name in
   pytorch_spline_conv)
     plan=(--mutations 45 --seed 1 --paths 'csrc/*.cpp' 'csrc/*.h' 'csrc/cpu/*' 'torch_spline_conv/*') ;;
+  pytorch_spline_conv-python)  # Python only, in a copy of the built tree (C++ builds are slow here)
+    plan=(--mutations 45 --seed 2 --paths 'torch_spline_conv/*') ;;
   pytorch_sparse)  # seed 1 of the "before" run: C++ sources (no headers: each forces 20 compiles) and Python
     plan=(--mutations 80 --seed 1 --paths 'csrc/*.cpp' 'csrc/cpu/*.cpp' 'torch_sparse/*') ;;
   pytorch_sparse-python)  # seed 2 of the "before" run, Python only, in a copy of the built tree
@@ -29,7 +33,7 @@ record_args=()
 if [ "$mode" = record ]; then
   record=$ext/reports/$name.record.ttr
   if [ ! -e "$record" ]; then   # the suite's own record, at HEAD, in the built tree
-    $test_cmd --torchtalk-record="$record" > "$ext/reports/$name-record.log" 2>&1
+    $test_cmd --torchtalk-record="$record" > "$ext/reports/$name.record.log" 2>&1
   fi
   record_args=(--record "$record")
 fi
