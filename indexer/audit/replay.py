@@ -15,7 +15,6 @@ build are carried over unchanged (the selection never ran for them).
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from indexer.audit.journal import write_atomic
 from indexer.audit.mutation import Mutation, rewrite
 from indexer.audit.outcomes import Outcomes
 from indexer.audit.report import SCHEMA, markdown, totals
-from indexer.audit.run import Audit, AuditOptions, _git, _now, _terminate_gracefully
+from indexer.audit.run import Audit, AuditOptions, _git, _now, sigterm_restores
 from indexer.errors import UsageError
 from indexer.query.index import Index
 from indexer.select.staleness import try_update
@@ -81,11 +80,8 @@ class Replay:
         self.record = Path(record) if record else None
 
     def run(self) -> dict:
-        previous = signal.signal(signal.SIGTERM, _terminate_gracefully)
-        try:
+        with sigterm_restores():
             return self._run()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
 
     def _run(self) -> dict:
         audit = self.audit

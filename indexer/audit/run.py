@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,6 +70,16 @@ def _git(source: Path, *args: str) -> str:
 
 def _terminate_gracefully(signum, frame) -> None:
     raise KeyboardInterrupt  # unwinds through the restores in ``finally``
+
+
+@contextmanager
+def sigterm_restores() -> Iterator[None]:
+    """While inside, SIGTERM unwinds like Ctrl-C, so a mutated file is restored."""
+    previous = signal.signal(signal.SIGTERM, _terminate_gracefully)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Audit:
@@ -145,11 +156,8 @@ class Audit:
     # --- the run --------------------------------------------------------------------
 
     def run(self) -> dict:
-        previous = signal.signal(signal.SIGTERM, _terminate_gracefully)
-        try:
+        with sigterm_restores():
             return self._run()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
 
     def _run(self) -> dict:
         repaired = self.repair()
