@@ -42,6 +42,9 @@ def capture_off_reason(torch: ModuleType | None) -> str:
         return f"off: torch's profiler cannot be asked for CUDA activity ({exc})"
     if activity not in supported:
         return "off: torch's profiler has no CUDA activity (Kineto built without CUPTI)"
+    if not callable(getattr(torch.autograd.profiler, "_prepare_profiler", None)):
+        # The capture gives way to a test's own profiler through this call.
+        return "off: this torch has no torch.autograd.profiler._prepare_profiler to yield through"
     return ""
 
 
