@@ -273,6 +273,50 @@ def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
     assert kept(repo)["tests/test_shift.py::test_shift"] == "static"
 
 
+CUDA_SCALE = ("csrc/cuda/ops_cuda.cu", "if (i < n) out[i]", "if (i <= n) out[i]")
+
+
+def test_a_cuda_only_change_with_a_cpu_record_selects_every_test_that_ran_the_op(
+    repo: Path,
+) -> None:
+    # Recorded here, without CUDA: which tests would use CUDA on a GPU machine is unknown.
+    edit(repo, *CUDA_SCALE)
+    assert kept(repo) == {
+        "tests/test_scale.py::test_scale": "record",
+        "tests/test_scale.py::test_scale_by_name": "record",
+        "tests/test_scale.py::test_scale_then_fail": "static",
+    }
+
+
+def test_a_cuda_kernel_change_with_a_gpu_record_selects_the_tests_that_used_cuda(
+    repo: Path,
+) -> None:
+    # The record a GPU machine would make, where test_scale put its tensors on CUDA: its
+    # run here (devices per test) with the machine's CUDA and that test's use of it added.
+    path = record_path_for(Workspace.resolve(repo).db_path)
+    saved = path.read_bytes()
+    record = storage.read(path)
+    assert record.meta["mechanisms"]["devices"].startswith("allocations")
+    record.meta["devices"] = ["cpu", "cuda"]
+    own = next(s for s in record.segments if s.label == "tests/test_scale.py::test_scale")
+    own.names.add(record.name_id("device", "cuda"))
+    try:
+        storage.write(record, path)
+        edit(repo, *CUDA_SCALE)
+        selection = select_tests(Workspace.resolve(repo))
+        assert kept(repo) == {
+            "tests/test_scale.py::test_scale": "record",
+            "tests/test_scale.py::test_scale_then_fail": "static",  # failed when recorded
+        }
+        assert selection.record["used_no_cuda"] == 1  # test_scale_by_name: on the CPU
+        # Host code of a .cu file runs for zero-element CUDA tensors too, which allocate
+        # and launch nothing: not narrowed.
+        edit(repo, "csrc/cuda/ops_cuda.cu", "int64_t n = x.numel();", "int64_t n = x.numel() + 0;")
+        assert "tests/test_scale.py::test_scale_by_name" in kept(repo)
+    finally:
+        path.write_bytes(saved)
+
+
 def test_a_record_of_another_history_is_not_used_and_says_why(repo: Path) -> None:
     git(repo, "checkout", "-q", "--orphan", "elsewhere")
     commit_all(repo, "another history")
