@@ -178,8 +178,9 @@ def test_xdist_and_merged_shards_give_the_serial_record(recext, serial: Record) 
     assert _as_compared(distributed) == _as_compared(serial)
     run_pytest(repo, "--torchtalk-record=a.ttr", "tests/test_scale.py", env=env)
     run_pytest(
-        repo, "--torchtalk-record=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py", env=env
-    )
+        repo, "--torchtalk-record=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py",
+        "tests/test_square.py", env=env,
+    )  # fmt: skip
     shards = [storage.read(repo / "b.ttr"), storage.read(repo / "a.ttr")]
     assert _as_compared(merge(shards)) == _as_compared(serial)
     one, other = repo / "m1.ttr", repo / "m2.ttr"

@@ -38,6 +38,7 @@ TESTS = {
     "tests/test_shift.py": [
         "test_shift", "test_twice_backward", "test_sorted", "test_code_holding_a_dict_constant",
     ],
+    "tests/test_square.py": ["test_square_forward", "test_square_backward"],
     "tests/test_outcomes.py": [
         "test_failing", "test_skipped", "test_expected_failure",
         "test_replaces_the_profile_function",
@@ -118,6 +119,35 @@ def test_a_kernel_change_selects_exactly_the_tests_that_ran_its_op(repo: Path) -
     }
 
 
+SQUARE_BACKWARD = ("csrc/ops.cpp", "return {grads[0] * x * square_grad_factor()};",
+                   "return {grads[0] * x * square_grad_factor() * 1.0};")  # fmt: skip
+
+
+def test_a_cpp_autograd_backward_change_selects_the_tests_whose_backward_ran_it(
+    repo: Path,
+) -> None:
+    # Square::apply reaches Square::backward, but only a backward pass runs it: the
+    # record's node torch::autograd::CppNode<recext::Square> says whose did.
+    edit(repo, *SQUARE_BACKWARD)
+    selection = select_tests(Workspace.resolve(repo))
+    assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
+    from indexer.select.report import chain_text
+
+    text = chain_text(selection.files["tests/test_square.py"].recorded["test_square_backward"])
+    assert "executed by tests/test_square.py::test_square_backward" in text
+    assert "CppNode<recext::Square>" in text
+
+
+def test_a_helper_of_the_backward_only_and_the_forward_select_as_they_run(repo: Path) -> None:
+    edit(repo, "csrc/ops.cpp", "  return 2.0;", "  return 2.0 + 0.0;")  # square_grad_factor
+    assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
+    edit(repo, "csrc/ops.cpp", "return x * x;", "return x * x * 1.0;")  # Square::forward
+    assert kept(repo) == {
+        "tests/test_square.py::test_square_forward": "record",
+        "tests/test_square.py::test_square_backward": "record",
+    }
+
+
 def test_a_helper_reached_through_a_kernel_selects_that_ops_tests(repo: Path) -> None:
     edit(repo, "csrc/ops.cpp", "  return offset;", "  return offset + 0.0;")
     selected = kept(repo)
@@ -136,7 +166,7 @@ def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
     assert "op recext::scale @ csrc/ops.cpp:" in text
     assert "executed by tests/test_scale.py::test_scale (record of " in text
-    assert selection.record["used"] and selection.record["trusted_tests"] == 8
+    assert selection.record["used"] and selection.record["trusted_tests"] == 10
 
 
 def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Path) -> None:
@@ -367,7 +397,7 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
     assert "test_reuses_module_fixture" not in done.stdout.split("short test summary")[-1]
     # the other test files are ruled out whole: not collected at all
     assert counts["collected"] == 5 and counts["selected"] == 3 and counts["deselected"] == 2
-    assert counts["test_files_not_collected"] == 2
+    assert counts["test_files_not_collected"] == 3
     assert counts["decided_by_record"] == 4  # 2 selected and 2 deselected in test_scale.py
     assert counts["tests_selected_by_record"] == 2
 

@@ -12,6 +12,11 @@ the record sees, so the tests that executed the caller's op are among those that
 ``aten::mm``. Except where the call may be newer than the record (a call site in a file
 changed between the record's commit and the base, or on a line the change itself
 touches): the walk goes on through those.
+
+With ``stop_at_backward`` it does not go from a C++ autograd function's ``F::backward``
+to the code calling ``F::apply``: the backward runs when the autograd engine evaluates F's node, which the
+record sees (``torch::autograd::CppNode<F>``), not whenever the op calling ``apply`` runs.
+A test that ran the forward op without a backward pass never ran it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ NATIVE = frozenset(
 OP = NodeKind.OP.value
 BINDING = NodeKind.BINDING.value
 DERIVATIVE = NodeKind.DERIVATIVE.value
+AUTOGRAD_APPLY = "autograd_apply"  # the via of F::apply's edges to F::forward, F::backward
 
 
 @dataclass
@@ -55,6 +61,8 @@ class NativeReach:
     origin: dict[int, int] = field(default_factory=dict)  # node -> the start it came from
     ops: list[int] = field(default_factory=list)  # in the order reached
     bindings: list[int] = field(default_factory=list)
+    # ``F::backward`` nodes of C++ autograd functions reached -> F's qualified name
+    backwards: dict[int, str] = field(default_factory=dict)
 
     def chain(self, node_id: int) -> list[Edge]:
         """Edges from ``node_id`` back to its start, each from the user to the used."""
@@ -73,10 +81,13 @@ def walk_native(
     starts: list[int],
     drifted: frozenset[str],
     changed_lines: dict[str, set[int]] | None = None,
+    stop_at_backward: bool = False,
 ) -> NativeReach:
     """The ops and bindings reaching ``starts`` through native code; ``drifted``: the
     repo paths changed since the record was made; ``changed_lines``: path -> the lines
-    (new side) the change touches."""
+    (new side) the change touches; ``stop_at_backward``: whether an autograd function's
+    ``F::backward`` ends the walk (for a record, which sees F's node run) rather than
+    leading on to the op that calls ``F::apply`` (as static answers need)."""
     changed_lines = changed_lines or {}
     reach = NativeReach()
     kinds = {node.id: node.kind for node in index.nodes(starts)}
@@ -95,6 +106,10 @@ def walk_native(
             reach.bindings.append(node_id)
             continue  # Python calls it: the record saw who
         for edge in index.in_edges(node_id, BACKWARD):
+            if edge.attrs.get("via") == AUTOGRAD_APPLY and _is_backward(index, node_id):
+                reach.backwards[node_id] = index.node(node_id).qualname.rsplit("::", 1)[0]
+                if stop_at_backward:
+                    continue  # run by the engine for F's node, not by apply's caller
             if kind == OP and not (
                 edge.kind == EdgeKind.CALLS.value
                 and (edge.path in drifted or edge.line in changed_lines.get(edge.path, ()))
@@ -128,3 +143,7 @@ def _reach(
     reach.steps[node_id] = edge
     reach.origin[node_id] = reach.origin[prev]
     queue.append(node_id)
+
+
+def _is_backward(index: Index, node_id: int) -> bool:
+    return index.node(node_id).qualname.rsplit("::", 1)[-1] == "backward"

@@ -257,8 +257,16 @@ def _recorded_names(
     if not nodes:
         return None, {}
     if all(node.kind in NATIVE for node in nodes):
-        reach = walk_native(index, [node.id for node in nodes], drift.to_base, drift.changed_lines)
-        if not reach.ops and not reach.bindings:
+        starts = [node.id for node in nodes]
+        reach = walk_native(
+            index, starts, drift.to_base, drift.changed_lines, stop_at_backward=True
+        )
+        if any(not _backward_names(runs, f) for f in reach.backwards.values()):
+            # No test's backward ran F's node under a name we know: whether none ran it
+            # or the name differs, the tests of the op calling F::apply stand for it.
+            reach = walk_native(index, starts, drift.to_base, drift.changed_lines)
+            reach.backwards.clear()
+        if not reach.ops and not reach.bindings and not reach.backwards:
             # No op or binding reaches it through native code: the record cannot say who
             # runs it (the static walk, and its fallbacks, decide).
             return None, {}
@@ -296,7 +304,29 @@ def _native_names(
         for name in matched:
             names.append(name)
             chains.setdefault(name, (hops, (kind, name[1], f"{node.path}:{node.line}")))
+    for node in index.nodes(list(reach.backwards)):
+        # The engine runs F::backward for F's node: torch::autograd::CppNode<ns::F>.
+        function = reach.backwards[node.id]
+        hops = _hops(index, reach.chain(node.id)[::-1], labels)
+        for name in _backward_names(runs, function):
+            names.append(name)
+            chains.setdefault(name, (hops, ("backward", name[1], f"{node.path}:{node.line}")))
     return names, chains
+
+
+def _backward_names(runs: RecordedRuns, function: str) -> list[tuple[str, str]]:
+    """The record's names of the autograd node of C++ autograd function ``function``:
+    ``torch::autograd::CppNode<ns::F>``, F as the compiler demangles it (matched by its
+    last component: the index may qualify it differently)."""
+    last = function.rsplit("::", 1)[-1]
+    found = []
+    for kind, text in runs.record.names:
+        if kind != "backward" or "CppNode<" not in text or not text.endswith(">"):
+            continue
+        argument = text[text.index("CppNode<") + len("CppNode<") : -1]
+        if argument.rsplit("::", 1)[-1] == last:
+            found.append((kind, text))
+    return found
 
 
 def _unobservable(ops: list[Node], runs: RecordedRuns) -> bool:
