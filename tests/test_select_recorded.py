@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -351,5 +352,35 @@ def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
         probe = tests(index, "recext::probe")
         assert probe.items[0].data["record"]["run_at_import_of"] == ["recext/probes.py"]
         assert "while 1 module of the tree is imported (recext/probes.py)" in probe.to_text()
+    finally:
+        index.close()
+
+
+def test_affected_walks_native_code_once_for_the_record_and_the_ranking(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's evidence and the ranking's nearest ops come from one walk (it was run
+    twice: a sixth of a GEMM's answer), and the evidence is what a walk of its own gives."""
+    from indexer.query import recorded_answers
+    from indexer.query.affected import affected
+    from indexer.query.index import Index
+    from indexer.select import native_reach
+
+    index = Index(Workspace.resolve(repo).db_path)
+    try:
+        named = index.find("recext::scale_cpu")
+        alone = recorded_answers.record_evidence(index, named, "recext::scale_cpu")
+        assert alone is not None and alone.tests
+        walked = []
+        walk = native_reach.walk_native
+        for module in list(sys.modules.values()):  # every module that imported it
+            if getattr(module, "walk_native", None) is walk:
+                monkeypatch.setattr(
+                    module, "walk_native", lambda *args: walked.append(args) or walk(*args)
+                )
+        answer = affected(index, "recext::scale_cpu")
+        assert len(walked) == 1
+        shown = [(item.label, item.data) for item in answer.items[: len(alone.items)]]
+        assert shown == [(item.label, item.data) for item in alone.items]
     finally:
         index.close()
