@@ -463,3 +463,38 @@ def test_a_kernels_callers_through_its_op_are_listed(built) -> None:
     answer = graph(index, "at::native::nll_loss_forward_cuda", mode="callers")
     site = at(repo, f"{NATIVE}/Loss.cpp", "at::nll_loss_forward_symint(")
     assert any(item.evidence == site for item in answer.items)
+
+
+def test_the_native_walk_over_the_edges_in_memory_is_the_walk_over_sqlite(built) -> None:
+    """affected's and the record's walk from native code reads the adjacency when the server
+    holds it: the same nodes reached by the same steps, in the same order, from every
+    native node of the fixture (and through ops, as a drifted call site makes it walk)."""
+    from indexer.query import adjacency
+    from indexer.select.native_reach import NATIVE, walk_native
+
+    _, index = built
+    graph = adjacency.shared(index.db_path, index.conn, index.meta)
+    starts = [
+        node_id
+        for (node_id,) in index.conn.execute(
+            f"SELECT id FROM nodes WHERE kind IN ({','.join('?' * len(NATIVE))}) ORDER BY id",
+            sorted(NATIVE),
+        )
+    ]
+    every_path = frozenset(index.file_paths().values())
+    reaching_ops = 0
+    for drifted in (frozenset(), every_path):
+        for start in starts:
+            walks = [walk_native(index, [start], drifted, graph=g) for g in (None, graph)]
+            sql, memory = (
+                [
+                    (node_id, None if e is None else (e.src, e.dst, e.kind, e.evidence))
+                    for node_id, e in walk.steps.items()
+                ]
+                for walk in walks
+            )
+            assert sql == memory, index.node(start).qualname
+            assert walks[0].ops == walks[1].ops and walks[0].bindings == walks[1].bindings
+            assert walks[0].origin == walks[1].origin
+            reaching_ops += len(walks[0].ops) > 1
+    assert len(starts) > 100 and reaching_ops > 20  # the fixture's walks branch and reach ops

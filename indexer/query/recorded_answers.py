@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from indexer.query import adjacency
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.recorded import RecordedRuns, record_path_for
@@ -61,10 +62,13 @@ class RecordEvidence:
 
 def native_walk(index: Index, nodes: list[Node]) -> NativeReach | None:
     """The ops and bindings whose execution reaches the native ones of ``nodes`` (None:
-    no native node). ``affected`` walks once and hands the walk to :func:`record_evidence`:
-    for a GEMM the walk is a sixth of the answer's time."""
+    no native node). ``affected`` walks once and hands the walk to :func:`record_evidence`."""
     native = [node.id for node in nodes if node.kind in NATIVE]
-    return walk_native(index, native, frozenset()) if native else None
+    if not native:
+        return None
+    # The edges in memory when this process holds them (a server, once idle): the same
+    # walk without a query per node.
+    return walk_native(index, native, frozenset(), graph=adjacency.held(index.db_path, index.meta))
 
 
 def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: str) -> None:
