@@ -31,7 +31,7 @@ from indexer.query.index import Index, Node
 from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.query.test_rank import FURTHER, TIER_TEXT
 from indexer.query.tests import RankedTests, ReachedTest, rank_tests
-from indexer.select.engine import reason_for
+from indexer.select.engine import reasons_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
 from indexer.select.native_reach import NativeReach
@@ -152,9 +152,9 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     nearest = {path: min(reach.depth.get(n, 0) for n in ids) for path, ids in by_file.items()}
     direct = _tests_by_file(ranking.ranked)
     ranked = sorted(by_file, key=lambda p: _file_key(p, direct, nearest, by_file))
-    for position, path in enumerate(ranked):
-        first = min(by_file[path], key=lambda n: reach.depth.get(n, 0))
-        reason = reason_for(index, reach, first, entities, paths)
+    firsts = [min(by_file[path], key=lambda n: reach.depth.get(n, 0)) for path in ranked]
+    reasons = reasons_for(index, reach, firsts, entities, paths)
+    for position, (path, reason) in enumerate(zip(ranked, reasons, strict=True)):
         hits = direct.get(path, [])
         tier = hits[0].tier if hits else FURTHER
         ran = "ran it in the record; " if hits and hits[0].ran else ""
