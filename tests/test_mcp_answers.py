@@ -498,3 +498,24 @@ def test_the_native_walk_over_the_edges_in_memory_is_the_walk_over_sqlite(built)
             assert walks[0].origin == walks[1].origin
             reaching_ops += len(walks[0].ops) > 1
     assert len(starts) > 100 and reaching_ops > 20  # the fixture's walks branch and reach ops
+
+
+def test_the_structured_output_is_asdict_without_its_copies() -> None:
+    """to_dict answers leaves at once; what it gives is what dataclasses.asdict gives."""
+    from collections import namedtuple
+    from dataclasses import asdict
+    from enum import Enum
+
+    class Tier(str, Enum):
+        DIRECT = "direct"
+
+    hop = namedtuple("hop", "src dst")
+    answer = Answer("affected", "x", title="t")
+    answer.items = [
+        Item("a", "a.py:1", "d", depth=1, data={"tier": Tier.DIRECT, "n": 3, "ok": True}),
+        Item("b", data={"chain": [hop("u", "v")], "pair": (1, 2.5), "none": None}),
+    ]
+    answer.data = {"nested": {"k": [{"deep": ("x", False)}]}, 7: "int key"}
+    assert answer.to_dict() == asdict(answer)
+    assert answer.to_dict()["items"][1]["data"]["chain"][0] == hop("u", "v")
+    assert answer.to_dict()["items"][0]["data"]["tier"] is Tier.DIRECT
