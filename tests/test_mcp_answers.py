@@ -519,3 +519,50 @@ def test_the_structured_output_is_asdict_without_its_copies() -> None:
     assert answer.to_dict() == asdict(answer)
     assert answer.to_dict()["items"][1]["data"]["chain"][0] == hop("u", "v")
     assert answer.to_dict()["items"][0]["data"]["tier"] is Tier.DIRECT
+
+
+# vLLM builds csrc/cpu/ for its CPU target and csrc/*.cu for CUDA, each with a function of
+# the same name: which one a registration binds, text alone does not tell.
+CPU_LAYERNORM = """\
+#include "ops.h"
+
+void rms_norm(torch::Tensor& out, torch::Tensor& input, torch::Tensor& weight,
+              double epsilon) {
+  out.copy_(input);
+}
+"""
+CPU_BINDINGS = """\
+#include "ops.h"
+
+#include <torch/library.h>
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  ops.def("rms_norm(Tensor! out, Tensor input, Tensor weight, float epsilon) -> ()");
+  ops.impl("rms_norm", torch::kCPU, &rms_norm);
+}
+"""
+
+
+def test_a_kernel_name_with_two_definitions_is_said_to_be_ambiguous_everywhere(
+    tmp_path: Path,
+) -> None:
+    """search lists every definition a registration's name has, as trace does, and says
+    of each that it is one of several: a CPU registration must not read as a .cu kernel."""
+    repo = make_fixture_repo("miniext", tmp_path / "miniext")
+    (repo / "csrc/cpu").mkdir()
+    (repo / "csrc/cpu/layernorm.cpp").write_text(CPU_LAYERNORM, encoding="utf-8")
+    (repo / "csrc/cpu/torch_bindings.cpp").write_text(CPU_BINDINGS, encoding="utf-8")
+    commit_all(repo, "a CPU build's rms_norm")
+    index = build_private_index(repo, tmp_path)
+    cuda = at(repo, "csrc/layernorm_kernels.cu", "void rms_norm(")
+    cpu = at(repo, "csrc/cpu/layernorm.cpp", "void rms_norm(")
+    doubt = "ambiguous: one of 2 definitions of the name"
+    for answer in (search(index, "rms_norm"), search(index, "rms_norm", mode="kernels")):
+        kernels = [item for item in answer.items if item.label.endswith(": rms_norm")]
+        assert {item.evidence for item in kernels} == {cuda, cpu}
+        assert all(doubt in item.detail for item in kernels if item.detail != "as above")
+        assert len([item for item in kernels if doubt in item.detail]) >= 2
+    listed = search(index, "silu_and_mul").items
+    assert listed and not any("ambiguous" in item.detail for item in listed)  # one definition
+    traced = [i for i in trace(index, "rms_norm").items if i.label.endswith(": rms_norm")]
+    assert traced and all(doubt in item.detail for item in traced)
