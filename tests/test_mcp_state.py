@@ -388,11 +388,23 @@ wait_for(lambda: len(settles) == 2)
 time.sleep(0.1)
 assert gone() is None  # the cycle the request left was collected, not frozen
 assert gc.get_freeze_count() >= settles[1] + 50_000, (gc.get_freeze_count(), settles)
+# Every FULL_EVERY_S a settle collects the frozen too: a cycle made of frozen objects is freed.
+later = Cycle()
+gone = weakref.ref(later)
+gc.freeze()  # as if a settle had frozen it
+del later
+heap.FULL_EVERY_S = 0.0
+with state.serving():
+    pass
+wait_for(lambda: len(settles) == 3)
+time.sleep(0.1)
+assert gone() is None
+heap.FULL_EVERY_S = 600.0
 # Another index served (the file replaced): everything frozen goes back to the collector.
 state._index_inode = -1
 assert state.index() is not index
 assert gc.get_freeze_count() == 0
-wait_for(lambda: len(settles) == 3)  # and the new index settles in turn
+wait_for(lambda: len(settles) == 4)  # and the new index settles in turn
 state.stop()
 """
 
