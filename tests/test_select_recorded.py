@@ -376,7 +376,9 @@ def test_affected_walks_native_code_once_for_the_record_and_the_ranking(
         for module in list(sys.modules.values()):  # every module that imported it
             if getattr(module, "walk_native", None) is walk:
                 monkeypatch.setattr(
-                    module, "walk_native", lambda *args: walked.append(args) or walk(*args)
+                    module,
+                    "walk_native",
+                    lambda *args, **kwargs: walked.append(args) or walk(*args, **kwargs),
                 )
         answer = affected(index, "recext::scale_cpu")
         assert len(walked) == 1
