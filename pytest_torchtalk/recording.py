@@ -152,6 +152,8 @@ class RecordRun:
     def _add_kernels(self, segment: int, launches, problems: list[str]) -> None:
         names = self.record.segments[segment].names
         names.update(self.record.name_id("kernel", launch.kernel) for launch in launches)
+        if launches:
+            names.add(self.record.name_id("device", "cuda"))
         self._problems[segment].extend(problems)
 
     # --- tests and the fixtures they share --------------------------------------------
@@ -261,6 +263,11 @@ class RecordRun:
                 "ops": "RecordFunction global callback",
                 "python": "C profile function (PyEval_SetProfile)",
                 "cuda_kernels": self.kernels_off or "Kineto CUDA activity, a session per test",
+                "devices": (
+                    self.observer.devices_how
+                    if self.observer
+                    else "off: the recorder is unavailable"
+                ),
             },
             "parts": 1,
             "problems": [self.unavailable] if self.unavailable else [],

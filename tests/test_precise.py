@@ -195,6 +195,28 @@ def test_update_after_a_header_change_parses_its_includers_only(tmp_path: Path) 
     rebuilt.close()
 
 
+def test_an_undone_change_finds_the_facts_of_before_without_parsing(tmp_path: Path) -> None:
+    # An audit mutates a line, updates, restores it, updates again: the restore is
+    # answered from the cache (each command keeps its last two closure contents).
+    from indexer.update import update_index
+    from indexer.workspace import Workspace
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    write_compile_commands(repo)
+    build_private_index(repo, tmp_path).close()
+    header = repo / "csrc" / "ops.h"
+    original = header.read_text()
+    os.environ["TORCHTALK_CACHE_DIR"] = str(tmp_path / "cache")  # the index's (isolated_dirs)
+    header.write_text(
+        original.replace("int add_impl(int x);", "int add_impl(int x);\nint sub(int);")
+    )
+    mutated = update_index(Workspace.resolve(repo), show_progress=False).precise
+    assert (mutated["parsed"], mutated["cached"]) == (2, 1)
+    header.write_text(original)
+    restored = update_index(Workspace.resolve(repo), show_progress=False).precise
+    assert (restored["parsed"], restored["cached"]) == (0, 3)
+
+
 def test_a_failed_tu_is_named_and_keeps_the_fast_graph(tmp_path: Path) -> None:
     repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
     (repo / "csrc" / "broken.cpp").write_text(

@@ -124,6 +124,18 @@ def test_import_work_is_the_modules_whichever_test_imported_it_first(serial: Rec
     assert table_users == {t.nodeid for t in serial.tests if "test_scale.py" in t.nodeid}
 
 
+def test_the_device_types_each_test_used(serial: Record) -> None:
+    assert serial.meta["mechanisms"]["devices"].startswith("allocations")
+    assert ("device", "cpu") in executed(serial, "tests/test_scale.py::test_scale")
+    # allocates nothing itself: its module fixture's tensor is what it uses
+    assert ("device", "cpu") in executed(serial, "tests/test_scale.py::test_reuses_module_fixture")
+    own = next(s for s in serial.segments if s.label.endswith("::test_reuses_module_fixture"))
+    assert ("device", "cpu") not in {serial.names[n] for n in own.names}
+    untouched = executed(serial, "tests/test_shift.py::test_code_holding_a_dict_constant")
+    assert not [name for name in untouched if name[0] == "device"]  # no tensor at all
+    assert not [name for name in serial.names if name == ("device", "cuda")]
+
+
 def test_code_that_cannot_be_hashed_is_recorded(serial: Record) -> None:
     nodeid = "tests/test_shift.py::test_code_holding_a_dict_constant"
     test = next(t for t in serial.tests if t.nodeid == nodeid)
@@ -166,8 +178,9 @@ def test_xdist_and_merged_shards_give_the_serial_record(recext, serial: Record) 
     assert _as_compared(distributed) == _as_compared(serial)
     run_pytest(repo, "--torchtalk-record=a.ttr", "tests/test_scale.py", env=env)
     run_pytest(
-        repo, "--torchtalk-record=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py", env=env
-    )
+        repo, "--torchtalk-record=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py",
+        "tests/test_square.py", env=env,
+    )  # fmt: skip
     shards = [storage.read(repo / "b.ttr"), storage.read(repo / "a.ttr")]
     assert _as_compared(merge(shards)) == _as_compared(serial)
     one, other = repo / "m1.ttr", repo / "m2.ttr"
@@ -202,4 +215,7 @@ def test_cuda_kernels_switch_off_without_a_gpu_and_stats_say_why(recext, serial:
         text=True,
         check=True,
     )
-    assert "kernels:  off: no CUDA device" in done.stdout.splitlines()
+    lines = done.stdout.splitlines()
+    assert "kernels:  off: no CUDA device" in lines
+    devices = next(line for line in lines if line.startswith("devices:"))
+    assert devices.startswith("devices:  cpu present; tests using each: cpu ")

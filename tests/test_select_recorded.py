@@ -39,6 +39,7 @@ TESTS = {
     "tests/test_shift.py": [
         "test_shift", "test_twice_backward", "test_sorted", "test_code_holding_a_dict_constant",
     ],
+    "tests/test_square.py": ["test_square_forward", "test_square_backward"],
     "tests/test_outcomes.py": [
         "test_failing", "test_skipped", "test_expected_failure",
         "test_replaces_the_profile_function",
@@ -119,6 +120,35 @@ def test_a_kernel_change_selects_exactly_the_tests_that_ran_its_op(repo: Path) -
     }
 
 
+SQUARE_BACKWARD = ("csrc/ops.cpp", "return {grads[0] * x * square_grad_factor()};",
+                   "return {grads[0] * x * square_grad_factor() * 1.0};")  # fmt: skip
+
+
+def test_a_cpp_autograd_backward_change_selects_the_tests_whose_backward_ran_it(
+    repo: Path,
+) -> None:
+    # Square::apply reaches Square::backward, but only a backward pass runs it: the
+    # record's node torch::autograd::CppNode<recext::Square> says whose did.
+    edit(repo, *SQUARE_BACKWARD)
+    selection = select_tests(Workspace.resolve(repo))
+    assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
+    from indexer.select.report import chain_text
+
+    text = chain_text(selection.files["tests/test_square.py"].recorded["test_square_backward"])
+    assert "executed by tests/test_square.py::test_square_backward" in text
+    assert "CppNode<recext::Square>" in text
+
+
+def test_a_helper_of_the_backward_only_and_the_forward_select_as_they_run(repo: Path) -> None:
+    edit(repo, "csrc/ops.cpp", "  return 2.0;", "  return 2.0 + 0.0;")  # square_grad_factor
+    assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
+    edit(repo, "csrc/ops.cpp", "return x * x;", "return x * x * 1.0;")  # Square::forward
+    assert kept(repo) == {
+        "tests/test_square.py::test_square_forward": "record",
+        "tests/test_square.py::test_square_backward": "record",
+    }
+
+
 def test_a_helper_reached_through_a_kernel_selects_that_ops_tests(repo: Path) -> None:
     edit(repo, "csrc/ops.cpp", "  return offset;", "  return offset + 0.0;")
     selected = kept(repo)
@@ -137,7 +167,7 @@ def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
     assert "op recext::scale @ csrc/ops.cpp:" in text
     assert "executed by tests/test_scale.py::test_scale (record of " in text
-    assert selection.record["used"] and selection.record["trusted_tests"] == 8
+    assert selection.record["used"] and selection.record["trusted_tests"] == 10
 
 
 def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Path) -> None:
@@ -274,6 +304,50 @@ def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
     assert kept(repo)["tests/test_shift.py::test_shift"] == "static"
 
 
+CUDA_SCALE = ("csrc/cuda/ops_cuda.cu", "if (i < n) out[i]", "if (i <= n) out[i]")
+
+
+def test_a_cuda_only_change_with_a_cpu_record_selects_every_test_that_ran_the_op(
+    repo: Path,
+) -> None:
+    # Recorded here, without CUDA: which tests would use CUDA on a GPU machine is unknown.
+    edit(repo, *CUDA_SCALE)
+    assert kept(repo) == {
+        "tests/test_scale.py::test_scale": "record",
+        "tests/test_scale.py::test_scale_by_name": "record",
+        "tests/test_scale.py::test_scale_then_fail": "static",
+    }
+
+
+def test_a_cuda_kernel_change_with_a_gpu_record_selects_the_tests_that_used_cuda(
+    repo: Path,
+) -> None:
+    # The record a GPU machine would make, where test_scale put its tensors on CUDA: its
+    # run here (devices per test) with the machine's CUDA and that test's use of it added.
+    path = record_path_for(Workspace.resolve(repo).db_path)
+    saved = path.read_bytes()
+    record = storage.read(path)
+    assert record.meta["mechanisms"]["devices"].startswith("allocations")
+    record.meta["devices"] = ["cpu", "cuda"]
+    own = next(s for s in record.segments if s.label == "tests/test_scale.py::test_scale")
+    own.names.add(record.name_id("device", "cuda"))
+    try:
+        storage.write(record, path)
+        edit(repo, *CUDA_SCALE)
+        selection = select_tests(Workspace.resolve(repo))
+        assert kept(repo) == {
+            "tests/test_scale.py::test_scale": "record",
+            "tests/test_scale.py::test_scale_then_fail": "static",  # failed when recorded
+        }
+        assert selection.record["used_no_cuda"] == 1  # test_scale_by_name: on the CPU
+        # Host code of a .cu file runs for zero-element CUDA tensors too, which allocate
+        # and launch nothing: not narrowed.
+        edit(repo, "csrc/cuda/ops_cuda.cu", "int64_t n = x.numel();", "int64_t n = x.numel() + 0;")
+        assert "tests/test_scale.py::test_scale_by_name" in kept(repo)
+    finally:
+        path.write_bytes(saved)
+
+
 def test_a_record_of_another_history_is_not_used_and_says_why(repo: Path) -> None:
     git(repo, "checkout", "-q", "--orphan", "elsewhere")
     commit_all(repo, "another history")
@@ -324,7 +398,7 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
     assert "test_reuses_module_fixture" not in done.stdout.split("short test summary")[-1]
     # the other test files are ruled out whole: not collected at all
     assert counts["collected"] == 5 and counts["selected"] == 3 and counts["deselected"] == 2
-    assert counts["test_files_not_collected"] == 2
+    assert counts["test_files_not_collected"] == 3
     assert counts["decided_by_record"] == 4  # 2 selected and 2 deselected in test_scale.py
     assert counts["tests_selected_by_record"] == 2
 

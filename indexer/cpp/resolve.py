@@ -56,6 +56,7 @@ CLASSES = frozenset({_CLASS})
 _CALLS = EdgeKind.CALLS.value
 _VIA_OP = {"via": "aten_api"}
 _VIA_OPERATOR = {"via": "operator"}
+_VIA_AUTOGRAD = {"via": "autograd_apply"}  # F::apply -> F::forward, F::backward (as precise)
 _MAX_BASE_DEPTH = 4
 _STRUCTURED_BASES = ("at::TensorIteratorBase", "at::impl::MetaBase")
 AUTOGRAD_MEMBERS = ("forward", "backward")  # what an autograd function's apply runs
@@ -402,7 +403,11 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
         else:
             found = index.lookup(ref.target, scope, usings, ref.file_id, want)
             if not found and ref.kind == _CALLS:
-                found = index.autograd_apply(ref.target, scope, usings, ref.file_id)
+                members = index.autograd_apply(ref.target, scope, usings, ref.file_id)
+                for node_id in members:
+                    yield Resolution(ref.id, node_id, _VIA_AUTOGRAD)
+                if members:
+                    continue
         if not found and ref.kind == _CALLS:
             # Not defined in the tree: ATen's generated API, an edge to the op it calls.
             if receiver is not None:

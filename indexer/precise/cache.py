@@ -6,6 +6,10 @@ version; an entry also records the content hash of each file of the TU's include
 lookup that finds any of them changed is a miss, so a TU is parsed again exactly when its
 include closure holds a changed file (or its command changed). Entries are written to a
 temporary file and renamed into place.
+
+A command keeps its last ``VARIANTS`` entries, one per content of its closure: an edit
+that is undone (an audit's mutation and its restore, a branch switched back) finds the
+TU's facts of before instead of parsing it again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from indexer.precise.tu import TuFacts, TuJob
 
 # Bumped whenever what a TU yields changes, so old entries are not read as new ones.
 EXTRACTION_VERSION = "3"
+VARIANTS = 2
 
 
 def job_key(job: TuJob) -> str:
@@ -64,19 +69,25 @@ class TuCache:
         return self.directory / f"{key}.json.gz"
 
     def get(self, job: TuJob) -> TuFacts | None:
-        path = self._path(job_key(job))
+        for variant in self._variants(self._path(job_key(job))):
+            closure = variant.get("closure", {})
+            if all(self.hashes.of(file) == sha for file, sha in closure.items()):
+                try:
+                    return TuFacts.from_dict(variant["facts"])
+                except (KeyError, TypeError):
+                    return None
+        return None
+
+    def _variants(self, path: Path) -> list[dict]:
         try:
             with gzip.open(path, "rt", encoding="utf-8") as handle:
                 entry = json.load(handle)
         except (OSError, EOFError, ValueError):
-            return None
-        for file, sha in entry.get("closure", {}).items():
-            if self.hashes.of(file) != sha:
-                return None
-        try:
-            return TuFacts.from_dict(entry["facts"])
-        except (KeyError, TypeError):
-            return None
+            return []
+        if not isinstance(entry, dict):
+            return []
+        variants = entry.get("variants", [entry])  # an entry of one variant, as first written
+        return [v for v in variants if isinstance(v, dict)] if isinstance(variants, list) else []
 
     def put(self, job: TuJob, facts: TuFacts) -> None:
         if not facts.ok:
@@ -86,10 +97,12 @@ class TuCache:
             return  # a file it read is gone already: nothing to keep
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(job_key(job))
+        older = [v for v in self._variants(path) if v.get("closure") != closure]
+        variants = [{"closure": closure, "facts": facts.as_dict()}, *older][:VARIANTS]
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         try:
             with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as handle:
-                json.dump({"closure": closure, "facts": facts.as_dict()}, handle)
+                json.dump({"variants": variants}, handle)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)

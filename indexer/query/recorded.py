@@ -104,6 +104,18 @@ class RecordedRuns:
                     found[test].add(name)
         return found
 
+    def tests_using_device(self, device: str) -> set[int] | None:
+        """The tests that used ``device`` (``cuda``): allocated its memory or launched its
+        kernels, in their own segments. None when the record cannot tell who did not:
+        devices per test were not recorded (format 1, or off), or some part of the record
+        was made where ``device`` was absent (its tests used none there, not everywhere)."""
+        meta = self.record.meta
+        how = str((meta.get("mechanisms") or {}).get("devices", ""))
+        everywhere = meta.get("devices_in_every_part", meta.get("devices", []))
+        if not how.startswith("allocations") or device not in everywhere:
+            return None
+        return set(self.tests_executing([("device", device)]))
+
     def import_work(self, names: Iterable[tuple[str, str]]) -> dict[str, set[int]]:
         """Module path -> the ids of ``names`` its body ran while it was imported."""
         segments = self.record.segments
@@ -225,6 +237,15 @@ class RecordedRuns:
             "ops": kinds.get("op", 0),
             "torch": record.meta.get("torch"),
             "devices": record.meta.get("devices", []),
+            # Tests that used each device type (allocated on it, launched its kernels).
+            "tests_by_device": {
+                text: len(self.tests_executing([(kind, text)]))
+                for kind, text in record.names
+                if kind == "device"
+            },
+            "device_types": (record.meta.get("mechanisms") or {}).get(
+                "devices", "unknown: the record does not say (made before format 2)"
+            ),
             # How CUDA kernels were captured, or why not ('off: no CUDA device').
             "cuda_kernels": (record.meta.get("mechanisms") or {}).get(
                 "cuda_kernels", "unknown: the record does not say"

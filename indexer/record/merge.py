@@ -69,6 +69,13 @@ def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
     meta["created_at"] = max(str(m.get("created_at", "")) for m in metas)
     meta["started_at"] = min(str(m.get("started_at", m.get("created_at", ""))) for m in metas)
     meta["devices"] = sorted({d for m in metas for d in m.get("devices", [])})
+    # A test recorded where CUDA was absent used no CUDA there, not everywhere: only a
+    # device every part had can tell its tests from those that did not use it.
+    meta["devices_in_every_part"] = sorted(
+        set.intersection(
+            *(set(m.get("devices_in_every_part", m.get("devices", []))) for m in metas)
+        )
+    )
     meta["parts"] = sum(int(m.get("parts", 1)) for m in metas)
     if mixed:
         meta["commit"] = None

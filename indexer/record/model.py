@@ -23,6 +23,8 @@ function    a Python function of the tree: ``torch/nn/functional.py:linear``
 module      a module of the tree whose body ran (it was imported): ``torch/nn/functional.py``
 binding     a compiled function called from Python that is not an op: ``torch._C._nn.foo``
 kernel      a CUDA kernel it launched (recorded only where a GPU is present)
+device      a device type whose memory it allocated, or whose kernels it launched: ``cpu``,
+            ``cuda`` (how each is seen: the record's ``mechanisms["devices"]``)
 ==========  ==========================================================================
 """
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-KINDS = ("op", "backward", "function", "module", "binding", "kernel")
+KINDS = ("op", "backward", "function", "module", "binding", "kernel", "device")  # by position
 SEGMENT_KINDS = ("test", "fixture", "file", "session", "module")  # stored by position
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 # Outcomes whose record shows everything the test does: a test that failed or was skipped

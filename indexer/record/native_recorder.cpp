@@ -6,6 +6,8 @@
 //    calls of composite ops, ops called from other ops' C++ code, custom ops, and the
 //    autograd nodes of a backward pass. Unlike a profiler it never clashes with a test
 //    that starts a profiler of its own.
+//  - a counting wrapper around the CPU allocator: an epoch in which anything allocated
+//    CPU memory used the CPU (the device a test used, as a name of kind 'd').
 //  - a C profile function (PyEval_SetProfile): every Python function entered and every
 //    C function called from Python, without a Python-level callback per call. The one
 //    exception is a module body (a `<module>` frame) starting or ending: the Python side
@@ -20,6 +22,8 @@
 // declare alike.
 #include <ATen/core/dispatch/ObservedOperators.h>
 #include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <Python.h>
 #include <frameobject.h>
 
@@ -45,7 +49,8 @@ std::unordered_map<std::string, uint32_t>* g_ids = nullptr;
 bool g_registered = false;
 at::CallbackHandle g_handle = 0;
 
-// kind: 'o' an operator (name.overload), 'b' an autograd node of a backward pass.
+// kind: 'o' an operator (name.overload), 'b' an autograd node of a backward pass, 'd' a
+// device type whose memory was allocated.
 uint32_t intern(char kind, const char* name, const char* overload) {
   std::string text(1, kind);
   text += name;
@@ -103,6 +108,30 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   g_seen[id].store(g_epoch.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return nullptr;
 }
+
+// Stamps the current epoch on the CPU's device name at every allocation, and hands the
+// allocation itself to the allocator it replaced: the memory, its deleter and every other
+// answer stay that allocator's, so nothing a test does with a tensor changes.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  CountingAllocator(c10::Allocator* inner, uint32_t id) : inner_(inner), id_(id) {}
+  c10::DataPtr allocate(size_t n) override {
+    g_seen[id_].store(g_epoch.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return inner_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return inner_->raw_deleter(); }
+  bool is_simple_data_ptr(const c10::DataPtr& data_ptr) const override {
+    return inner_->is_simple_data_ptr(data_ptr);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    inner_->copy_data(dest, src, count);
+  }
+
+ private:
+  c10::Allocator* inner_;
+  uint32_t id_;
+};
+CountingAllocator* g_cpu_counter = nullptr;
 
 // The interpreter's side. Every structure below is touched only with the GIL held.
 std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (strong refs)
@@ -210,6 +239,20 @@ int tt_start_ops() {
   return 0;
 }
 
+// Counts CPU allocations (once per process). Returns 0; -1 when the CPU allocator slot
+// is held by one of higher priority, which then stays in place uncounted.
+int tt_start_devices() {
+  if (g_cpu_counter != nullptr) return 0;
+  uint32_t id = intern('d', "cpu", nullptr);
+  if (id >= kCapacity) return -1;
+  c10::Allocator* current = c10::GetCPUAllocator();
+  auto* counter = new CountingAllocator(current, id);  // lives as long as the process
+  c10::SetCPUAllocator(counter, 0);
+  if (c10::GetCPUAllocator() != counter) return -1;
+  g_cpu_counter = counter;
+  return 0;
+}
+
 // Observes the calling thread's Python functions; `token` is what sys.getprofile()
 // answers while the observation is in place.
 void tt_observe_thread(PyObject* token) {
@@ -234,8 +277,8 @@ void tt_set_module_callback(PyObject* callable) {
   Py_XINCREF(g_module_callback);
 }
 
-// Closes the current epoch: a list of the operator names seen in it, each a kind letter
-// ('o' operator, 'b' backward node) followed by the name.
+// Closes the current epoch: a list of the names seen in it, each a kind letter ('o'
+// operator, 'b' backward node, 'd' device type) followed by the name.
 PyObject* tt_close_epoch() {
   uint32_t closing = g_epoch.fetch_add(1);
   uint32_t count = g_count.load(std::memory_order_acquire);

@@ -32,6 +32,10 @@ from indexer.record import native
 # is recorded (as a backward name) from its own RecordFunction.
 _ENGINE_PREFIX = "autograd::engine::evaluate_function: "
 CANARY_OP = "aten::empty.memory_format"  # what torch.empty(0) dispatches
+DEVICES_HOW = (
+    "allocations: the CPU allocator (counted), the CUDA caching allocator's count, "
+    "CUDA kernels launched"
+)
 
 
 @dataclass
@@ -84,6 +88,11 @@ class Observer:
         self._token = object()  # what sys.getprofile() returns while we observe
         if self._lib.tt_start_ops() != 0:
             raise native.NativeUnavailable("RecordFunction refused the recorder's callback")
+        # How the device types a segment used are seen, or why they are not.
+        self.devices_how = DEVICES_HOW
+        if self._lib.tt_start_devices() != 0:
+            self.devices_how = "off: another allocator of higher priority holds the CPU slot"
+        self._cuda_allocations = 0  # the CUDA caching allocator's count at the last close
         # Whose work is running, per thread: None for the segment being recorded, else the
         # tree module whose body is running (innermost last).
         self._owners = threading.local()
@@ -108,7 +117,23 @@ class Observer:
         excepted: ``take_imports``), with what disturbed the observation."""
         observed, self._pending = self._pending, Observed()
         observed.add(self._drain())
+        if self._cuda_allocated_since():
+            observed.names.add(("device", "cuda"))
         return observed
+
+    def _cuda_allocated_since(self) -> bool:
+        """Whether CUDA memory was allocated since the previous close. Read at closes
+        only: the count lives in Python (``torch.cuda.memory_stats``), and imports would
+        otherwise pay for it at every module boundary."""
+        cuda = getattr(self._torch or sys.modules.get("torch"), "cuda", None)
+        if cuda is None or not cuda.is_initialized():
+            return False
+        count = sum(
+            cuda.memory_stats(device).get("allocation.all.allocated", 0)
+            for device in range(cuda.device_count())
+        )
+        allocated, self._cuda_allocations = count != self._cuda_allocations, count
+        return allocated
 
     def unobserved_ops(self) -> list[str]:
         """The ops this torch's RecordFunction never reports: a record cannot show who
@@ -160,6 +185,8 @@ class Observer:
             kind, name = text[0], text[1:]
             if kind == "b":
                 observed.names.add(("backward", name))
+            elif kind == "d":
+                observed.names.add(("device", name))
             elif not name.startswith(_ENGINE_PREFIX):
                 observed.names.add(("op", name))
         for code in self._lib.tt_drain_codes():

@@ -25,8 +25,11 @@ from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, Recorde
 from indexer.store import array_file
 
 MAGIC = b"torchtalk-record\n"
-FORMAT = 1
+FORMAT = 2  # 2: names of kind "device"
 KEY = f"record-v{FORMAT}"
+# Format 1 is format 2 without device names. Read as it is, it says what is true: its
+# mechanisms name no "devices", so which devices a test used is not known.
+FORMAT_1_KEY = "record-v1"
 TYPECODES = {
     "name_kinds": "B",
     "names": "B",
@@ -159,7 +162,7 @@ def write(record: Record, path: Path) -> Path:
 def read(path: Path) -> Record:
     """The record at ``path``; :class:`RecordError` with the reason when it cannot be used."""
     try:
-        header, arrays = array_file.read_checked(path, MAGIC, KEY, TYPECODES)
+        header, arrays = _read_arrays(path)
     except FileNotFoundError:
         raise RecordError(f"no record at {path}") from None
     except IsADirectoryError:
@@ -174,6 +177,15 @@ def read(path: Path) -> Record:
         return _decode(header, arrays)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise RecordError(f"record {path} cannot be used: damaged ({exc})") from None
+
+
+def _read_arrays(path: Path) -> tuple[dict, dict[str, array]]:
+    try:
+        return array_file.read_checked(path, MAGIC, KEY, TYPECODES)
+    except array_file.DamagedFile as exc:
+        if not str(exc).startswith(f"written as {FORMAT_1_KEY!r}"):
+            raise
+    return array_file.read_checked(path, MAGIC, FORMAT_1_KEY, TYPECODES)
 
 
 def _decode(header: dict, arrays: dict[str, array]) -> Record:

@@ -13,11 +13,18 @@ the record sees, so the tests that executed the caller's op are among those that
 changed between the record's commit and the base, or on a line the change itself
 touches): the walk goes on through those.
 
+With ``stop_at_backward`` it does not go from a C++ autograd function's ``F::backward``
+to the code calling ``F::apply``: the backward runs when the autograd engine evaluates F's node, which the
+record sees (``torch::autograd::CppNode<F>``), not whenever the op calling ``apply`` runs.
+A test that ran the forward op without a backward pass never ran it.
+
 Edges come from SQLite, one query per node, or, when the caller holds the index's edges in
 memory (``indexer.query.adjacency``), from those: a node's edges in the order its query
 gives them (by evidence file and line; the adjacency's order of kind and edge id within a
 line, which is the order SQLite's scan gives), so both walks reach the same nodes by the
 same steps, the second without a query per node (a GEMM's walk: 88 nodes, 176 queries).
+The arrays hold no attrs: the edges into the nodes some ``F::apply`` edge reaches, whose
+``via`` the walk reads, still come from SQLite.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ NATIVE = frozenset(
 OP = NodeKind.OP.value
 BINDING = NodeKind.BINDING.value
 DERIVATIVE = NodeKind.DERIVATIVE.value
+AUTOGRAD_APPLY = "autograd_apply"  # the via of F::apply's edges to F::forward, F::backward
 
 
 @dataclass
@@ -67,6 +75,8 @@ class NativeReach:
     origin: dict[int, int] = field(default_factory=dict)  # node -> the start it came from
     ops: list[int] = field(default_factory=list)  # in the order reached
     bindings: list[int] = field(default_factory=list)
+    # ``F::backward`` nodes of C++ autograd functions reached -> F's qualified name
+    backwards: dict[int, str] = field(default_factory=dict)
 
     def chain(self, node_id: int) -> list[Edge]:
         """Edges from ``node_id`` back to its start, each from the user to the used."""
@@ -85,12 +95,16 @@ def walk_native(
     starts: list[int],
     drifted: frozenset[str],
     changed_lines: dict[str, set[int]] | None = None,
+    stop_at_backward: bool = False,
     graph: Adjacency | None = None,
 ) -> NativeReach:
     """The ops and bindings reaching ``starts`` through native code; ``drifted``: the
     repo paths changed since the record was made; ``changed_lines``: path -> the lines
-    (new side) the change touches; ``graph``: the index's edges in memory, if the caller
-    holds them (the edges of the steps then carry no attrs)."""
+    (new side) the change touches; ``stop_at_backward``: whether an autograd function's
+    ``F::backward`` ends the walk (for a record, which sees F's node run) rather than
+    leading on to the op that calls ``F::apply`` (as static answers need); ``graph``: the
+    index's edges in memory, if the caller holds them (the steps' edges then carry no
+    attrs)."""
     changed_lines = changed_lines or {}
     reach = NativeReach()
     edges = _EdgeSource(index, graph)
@@ -110,6 +124,10 @@ def walk_native(
             reach.bindings.append(node_id)
             continue  # Python calls it: the record saw who
         for edge in edges.into(node_id):
+            if edge.attrs.get("via") == AUTOGRAD_APPLY and _is_backward(index, node_id):
+                reach.backwards[node_id] = index.node(node_id).qualname.rsplit("::", 1)[0]
+                if stop_at_backward:
+                    continue  # run by the engine for F's node, not by apply's caller
             if kind == OP and not (
                 edge.kind == EdgeKind.CALLS.value
                 and (edge.path in drifted or edge.line in changed_lines.get(edge.path, ()))
@@ -133,6 +151,7 @@ class _EdgeSource:
             self.paths = index.file_paths()
             self.backward = graph.codes(BACKWARD)
             self.forward = graph.codes(FORWARD)
+            self.with_attrs = autograd_apply_targets(index)
 
     def kinds(self, node_ids: list[int]) -> dict[int, str]:
         if self.graph is None:
@@ -148,7 +167,7 @@ class _EdgeSource:
         return kind
 
     def into(self, node_id: int) -> list[Edge]:
-        if self.graph is None:
+        if self.graph is None or node_id in self.with_attrs:  # their edges' via is read
             return self.index.in_edges(node_id, BACKWARD)
         return self._sorted(self.graph.into((node_id,), self.backward))
 
@@ -190,3 +209,21 @@ def _reach(
     reach.steps[node_id] = edge
     reach.origin[node_id] = reach.origin[prev]
     queue.append(node_id)
+
+
+def autograd_apply_targets(index: Index) -> frozenset[int]:
+    """The nodes an ``F::apply`` edge reaches (``F::forward``, ``F::backward``): the only
+    ones whose edges' attrs the walk reads (read once per index, a scan of the edges)."""
+    return index.shared(
+        "autograd-apply-targets",
+        lambda: frozenset(
+            row[0]
+            for row in index.conn.execute(
+                "SELECT DISTINCT dst_id FROM edges WHERE attrs LIKE ?", (f"%{AUTOGRAD_APPLY}%",)
+            )
+        ),
+    )
+
+
+def _is_backward(index: Index, node_id: int) -> bool:
+    return index.node(node_id).qualname.rsplit("::", 1)[-1] == "backward"

@@ -46,6 +46,7 @@ from indexer.workspace import Workspace
 DEFAULT_MAX_AGE_DAYS = 30
 PY_FUNCTION = NodeKind.PYTHON_FUNCTION.value
 TEST_UTILITY = NodeKind.TEST_UTILITY.value
+CUDA_KERNEL = NodeKind.CUDA_KERNEL.value
 MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 
 
@@ -119,13 +120,20 @@ def consult_record(
         answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
         chosen.add(test_index)
 
+    cuda_users = runs.tests_using_device("cuda")
+    used_no_cuda: set[int] = set()  # ran an op whose changed CUDA kernel they never launched
     for position, entity in enumerate(entities):
         names, chains = _recorded_names(index, entity, drift, runs, diff)
         if names is None:
             continue  # the static walk answers it
         answer.answered.add(position)
+        # Device code runs only in tests that launched kernels, where the record can tell.
+        users = cuda_users if cuda_users is not None and _device_code(index, entity) else None
         for test_index, hits in runs.tests_executing(names).items():
             if test_index not in trusted_indexes:
+                continue
+            if users is not None and test_index not in users:
+                used_no_cuda.add(test_index)
                 continue
             hops, (kind, text, where) = _chain_to(chains, record.names[min(hits)])
             executed = Hop(EXECUTED, record.tests[test_index].nodeid, text, where or "record",
@@ -134,6 +142,8 @@ def consult_record(
         work = runs.import_work(names)
         if work:
             imported.append((entity, chains, work))
+    if used_no_cuda:
+        answer.summary["used_no_cuda"] = len(used_no_cuda - chosen)
     # After every change's own executors: an importer already chosen stands for the rest.
     for entity, chains, work in imported:
         for use in import_uses(runs, work, trusted_indexes, chosen):
@@ -144,6 +154,14 @@ def consult_record(
                       "record")  # fmt: skip
             select(use.test, entity, [*hops, ran, how])
     return answer
+
+
+def _device_code(index: Index, entity: Entity) -> bool:
+    """Whether ``entity`` is only ``__global__`` kernels: code that runs on the GPU, in
+    a launch, never for a test that used no CUDA. Host code in a .cu file is not: it runs
+    for zero-element CUDA tensors, which allocate nothing and launch nothing."""
+    nodes = index.nodes(entity.node_ids)
+    return entity.cuda and bool(nodes) and all(n.kind == CUDA_KERNEL for n in nodes)
 
 
 def _chain_to(chains: Chains, name: tuple[str, str]) -> tuple[list[Hop], tuple[str, str, str]]:
@@ -239,8 +257,16 @@ def _recorded_names(
     if not nodes:
         return None, {}
     if all(node.kind in NATIVE for node in nodes):
-        reach = walk_native(index, [node.id for node in nodes], drift.to_base, drift.changed_lines)
-        if not reach.ops and not reach.bindings:
+        starts = [node.id for node in nodes]
+        reach = walk_native(
+            index, starts, drift.to_base, drift.changed_lines, stop_at_backward=True
+        )
+        if any(not _backward_names(runs, f) for f in reach.backwards.values()):
+            # No test's backward ran F's node under a name we know: whether none ran it
+            # or the name differs, the tests of the op calling F::apply stand for it.
+            reach = walk_native(index, starts, drift.to_base, drift.changed_lines)
+            reach.backwards.clear()
+        if not reach.ops and not reach.bindings and not reach.backwards:
             # No op or binding reaches it through native code: the record cannot say who
             # runs it (the static walk, and its fallbacks, decide).
             return None, {}
@@ -278,7 +304,29 @@ def _native_names(
         for name in matched:
             names.append(name)
             chains.setdefault(name, (hops, (kind, name[1], f"{node.path}:{node.line}")))
+    for node in index.nodes(list(reach.backwards)):
+        # The engine runs F::backward for F's node: torch::autograd::CppNode<ns::F>.
+        function = reach.backwards[node.id]
+        hops = _hops(index, reach.chain(node.id)[::-1], labels)
+        for name in _backward_names(runs, function):
+            names.append(name)
+            chains.setdefault(name, (hops, ("backward", name[1], f"{node.path}:{node.line}")))
     return names, chains
+
+
+def _backward_names(runs: RecordedRuns, function: str) -> list[tuple[str, str]]:
+    """The record's names of the autograd node of C++ autograd function ``function``:
+    ``torch::autograd::CppNode<ns::F>``, F as the compiler demangles it (matched by its
+    last component: the index may qualify it differently)."""
+    last = function.rsplit("::", 1)[-1]
+    found = []
+    for kind, text in runs.record.names:
+        if kind != "backward" or "CppNode<" not in text or not text.endswith(">"):
+            continue
+        argument = text[text.index("CppNode<") + len("CppNode<") : -1]
+        if argument.rsplit("::", 1)[-1] == last:
+            found.append((kind, text))
+    return found
 
 
 def _unobservable(ops: list[Node], runs: RecordedRuns) -> bool:

@@ -232,6 +232,11 @@ def record_lines(selection: Selection) -> list[str]:
         f"record: {record['label']}: decides {record.get('trusted_tests', 0)} tests, selects "
         f"{chosen} of them"
     )
+    if record.get("used_no_cuda"):
+        line += (
+            f" ({record['used_no_cuda']} more ran an op whose changed CUDA kernels only a test"
+            " using CUDA launches, and used none)"
+        )
     if untrusted:
         reasons = ", ".join(f"{n} {why}" for why, n in record["untrusted_tests"].items())
         line += f"; {untrusted} recorded tests left to static evidence ({reasons})"

@@ -147,7 +147,11 @@ def run_stats(args: argparse.Namespace) -> int:
         f"ops per test: median {summary['ops_per_test']['median']}, "
         f"max {summary['ops_per_test']['max']}"
     )
-    print(f"devices:  {', '.join(summary['devices']) or '-'}")
+    used = ", ".join(f"{d} {n}" for d, n in sorted(summary["tests_by_device"].items()))
+    print(
+        f"devices:  {', '.join(summary['devices']) or '-'} present; tests using each: "
+        f"{used or 'none'} ({summary['device_types']})"
+    )
     print(f"kernels:  {summary['cuda_kernels']}")
     for problem in summary["problems"]:
         print(f"problem:  {problem}")
