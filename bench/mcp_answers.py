@@ -136,6 +136,7 @@ def main() -> int:
 
     import anyio
     from mcp.client.stdio import StdioServerParameters
+    from mcp_latency import machine_now  # bench/, beside this script
 
     from indexer.workspace import Workspace
 
@@ -147,6 +148,7 @@ def main() -> int:
         k: os.environ[k] for k in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR") if k in os.environ
     }
     results: list[dict] = []
+    print(f"started {machine_now()}")
     for corpus, source in (("pytorch", args.pytorch), ("vllm", args.vllm)):
         asked = [q for q in questions if q["corpus"] == corpus]
         if not asked:

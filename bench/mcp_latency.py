@@ -1,7 +1,7 @@
 """MCP server figures on the PyTorch index, measured in one run, as agents see them.
 
     python bench/mcp_latency.py [--source PATH] [--cache-dir DIR] [--starts N] [--calls N]
-                                [--only startup|tools] [--tool NAME ...]
+                                [--only startup|tools] [--tool NAME ...] [--code PATH]
     python bench/mcp_latency.py --cold [--source PATH] --cache-dir EMPTY_DIR
 
 Needs a built index (``torchtalk index build --source PATH`` under the same
@@ -78,6 +78,12 @@ FLOORS = {
     "plain": "import mcp.server.mcpserver",
     "as the server": "from mcp_server.sdk import preload, start_up\nwith start_up(): preload()",
 }
+
+
+def machine_now() -> str:
+    """UTC time and load average, which every figure of a shared machine needs beside it."""
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {load}"
 
 
 def timed_import(code: str) -> float:
@@ -286,6 +292,12 @@ def main() -> int:
     parser.add_argument(
         "--tool", action="append", help="per-tool latency of this tool's queries only (repeat)"
     )
+    parser.add_argument(
+        "--code",
+        type=Path,
+        help="serve with the project code at this path first on the server's PYTHONPATH (a"
+        " `git archive` of another commit): before/after pairs from one venv, one index",
+    )
     args = parser.parse_args()
     if args.cache_dir:
         os.environ["TORCHTALK_CACHE_DIR"] = args.cache_dir
@@ -300,6 +312,8 @@ def main() -> int:
     env = {
         k: os.environ[k] for k in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR") if k in os.environ
     }
+    if args.code:
+        env["PYTHONPATH"] = str(args.code.resolve())
     params = StdioServerParameters(
         command=str(script), args=["mcp-serve", "--source", str(args.source)], env=env
     )
@@ -322,6 +336,7 @@ def main() -> int:
         return 1
     size_mb = workspace.db_path.stat().st_size / 1e6
     print(f"index: {workspace.db_path} ({size_mb:.0f} MB); {os.cpu_count()} cores")
+    print(f"code served: {args.code.resolve() if args.code else ROOT}; {machine_now()}")
 
     if args.only in (None, "startup"):
         start_up(params, args.starts)
@@ -329,6 +344,7 @@ def main() -> int:
         return 0
     queries = [query for query in QUERIES if not args.tool or query[0] in args.tool]
     rows = anyio.run(tool_latency, params, args.calls, queries, args.settle)
+    print(f"\ndone: {machine_now()}")
     print(f"\nper-tool latency, client side, {args.calls} calls each (fewer if slow; ms),")
     print(f"after one get_status and a {args.settle:g} s pause (--settle):")
     print("  round trip as the SDK's client sees it; 'served': the same less the client's own")

@@ -33,6 +33,7 @@ from indexer.gitinfo import head_commit as git_head
 from indexer.query.freshness import Freshness, check_freshness
 from indexer.query.index import Index
 from indexer.workspace import Workspace
+from mcp_server import heap
 
 COMPONENTS = ("yaml", "bindings", "python", "tests", "cpp")
 COMPONENT_TEXT = {
@@ -175,6 +176,7 @@ class ServerState:
         self._freshness: Freshness | None = None  # the last comparison with the tree
         self._freshness_at = 0.0  # monotonic time of that comparison
         self._active = 0  # requests being answered
+        self._requests = 0  # requests begun
         self._last_request = time.monotonic()
         self.started = time.monotonic()
 
@@ -337,6 +339,8 @@ class ServerState:
                 inode = None
             # `torchtalk index build` may have replaced the file since we opened it.
             if self._index is None or (inode is not None and inode != self._index_inode):
+                if self._index is not None:
+                    heap.release()  # the old index's caches may be frozen; now garbage
                 self._index = Index(path)
                 self._index_inode = inode
                 threading.Thread(
@@ -352,6 +356,7 @@ class ServerState:
         """Around each request: background work waits until the server is idle."""
         with self._lock:
             self._active += 1
+            self._requests += 1
         try:
             yield
         finally:
@@ -360,13 +365,27 @@ class ServerState:
                 self._last_request = time.monotonic()
 
     def _warm_when_idle(self, index: Index) -> None:
+        """Once idle, load what queries of ``index`` read (:func:`_warm`); then, whenever
+        the server is idle again after requests, settle the heap (``mcp_server.heap``),
+        until another index is served."""
+        warmed = False
+        settled_at = -1  # the request count at the last settle
         while not self._cancel.is_set():
             with self._lock:
+                if self._index is not index:
+                    return
                 idle = 0.0 if self._active else time.monotonic() - self._last_request
-            if idle >= WARM_IDLE_S:
+                served = self._requests
+            if idle < WARM_IDLE_S:
+                self._cancel.wait(WARM_IDLE_S - idle)
+                continue
+            if not warmed:
                 _warm(index, full=index.db_path == self.full_path)
-                return
-            self._cancel.wait(WARM_IDLE_S - idle)
+                warmed = True
+            if served != settled_at:
+                heap.settle()
+                settled_at = served
+            self._cancel.wait(WARM_IDLE_S)
 
     def _watch_freshness(self) -> None:
         """Compare the full index served with the tree when idle, every

@@ -463,3 +463,106 @@ def test_a_kernels_callers_through_its_op_are_listed(built) -> None:
     answer = graph(index, "at::native::nll_loss_forward_cuda", mode="callers")
     site = at(repo, f"{NATIVE}/Loss.cpp", "at::nll_loss_forward_symint(")
     assert any(item.evidence == site for item in answer.items)
+
+
+def test_the_native_walk_over_the_edges_in_memory_is_the_walk_over_sqlite(built) -> None:
+    """affected's and the record's walk from native code reads the adjacency when the server
+    holds it: the same nodes reached by the same steps, in the same order, from every
+    native node of the fixture (and through ops, as a drifted call site makes it walk)."""
+    from indexer.query import adjacency
+    from indexer.select.native_reach import NATIVE, walk_native
+
+    _, index = built
+    graph = adjacency.shared(index.db_path, index.conn, index.meta)
+    starts = [
+        node_id
+        for (node_id,) in index.conn.execute(
+            f"SELECT id FROM nodes WHERE kind IN ({','.join('?' * len(NATIVE))}) ORDER BY id",
+            sorted(NATIVE),
+        )
+    ]
+    every_path = frozenset(index.file_paths().values())
+    reaching_ops = 0
+    for drifted in (frozenset(), every_path):
+        for start in starts:
+            walks = [walk_native(index, [start], drifted, graph=g) for g in (None, graph)]
+            sql, memory = (
+                [
+                    (node_id, None if e is None else (e.src, e.dst, e.kind, e.evidence))
+                    for node_id, e in walk.steps.items()
+                ]
+                for walk in walks
+            )
+            assert sql == memory, index.node(start).qualname
+            assert walks[0].ops == walks[1].ops and walks[0].bindings == walks[1].bindings
+            assert walks[0].origin == walks[1].origin
+            reaching_ops += len(walks[0].ops) > 1
+    assert len(starts) > 100 and reaching_ops > 20  # the fixture's walks branch and reach ops
+
+
+def test_the_structured_output_is_asdict_without_its_copies() -> None:
+    """to_dict answers leaves at once; what it gives is what dataclasses.asdict gives."""
+    from collections import namedtuple
+    from dataclasses import asdict
+    from enum import Enum
+
+    class Tier(str, Enum):
+        DIRECT = "direct"
+
+    hop = namedtuple("hop", "src dst")
+    answer = Answer("affected", "x", title="t")
+    answer.items = [
+        Item("a", "a.py:1", "d", depth=1, data={"tier": Tier.DIRECT, "n": 3, "ok": True}),
+        Item("b", data={"chain": [hop("u", "v")], "pair": (1, 2.5), "none": None}),
+    ]
+    answer.data = {"nested": {"k": [{"deep": ("x", False)}]}, 7: "int key"}
+    assert answer.to_dict() == asdict(answer)
+    assert answer.to_dict()["items"][1]["data"]["chain"][0] == hop("u", "v")
+    assert answer.to_dict()["items"][0]["data"]["tier"] is Tier.DIRECT
+
+
+# vLLM builds csrc/cpu/ for its CPU target and csrc/*.cu for CUDA, each with a function of
+# the same name: which one a registration binds, text alone does not tell.
+CPU_LAYERNORM = """\
+#include "ops.h"
+
+void rms_norm(torch::Tensor& out, torch::Tensor& input, torch::Tensor& weight,
+              double epsilon) {
+  out.copy_(input);
+}
+"""
+CPU_BINDINGS = """\
+#include "ops.h"
+
+#include <torch/library.h>
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  ops.def("rms_norm(Tensor! out, Tensor input, Tensor weight, float epsilon) -> ()");
+  ops.impl("rms_norm", torch::kCPU, &rms_norm);
+}
+"""
+
+
+def test_a_kernel_name_with_two_definitions_is_said_to_be_ambiguous_everywhere(
+    tmp_path: Path,
+) -> None:
+    """search lists every definition a registration's name has, as trace does, and says
+    of each that it is one of several: a CPU registration must not read as a .cu kernel."""
+    repo = make_fixture_repo("miniext", tmp_path / "miniext")
+    (repo / "csrc/cpu").mkdir()
+    (repo / "csrc/cpu/layernorm.cpp").write_text(CPU_LAYERNORM, encoding="utf-8")
+    (repo / "csrc/cpu/torch_bindings.cpp").write_text(CPU_BINDINGS, encoding="utf-8")
+    commit_all(repo, "a CPU build's rms_norm")
+    index = build_private_index(repo, tmp_path)
+    cuda = at(repo, "csrc/layernorm_kernels.cu", "void rms_norm(")
+    cpu = at(repo, "csrc/cpu/layernorm.cpp", "void rms_norm(")
+    doubt = "ambiguous: one of 2 definitions of the name"
+    for answer in (search(index, "rms_norm"), search(index, "rms_norm", mode="kernels")):
+        kernels = [item for item in answer.items if item.label.endswith(": rms_norm")]
+        assert {item.evidence for item in kernels} == {cuda, cpu}
+        assert all(doubt in item.detail for item in kernels if item.detail != "as above")
+        assert len([item for item in kernels if doubt in item.detail]) >= 2
+    listed = search(index, "silu_and_mul").items
+    assert listed and not any("ambiguous" in item.detail for item in listed)  # one definition
+    traced = [i for i in trace(index, "rms_norm").items if i.label.endswith(": rms_norm")]
+    assert traced and all(doubt in item.detail for item in traced)

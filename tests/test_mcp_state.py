@@ -346,3 +346,85 @@ def test_a_failed_idle_load_is_said_on_stderr(
     assert "loading the edges failed (disk gone); queries read SQLite" in capsys.readouterr().err
     assert "_all_names_lower" in vars(index)  # the name list still loaded
     assert adjacency.held(index.db_path, index.meta) is None
+
+
+SETTLE_CHECK = """
+import gc, sys, time, weakref
+import mcp_server.state as server_state
+from mcp_server import heap
+from indexer.workspace import Workspace
+
+server_state.WARM_IDLE_S = 0.1
+settles = []
+settle = heap.settle
+heap.settle = lambda: settles.append(gc.get_freeze_count()) or settle()
+state = server_state.ServerState(Workspace.resolve(sys.argv[1]))
+state.start()
+
+
+def wait_for(done):
+    deadline = time.monotonic() + 20
+    while not done():
+        assert time.monotonic() < deadline, settles
+        time.sleep(0.02)
+
+
+class Cycle:
+    def __init__(self):
+        self.me = self
+
+
+with state.serving():
+    index = state.index()
+wait_for(lambda: len(settles) == 1)  # warmed, then settled once
+time.sleep(0.5)
+assert len(settles) == 1, settles  # no request since: nothing to settle
+with state.serving():
+    kept = [[n] for n in range(50_000)]  # a cache a request built
+    garbage = Cycle()
+    gone = weakref.ref(garbage)
+    del garbage
+wait_for(lambda: len(settles) == 2)
+time.sleep(0.1)
+assert gone() is None  # the cycle the request left was collected, not frozen
+assert gc.get_freeze_count() >= settles[1] + 50_000, (gc.get_freeze_count(), settles)
+# Every FULL_EVERY_S a settle collects the frozen too: a cycle made of frozen objects is freed.
+later = Cycle()
+gone = weakref.ref(later)
+gc.freeze()  # as if a settle had frozen it
+del later
+heap.FULL_EVERY_S = 0.0
+with state.serving():
+    pass
+wait_for(lambda: len(settles) == 3)
+time.sleep(0.1)
+assert gone() is None
+heap.FULL_EVERY_S = 600.0
+# Another index served (the file replaced): everything frozen goes back to the collector.
+state._index_inode = -1
+assert state.index() is not index
+assert gc.get_freeze_count() == 0
+wait_for(lambda: len(settles) == 4)  # and the new index settles in turn
+state.stop()
+"""
+
+
+def test_the_heap_is_settled_when_idle_after_requests_and_released_for_a_new_index(
+    minitorch_repo: Path,
+) -> None:
+    """Long-lived objects that requests leave (an index's caches) are collected and frozen
+    once the server is idle, so the full collections that fall inside later requests do
+    not walk them (mcp_server.heap); a replaced index's frozen caches are released."""
+    import subprocess
+    import sys
+
+    from pytest_torchtalk.cli import main
+
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    done = subprocess.run(
+        [sys.executable, "-c", SETTLE_CHECK, str(minitorch_repo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -425,5 +426,78 @@ def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
         probe = tests(index, "recext::probe")
         assert probe.items[0].data["record"]["run_at_import_of"] == ["recext/probes.py"]
         assert "while 1 module of the tree is imported (recext/probes.py)" in probe.to_text()
+    finally:
+        index.close()
+
+
+def test_affected_walks_native_code_once_for_the_record_and_the_ranking(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's evidence and the ranking's nearest ops come from one walk (it was run
+    twice: a sixth of a GEMM's answer), and the evidence is what a walk of its own gives."""
+    from indexer.query import recorded_answers
+    from indexer.query.affected import affected
+    from indexer.query.index import Index
+    from indexer.select import native_reach
+
+    index = Index(Workspace.resolve(repo).db_path)
+    try:
+        named = index.find("recext::scale_cpu")
+        alone = recorded_answers.record_evidence(index, named, "recext::scale_cpu")
+        assert alone is not None and alone.tests
+        walked = []
+        walk = native_reach.walk_native
+        for module in list(sys.modules.values()):  # every module that imported it
+            if getattr(module, "walk_native", None) is walk:
+                monkeypatch.setattr(
+                    module,
+                    "walk_native",
+                    lambda *args, **kwargs: walked.append(args) or walk(*args, **kwargs),
+                )
+        answer = affected(index, "recext::scale_cpu")
+        assert len(walked) == 1
+        shown = [(item.label, item.data) for item in answer.items[: len(alone.items)]]
+        assert shown == [(item.label, item.data) for item in alone.items]
+    finally:
+        index.close()
+
+
+def test_the_native_walk_over_the_edges_in_memory_sees_autograd_backwards_as_sqlite_does(
+    repo: Path,
+) -> None:
+    """The arrays hold no attrs: the edges into what ``F::apply`` reaches come from SQLite,
+    so the walk in memory finds Square::backward (and stops there for a record) as the
+    walk over SQLite does, from every native node, with and without stopping."""
+    from indexer.query import adjacency
+    from indexer.query.index import Index
+    from indexer.select.native_reach import NATIVE, walk_native
+
+    index = Index(Workspace.resolve(repo).db_path)
+    try:
+        graph = adjacency.shared(index.db_path, index.conn, index.meta)
+        starts = [
+            row[0]
+            for row in index.conn.execute(
+                f"SELECT id FROM nodes WHERE kind IN ({','.join('?' * len(NATIVE))})",
+                sorted(NATIVE),
+            )
+        ]
+        found_backward = 0
+        for stop in (False, True):
+            for start in starts:
+                walks = [
+                    walk_native(index, [start], frozenset(), stop_at_backward=stop, graph=g)
+                    for g in (None, graph)
+                ]
+                steps = [
+                    [(n, e and (e.src, e.dst, e.kind, e.evidence)) for n, e in w.steps.items()]
+                    for w in walks
+                ]
+                assert steps[0] == steps[1], index.node(start).qualname
+                assert walks[0].ops == walks[1].ops
+                assert walks[0].bindings == walks[1].bindings
+                assert walks[0].backwards == walks[1].backwards
+                found_backward += bool(walks[0].backwards)
+        assert found_backward  # the fixture's Square::backward is reached
     finally:
         index.close()

@@ -28,13 +28,13 @@ from threading import Lock
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
-from indexer.query.recorded_answers import record_evidence
+from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.query.test_rank import FURTHER, TIER_TEXT
 from indexer.query.tests import RankedTests, ReachedTest, rank_tests
-from indexer.select.engine import reason_for
+from indexer.select.engine import reasons_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
-from indexer.select.native_reach import NATIVE, walk_native
+from indexer.select.native_reach import NativeReach
 from indexer.select.reach import FileQuota
 from indexer.wording import plural
 
@@ -124,12 +124,13 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
         if file_id in tests:
             by_file.setdefault(tests[file_id], []).append(node_id)
     named = index.nodes(node_id for entity in entities for node_id in entity.node_ids)
-    evidence = record_evidence(index, named, query)
+    native = native_walk(index, named)  # once, for the record and the ranking
+    evidence = record_evidence(index, named, query, native)
     # Two hops hold the tiers that order files (naming it; OpInfo entry -> op); files
     # further away keep the impact walk's order, which the deeper levels would only redo.
     ranking = rank_tests(
         index,
-        _ranking_starts(index, named),
+        _ranking_starts(index, named, native),
         evidence.tests if evidence else (),
         max_depth=RANKED_HOPS,
     )
@@ -151,9 +152,9 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     nearest = {path: min(reach.depth.get(n, 0) for n in ids) for path, ids in by_file.items()}
     direct = _tests_by_file(ranking.ranked)
     ranked = sorted(by_file, key=lambda p: _file_key(p, direct, nearest, by_file))
-    for position, path in enumerate(ranked):
-        first = min(by_file[path], key=lambda n: reach.depth.get(n, 0))
-        reason = reason_for(index, reach, first, entities, paths)
+    firsts = [min(by_file[path], key=lambda n: reach.depth.get(n, 0)) for path in ranked]
+    reasons = reasons_for(index, reach, firsts, entities, paths)
+    for position, (path, reason) in enumerate(zip(ranked, reasons, strict=True)):
         hits = direct.get(path, [])
         tier = hits[0].tier if hits else FURTHER
         ran = "ran it in the record; " if hits and hits[0].ran else ""
@@ -222,15 +223,14 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     return answer
 
 
-def _ranking_starts(index: Index, named: list[Node]) -> list[Node]:
+def _ranking_starts(index: Index, named: list[Node], native: NativeReach | None) -> list[Node]:
     """What tests are ranked against: the named definitions and, for native code (which
-    tests do not name), the nearest ops whose kernels reach it: a test naming
-    ``torch.bincount`` tests ``at::native::_bincount_cpu`` directly."""
-    native = [node.id for node in named if node.kind in NATIVE]
-    if not native:
+    tests do not name), the nearest ops whose kernels reach it (``native``: the walk from
+    the named native code): a test naming ``torch.bincount`` tests
+    ``at::native::_bincount_cpu`` directly."""
+    if native is None:
         return named
-    ops = walk_native(index, native, frozenset()).ops[:NEAREST_OPS]
-    return [*named, *index.nodes(ops)]
+    return [*named, *index.nodes(native.ops[:NEAREST_OPS])]
 
 
 def _test_data(hit: ReachedTest) -> dict[str, object]:

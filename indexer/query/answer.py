@@ -90,9 +90,14 @@ class Answer:
         return _plain(self)
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """``dataclasses.asdict`` without its deep copy of every leaf: an affected answer's
     structured output holds thousands of values, and the copy took most of its time."""
+    if type(value) in _LEAVES:  # most values: answered before the dataclass check
+        return value
     if is_dataclass(value) and not isinstance(value, type):
         return {item.name: _plain(getattr(value, item.name)) for item in fields(value)}
     if isinstance(value, dict):

@@ -150,6 +150,18 @@ def searched_for(written: str) -> str:
     return f"{written}, and {tail} in any namespace"
 
 
+def ambiguity(attrs: dict[str, Any]) -> str:
+    """What a dispatch hop's text says when its kernel's name had several definitions
+    (the linker kept each): '' when it had one. A ufunc's inner loop is one of its
+    scalar / vectorized overloads, not a doubt."""
+    count = attrs.get("ambiguous")
+    if not count:
+        return ""
+    if attrs.get("role") == "ufunc_inner_loop":
+        return f"; one of {count} overloads (scalar / vectorized loops)"
+    return f"; ambiguous: one of {count} definitions of the name"
+
+
 def keys_of(attrs: dict[str, Any]) -> list[str]:
     """The dispatch key of one ref (``key``), else the keys it was written with."""
     if attrs.get("key"):

@@ -11,24 +11,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from indexer.query import adjacency
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.storage import RecordError
-from indexer.select.native_reach import NATIVE, walk_native
+from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.snapshot.fingerprint import short_commit
 from indexer.wording import age, plural
 
 SHOWN = 5  # node ids listed per answer; the structured data has them all
 
 
-def recorded_names(index: Index, runs: RecordedRuns, nodes: list[Node]) -> list[tuple[str, str]]:
+def recorded_names(
+    index: Index, runs: RecordedRuns, nodes: list[Node], native: NativeReach | None = None
+) -> list[tuple[str, str]]:
     """The record's names standing for ``nodes``: the ops (any overload) and bindings
-    their native code reaches, or the Python functions themselves."""
-    native = [node.id for node in nodes if node.kind in NATIVE]
+    their native code reaches, or the Python functions themselves. ``native``: the
+    caller's own :func:`native_walk` of ``nodes``, when it has one (walked once)."""
     names: list[tuple[str, str]] = []
-    if native:
-        reach = walk_native(index, native, frozenset())
+    reach = native if native is not None else native_walk(index, nodes)
+    if reach is not None:
         for node in index.nodes(reach.ops):
             names += runs.matching_names("op", node.qualname.split(".", 1)[0])
         for node in index.nodes(reach.bindings):
@@ -57,6 +60,17 @@ class RecordEvidence:
         answer.notes.extend(self.notes)
 
 
+def native_walk(index: Index, nodes: list[Node]) -> NativeReach | None:
+    """The ops and bindings whose execution reaches the native ones of ``nodes`` (None:
+    no native node). ``affected`` walks once and hands the walk to :func:`record_evidence`."""
+    native = [node.id for node in nodes if node.kind in NATIVE]
+    if not native:
+        return None
+    # The edges in memory when this process holds them (a server, once idle): the same
+    # walk without a query per node.
+    return walk_native(index, native, frozenset(), graph=adjacency.held(index.db_path, index.meta))
+
+
 def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: str) -> None:
     """Add to ``answer`` the recorded tests that executed ``nodes`` (named ``what``), when a
     usable record lies beside the index; say why not when one is there but unusable."""
@@ -65,9 +79,12 @@ def add_record_evidence(index: Index, answer: Answer, nodes: list[Node], what: s
         evidence.add_to(answer)
 
 
-def record_evidence(index: Index, nodes: list[Node], what: str) -> RecordEvidence | None:
+def record_evidence(
+    index: Index, nodes: list[Node], what: str, native: NativeReach | None = None
+) -> RecordEvidence | None:
     """The record's evidence on ``nodes`` (named ``what``); None when no record lies
-    beside the index, a note saying why when one is there but unusable."""
+    beside the index, a note saying why when one is there but unusable. ``native``: the
+    caller's :func:`native_walk` of ``nodes``, if it made one."""
     path = record_path_for(index.db_path)
     try:
         runs = RecordedRuns.cached(path)
@@ -75,7 +92,7 @@ def record_evidence(index: Index, nodes: list[Node], what: str) -> RecordEvidenc
         return None
     except (RecordError, OSError) as exc:
         return RecordEvidence(notes=[f"the record beside the index cannot be used: {exc}"])
-    names = recorded_names(index, runs, nodes)
+    names = recorded_names(index, runs, nodes, native)
     hits = runs.tests_executing(names)
     tests = sorted(runs.record.tests[i].nodeid for i in hits)
     files = sorted({runs.record.tests[i].file for i in hits})

@@ -52,8 +52,9 @@ def _matching(index: Index, query: str, kinds: tuple[str, ...]) -> list[Node]:
     return sorted(nodes, key=rank)
 
 
-def _targets(index: Index, node: Node) -> list[tuple[list[str], str, str | None, str]]:
-    """(keys, target, definition, registered at) of each kernel an op/registration names."""
+def _targets(index: Index, node: Node) -> list[tuple[list[str], str, str | None, str, str]]:
+    """(keys, target, definition, registered at, doubt) of each kernel an op/registration
+    names; ``doubt``: what the text says when the name had several definitions."""
     kind = "binds" if node.kind == "binding" else "dispatches"
     found = []
     if kind == "dispatches":
@@ -61,15 +62,16 @@ def _targets(index: Index, node: Node) -> list[tuple[list[str], str, str | None,
             if hop.node.kind == "registration":  # registered from another file: its kernels
                 found.extend(_targets(index, hop.node))
                 continue
-            found.append(
-                (op_chain.keys_of(hop.attrs), hop.node.qualname, hop.node.evidence, hop.evidence)
-            )
+            keys = op_chain.keys_of(hop.attrs)
+            doubt = op_chain.ambiguity(hop.attrs)
+            found.append((keys, hop.node.qualname, hop.node.evidence, hop.evidence, doubt))
     else:
         for edge in index.out_edges(node.id, [kind]):
             target = index.node(edge.dst)
-            found.append(([], target.qualname, target.evidence, edge.evidence))
+            doubt = op_chain.ambiguity(edge.attrs)
+            found.append(([], target.qualname, target.evidence, edge.evidence, doubt))
     for missing in op_chain.unresolved(index, node.id, kind):
-        found.append((op_chain.keys_of(missing.attrs), missing.target, None, missing.evidence))
+        found.append((op_chain.keys_of(missing.attrs), missing.target, None, missing.evidence, ""))
     return found
 
 
@@ -108,10 +110,10 @@ def _bindings(index: Index, query: str, backend: str | None) -> Answer:
         names = [n for n in node.attrs.get("python_names") or [] if ".ops." not in n][:3]
         detail = f"{node.kind} ({form})" + (f"; Python: {', '.join(names)}" if names else "")
         answer.items.append(Item(node.qualname, node.evidence, detail, 0, {"kind": node.kind}))
-        for keys, target, definition, registered in targets[:12]:
+        for keys, target, definition, registered, doubt in targets[:12]:
             label = f"{', '.join(keys)}: {target}" if keys else target
             where = (
-                f"registered at {registered}"
+                f"registered at {registered}{doubt}"
                 if definition
                 else f"at {registered}: no definition in the index"
             )
@@ -188,7 +190,7 @@ def _op_items(
     depth: int,
     follow: bool,
 ) -> None:
-    for keys, kernel, registered in _op_implementations(index, op):
+    for keys, kernel, registered, doubt in _op_implementations(index, op):
         composite = any(key.startswith("Composite") for key in keys)
         if keys == ["Meta"] or (
             backend and not composite and not any(key.lower() == backend for key in keys)
@@ -200,7 +202,7 @@ def _op_items(
             continue
         shown.add(kernel.id)
         answer.items.append(
-            Item(label, kernel.evidence, f"kernel; registered at {registered}", depth)
+            Item(label, kernel.evidence, f"kernel; registered at {registered}{doubt}", depth)
         )
         _below(index, kernel, answer, depth + 1)
         if composite and follow:  # its work is done by the ops it calls
@@ -212,8 +214,9 @@ def _op_items(
                 _op_items(index, call.op, backend, answer, shown, depth + 2, follow=False)
 
 
-def _op_implementations(index: Index, op: Node) -> list[tuple[list[str], Node, str]]:
-    """(keys, kernel, registered at) of an op, through its structured delegate."""
+def _op_implementations(index: Index, op: Node) -> list[tuple[list[str], Node, str, str]]:
+    """(keys, kernel, registered at, doubt) of an op, through its structured delegate;
+    ``doubt``: what the text says when the kernel's name had several definitions."""
     found = []
     for hop in op_chain.dispatch_hops(index, op.id):
         if hop.node.kind == "op":
@@ -224,11 +227,13 @@ def _op_implementations(index: Index, op: Node) -> list[tuple[list[str], Node, s
                     op_chain.keys_of(inner.attrs) or hop.node.attrs.get("impl_keys") or [],
                     inner.node,
                     inner.evidence,
+                    op_chain.ambiguity(inner.attrs),
                 )
                 for inner in op_chain.dispatch_hops(index, hop.node.id)
             )
         elif hop.node.kind in ("cpp_function", "cuda_kernel", "dispatch_stub"):
-            found.append((op_chain.keys_of(hop.attrs), hop.node, hop.evidence))
+            keys = op_chain.keys_of(hop.attrs)
+            found.append((keys, hop.node, hop.evidence, op_chain.ambiguity(hop.attrs)))
     usual = ("CPU", "CUDA")
     return sorted(found, key=lambda entry: not any(key in usual for key in entry[0]))
 

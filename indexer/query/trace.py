@@ -431,10 +431,7 @@ def _implementation(
             role = "DispatchStub"
     if hop.attrs.get("via") == "lambda":
         role += ", called from a registered lambda"
-    if hop.attrs.get("ambiguous") and hop.attrs.get("role") == "ufunc_inner_loop":
-        role += f"; one of {hop.attrs['ambiguous']} overloads (scalar / vectorized loops)"
-    elif hop.attrs.get("ambiguous"):
-        role += f"; ambiguous: one of {hop.attrs['ambiguous']} definitions of the name"
+    role += op_chain.ambiguity(hop.attrs)
     if hop.attrs.get("role") == "ufunc_stub":
         run.generated_stubs[target.id] = hop.attrs
     label = f"{', '.join(keys) or '?'}: {target.qualname}"

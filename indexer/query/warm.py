@@ -26,6 +26,7 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
     from indexer.query.op_chain import stub_registrations
     from indexer.query.op_lookup import python_names
     from indexer.query.py_lookup import short_names
+    from indexer.select.native_reach import autograd_apply_targets
 
     return [
         ("the query modules", _query_modules),
@@ -34,4 +35,5 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
         ("the DispatchStub registrations", stub_registrations),
         ("the file paths", Index.file_paths),
         ("the Python short names", short_names),
+        ("the autograd functions' apply targets", autograd_apply_targets),
     ]
