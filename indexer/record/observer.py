@@ -22,11 +22,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, ModuleType
 
 from indexer.record import native
+from indexer.record.qualnames import qualnames_by_line
 
 # RecordFunction names the autograd engine gives the nodes it evaluates; the node itself
 # is recorded (as a backward name) from its own RecordFunction.
@@ -84,6 +86,8 @@ class Observer:
         # id(code) -> (code, its record name or None). By identity: a code object hashes
         # its constants, and code torch.compile generates may hold a dict among them.
         self._code_names: dict[int, tuple[CodeType, tuple[str, str] | None]] = {}
+        # 3.10 only (no co_qualname): file -> (first line, name) -> qualified name
+        self._source_qualnames: dict[str, dict[tuple[int, str], str | None]] = {}
         self._lib = native.load()  # NativeUnavailable when it cannot be built or loaded
         self._token = object()  # what sys.getprofile() returns while we observe
         if self._lib.tt_start_ops() != 0:
@@ -257,8 +261,21 @@ class Observer:
             return None
         if code.co_name == "<module>":
             return ("module", relative)
-        qualname = getattr(code, "co_qualname", code.co_name)  # 3.10 has no co_qualname
+        qualname = getattr(code, "co_qualname", None) or self._qualname_from_source(code)
         return ("function", f"{relative}:{qualname}")
+
+    def _qualname_from_source(self, code: CodeType) -> str:
+        """3.10: the qualified name the compiler gave ``code``, read from its file (parsed
+        once); its bare name where the file does not say (unreadable, ambiguous line)."""
+        by_line = self._source_qualnames.get(code.co_filename)
+        if by_line is None:
+            try:
+                with tokenize.open(code.co_filename) as file:  # its coding declaration
+                    source = file.read()
+            except (OSError, SyntaxError, UnicodeDecodeError):
+                source = ""
+            by_line = self._source_qualnames[code.co_filename] = qualnames_by_line(source)
+        return by_line.get((code.co_firstlineno, code.co_name)) or code.co_name
 
     def _binding_name(self, function) -> str | None:
         module = getattr(function, "__module__", None)
