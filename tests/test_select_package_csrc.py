@@ -6,16 +6,8 @@ harness read C++ anywhere in the tree)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from indexer.build import build_index
 from indexer.select.placement import categorize
-from indexer.workspace import Workspace
-from tests.helpers import commit_all, git
-from tests.select_support import IndexedTree, selected
+from tests.select_support import IndexedTree, selected, tree_fixtures
 
 FILES = {
     "setup.py": "from setuptools import setup\nsetup(name='extpkg')\n",
@@ -53,34 +45,14 @@ FILES = {
 }
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    base = tmp_path_factory.mktemp("package-csrc")
-    root = base / "extpkg-tree"
-    for rel, text in FILES.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    git(root, "init", "-q", "-b", "main")
-    commit_all(root, "an extension with its C++ in its package")
-    cache = base / "cache"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-        build_index(Workspace.resolve(root), show_progress=False)
-    return IndexedTree(root, cache)
+shared, tree = tree_fixtures("extpkg-tree", FILES)
 
 
-@pytest.fixture
-def edit(tree: IndexedTree, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexedTree]:
-    yield tree.use(monkeypatch)
-    tree.reset()
-
-
-def test_the_package_csrc_is_indexed_cpp(edit: IndexedTree) -> None:
-    manifest = edit.workspace.manifest
+def test_the_package_csrc_is_indexed_cpp(tree: IndexedTree) -> None:
+    manifest = tree.workspace.manifest
     assert manifest.name == "torch-extension"
     assert categorize("extpkg/csrc/muladd.cpp", manifest)[0] == "cpp"
-    index = edit.index()
+    index = tree.index()
     try:
         kernels = [(node.path, node.kind) for node in index.find("muladd_cpu")]
     finally:
@@ -88,9 +60,9 @@ def test_the_package_csrc_is_indexed_cpp(edit: IndexedTree) -> None:
     assert kernels == [("extpkg/csrc/muladd.cpp", "cpp_function")]
 
 
-def test_a_kernel_change_in_the_package_csrc_selects_its_ops_tests(edit: IndexedTree) -> None:
-    edit.replace("extpkg/csrc/muladd.cpp", "return product + c;", "return product - c;")
-    selection = edit.select("HEAD")
+def test_a_kernel_change_in_the_package_csrc_selects_its_ops_tests(tree: IndexedTree) -> None:
+    tree.replace("extpkg/csrc/muladd.cpp", "return product + c;", "return product - c;")
+    selection = tree.select("HEAD")
     assert selection.everything == []
     assert selected(selection) == {"test/test_muladd.py"}
     chain = selection.files["test/test_muladd.py"].reasons[0].chain
@@ -98,7 +70,7 @@ def test_a_kernel_change_in_the_package_csrc_selects_its_ops_tests(edit: Indexed
     assert "extpkg::muladd" in {hop.dst for hop in chain} | {hop.src for hop in chain}
 
 
-def test_vendored_cpp_stays_out_of_the_index(tmp_path: Path) -> None:
+def test_vendored_cpp_stays_out_of_the_index() -> None:
     """Reading C++ anywhere must not pull in vendored code: third_party stays excluded
     (a change there runs everything, as before: the index cannot see its users)."""
     from indexer.harness import load_harness

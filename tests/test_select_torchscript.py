@@ -6,14 +6,9 @@ code as well as the function's; a plain function's body is not."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from indexer.build import build_index
-from indexer.workspace import Workspace
-from tests.helpers import commit_all, git
-from tests.select_support import IndexedTree, labels, selected
+from tests.select_support import IndexedTree, labels, selected, tree_fixtures
 
 FILES = {
     "scriptpkg/__init__.py": 'from scriptpkg import storage\n\nVERSION = "1"\n',
@@ -53,27 +48,7 @@ FILES = {
 }
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
-    base = tmp_path_factory.mktemp("torchscript")
-    root = base / "scriptpkg-tree"
-    for rel, text in FILES.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    git(root, "init", "-q", "-b", "main")
-    commit_all(root, "a package with TorchScript code")
-    cache = base / "cache"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-        build_index(Workspace.resolve(root), show_progress=False)
-    return IndexedTree(root, cache)
-
-
-@pytest.fixture
-def edit(tree: IndexedTree, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexedTree]:
-    yield tree.use(monkeypatch)
-    tree.reset()
+shared, tree = tree_fixtures("scriptpkg-tree", FILES)
 
 
 EVERY_IMPORTER = {
@@ -105,10 +80,10 @@ EVERY_IMPORTER = {
     ],
 )
 def test_a_scripted_body_change_reaches_the_modules_importers(
-    edit: IndexedTree, old: str, new: str, compiled: str
+    tree: IndexedTree, old: str, new: str, compiled: str
 ) -> None:
-    edit.replace("scriptpkg/storage.py", old, new)
-    selection = edit.select("HEAD")
+    tree.replace("scriptpkg/storage.py", old, new)
+    selection = tree.select("HEAD")
     assert selection.everything == []
     assert selected(selection) == EVERY_IMPORTER
     module = [e for e in selection.entities if e.label == "scriptpkg.storage"]
@@ -117,16 +92,16 @@ def test_a_scripted_body_change_reaches_the_modules_importers(
     assert module[0].evidence.startswith("scriptpkg/storage.py:")
 
 
-def test_a_plain_body_change_is_not_import_time_code(edit: IndexedTree) -> None:
-    edit.replace("scriptpkg/storage.py", "    bumped = n + 1\n", "    bumped = n + 2\n")
-    selection = edit.select("HEAD")
+def test_a_plain_body_change_is_not_import_time_code(tree: IndexedTree) -> None:
+    tree.replace("scriptpkg/storage.py", "    bumped = n + 1\n", "    bumped = n + 2\n")
+    selection = tree.select("HEAD")
     assert selected(selection) == {"test/test_plain.py"}
     assert "scriptpkg.storage" not in labels(selection)
 
 
-def test_a_deleted_line_in_a_scripted_body_reaches_the_importers(edit: IndexedTree) -> None:
+def test_a_deleted_line_in_a_scripted_body_reaches_the_importers(tree: IndexedTree) -> None:
     """Valid Python still (``doubled`` is then unbound), but no longer TorchScript."""
-    edit.replace("scriptpkg/storage.py", "        doubled = self.n * 2\n", "")
-    selection = edit.select("HEAD")
+    tree.replace("scriptpkg/storage.py", "        doubled = self.n * 2\n", "")
+    selection = tree.select("HEAD")
     assert selected(selection) == EVERY_IMPORTER
     assert "scriptpkg.storage" in labels(selection)
