@@ -109,13 +109,36 @@ def indexed_tree(
     return IndexedTree(root, cache)
 
 
-def tree_fixtures(name: str):
-    """The fixtures of a test module selecting on one fixture repository: ``shared``, its
-    indexed tree (built once for the module), and ``tree``, the same tree for one test,
-    which may edit it freely and finds it restored after."""
+def indexed_files(
+    tmp_path_factory: pytest.TempPathFactory, name: str, files: dict[str, str]
+) -> IndexedTree:
+    """A repository made of ``files`` (repo-relative path -> text), committed on main and
+    indexed: for a test whose tree is small enough to be written out in the test."""
+    base = tmp_path_factory.mktemp(f"files-{name}")
+    root = base / name
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    git(root, "init", "-q", "-b", "main")
+    commit_all(root, f"{name}, written by the test")
+    cache = base / "cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHTALK_CACHE_DIR", str(cache))
+        build_index(Workspace.resolve(root), show_progress=False)
+    return IndexedTree(root, cache)
+
+
+def tree_fixtures(name: str, files: dict[str, str] | None = None):
+    """The fixtures of a test module selecting on one fixture repository (``files``, when
+    given, written out as ``indexed_files`` does): ``shared``, its indexed tree (built once
+    for the module), and ``tree``, the same tree for one test, which may edit it freely and
+    finds it restored after."""
 
     @pytest.fixture(scope="module")
     def shared(tmp_path_factory: pytest.TempPathFactory) -> IndexedTree:
+        if files is not None:
+            return indexed_files(tmp_path_factory, name, files)
         return indexed_tree(tmp_path_factory, name)
 
     @pytest.fixture

@@ -276,6 +276,14 @@ def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo:
     # test_scale_then_fail (failed when recorded) is the static walk's: its file runs;
     # the witness is one test, so at most one other file runs anything.
     assert "tests/test_scale.py" in running and len(running) <= 2
+    # A listed file none of whose tests runs is still collected (imported) by the
+    # plugin: its collection error fails the run, so the audit counts it as selected.
+    listed_only = sorted(set(selection.files) - set(running))
+    assert listed_only
+    broken = {**suite, f"{listed_only[0]}::<collection>": "error"}
+    result = compare(selection, Outcomes(broken), Outcomes(suite), set(), sorted(TESTS))
+    assert listed_only[0] in result.selected_files
+    assert result.missed_files == [] and result.missed_tests == []
 
 
 def test_a_new_test_file_and_a_changed_test_file_fall_back_to_static(repo: Path) -> None:

@@ -25,7 +25,7 @@ case $name in
   pytorch_sparse-python)  # seed 2 of the "before" run, Python only, in a copy of the built tree
     plan=(--mutations 80 --seed 2 --paths 'torch_sparse/*') ;;
   extension-cpp)
-    plan=(--mutations 10 --seed 1 --paths 'extension_cpp/*') ;;
+    plan=(--mutations 10 --seed 1 --paths 'extension_cpp/*') ;;  # fnmatch: * spans /, csrc/ too
   *) echo "no plan for $name" >&2; exit 2 ;;
 esac
 torchtalk index build > "$ext/reports/$name-index.log" 2>&1

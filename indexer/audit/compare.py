@@ -86,7 +86,17 @@ def compare(
         # does not hold (new ones) count as the selection names them.
         known = {Outcomes.file_of(test) for test in baseline.results}
         running = {Outcomes.file_of(test) for test in kept}
-        selected_files = sorted(running | {path for path in selection.files if path not in known})
+        # pytest --torchtalk-affected collects every file the selection lists (its
+        # pytest_ignore_collect rules out only the others), so a listed file that fails to
+        # import fails the run even when the record deselects each of its tests.
+        collected = {
+            Outcomes.file_of(test)
+            for test in failing
+            if test.split("::")[1:] == [COLLECTION] and keeps(matcher, test)
+        }
+        selected_files = sorted(
+            running | collected | {path for path in selection.files if path not in known}
+        )
     missed_tests = [test for test in failing if not keeps(matcher, test)]
     missed_files = sorted(set(failing_files) - set(selected_files))
     skipped_time = sum(

@@ -199,6 +199,10 @@ class DefinitionPass:
         doc = doc_line(node)
         if doc:
             attrs["doc"] = doc
+        # ``@torch.jit.script`` on a class compiles its methods when the module is imported.
+        decorators = [d for d in (testconv.decorator_name(dec) for dec in node.decorator_list) if d]
+        if decorators:
+            attrs["decorators"] = decorators
         if is_test:
             kind, qualname = "test_class", f"{self.path}::{node.name}"
             attrs["pyname"] = dotted

@@ -55,6 +55,7 @@ class PythonPlacement:
         path = change.path
         row = self.files.get(path)
         module_level: list[int] = []
+        scripted: list[tuple[int, str]] = []  # (line, the scripted definition holding it)
         new_lines = _code_lines(self._new_tokens, new_lines, self.diff.new_side(change))
         old_lines = _code_lines(self._old_tokens, old_lines, old)
         if old_lines and old is not None and code and not (row is not None and row[3]):
@@ -70,6 +71,9 @@ class PythonPlacement:
                 node = innermost(defs, line)
                 if node is not None and not (row is not None and row[3]):
                     self._add(result, [node], path, line, f"changed line {line} is in it")
+                    compiler = compiled_at_import(defs, line)
+                    if compiler is not None:
+                        scripted.append((line, compiler))
                 else:
                     module_level.append(line)
         if old_lines and old is not None:
@@ -79,6 +83,9 @@ class PythonPlacement:
                 fact = innermost(defs_old, line) if not old_file.error else None
                 if fact is not None:
                     self._map_old(change, fact, line, result, "deleted or replaced line")
+                    compiler = compiled_at_import(defs_old, line)
+                    if compiler is not None and change.exists_after and not scripted:
+                        scripted.append((new_lines[0] if new_lines else 1, compiler))
                 elif change.exists_after:
                     module_level.append(new_lines[0] if new_lines else 1)
                 else:
@@ -86,6 +93,8 @@ class PythonPlacement:
                     if module is not None:
                         self._map_old(change, module, 1, result, "module removed")
                     break
+        if scripted and not module_level:
+            self._compiled_at_import(result, path, *scripted[0])
         if module_level and change.exists_after:
             line = module_level[0]
             self._add(
@@ -98,6 +107,18 @@ class PythonPlacement:
         if module_level or not change.exists_after:
             where = f"{path}:{module_level[0]}" if module_level else f"{path} (removed)"
             self._import_every_module(path, where, result)
+
+    def _compiled_at_import(self, result: FilePlacement, path: str, line: int, compiler: str):
+        """A body change in code compiled when its module is imported: the module too."""
+        self._add(
+            result,
+            self._modules(path),
+            path,
+            line,
+            f"changed line {line} is in {compiler}, which @torch.jit.script compiles when "
+            "its module is imported: the module and its importers",
+        )
+        self._import_every_module(path, f"{path}:{line}", result)
 
     def _python_kept_bodies(
         self, change: FileChange, old: bytes, code: list[Hunk], result: FilePlacement
@@ -131,7 +152,27 @@ class PythonPlacement:
                 result, [node], change.path, node.line,
                 f"base lines {hunk.old_start}-{end} in it changed",
             )  # fmt: skip
+            compiler = compiled_at_import(defs, node.line)
+            if compiler is not None:
+                self._compiled_at_import(result, change.path, node.line, compiler)
         return settled
+
+
+# Decorators that compile the body they decorate at once: ``torch.jit.script`` (and
+# ``jit.script``) on a function or class runs the TorchScript compiler on its source when
+# the module is imported, so a body change that does not compile fails the import.
+COMPILING_DECORATORS = frozenset({"script"})
+
+
+def compiled_at_import(defs: list, line: int) -> str | None:
+    """The qualname of the definition holding ``line`` (itself or an enclosing class or
+    function) that a compiling decorator compiles at import, or None."""
+    for node in sorted(defs, key=lambda d: d.line):
+        if node.line <= line <= node.end_line and COMPILING_DECORATORS.intersection(
+            node.attrs.get("decorators", ())
+        ):
+            return node.qualname
+    return None
 
 
 def _code_lines(tokens: list | None, lines: list[int], data: bytes | None) -> list[int]:
