@@ -185,6 +185,29 @@ class RecordedRuns:
             if k == kind and (t.endswith(":" + pattern) or t.endswith("." + pattern))
         ]  # fmt: skip
 
+    def binding_names(self, qualname: str) -> list[tuple[str, str]]:
+        """The recorded bindings that are the indexed binding ``qualname``: one name is
+        the other's dotted suffix ('recext._C.fn' recorded, '_C.fn' or the whole indexed)."""
+        return [
+            (kind, text) for kind, text in self.record.names
+            if kind == "binding"
+            and (text == qualname or text.endswith("." + qualname) or qualname.endswith("." + text))
+        ]  # fmt: skip
+
+    def autograd_node_names(self, function: str) -> list[tuple[str, str]]:
+        """The recorded autograd nodes of C++ autograd function ``function`` (``ns::F``):
+        ``torch::autograd::CppNode<ns::F>``, F as the compiler demangles it, matched by its
+        last component (the index may qualify it differently)."""
+        last = function.rsplit("::", 1)[-1]
+        found = []
+        for kind, text in self.record.names:
+            if kind != "backward" or "CppNode<" not in text or not text.endswith(">"):
+                continue
+            argument = text[text.index("CppNode<") + len("CppNode<") : -1]
+            if argument.rsplit("::", 1)[-1] == last:
+                found.append((kind, text))
+        return found
+
     def _op_overloads(self) -> dict[str, list[str]]:
         """Op name without its overload -> the recorded names of it (``aten::add`` ->
         ``aten::add``, ``aten::add.Tensor``, ...), in the record's order."""

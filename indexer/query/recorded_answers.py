@@ -26,8 +26,8 @@ SHOWN = 5  # node ids listed per answer; the structured data has them all
 def recorded_names(
     index: Index, runs: RecordedRuns, nodes: list[Node], native: NativeReach | None = None
 ) -> list[tuple[str, str]]:
-    """The record's names standing for ``nodes``: the ops (any overload) and bindings
-    their native code reaches, or the Python functions themselves. ``native``: the
+    """The record's names standing for ``nodes``: the ops (any overload), bindings and C++
+    autograd functions' nodes their native code reaches, or the Python functions themselves. ``native``: the
     caller's own :func:`native_walk` of ``nodes``, when it has one (walked once)."""
     names: list[tuple[str, str]] = []
     reach = native if native is not None else native_walk(index, nodes)
@@ -35,7 +35,9 @@ def recorded_names(
         for node in index.nodes(reach.ops):
             names += runs.matching_names("op", node.qualname.split(".", 1)[0])
         for node in index.nodes(reach.bindings):
-            names += runs.matching_names("binding", node.qualname)
+            names += runs.binding_names(node.qualname)
+        for function in reach.backwards.values():
+            names += runs.autograd_node_names(function)
     for node in nodes:
         if node.kind.startswith("python") or node.kind == "test_utility":
             short = node.qualname.rsplit(".", 1)[-1]

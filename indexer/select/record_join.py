@@ -261,7 +261,7 @@ def _recorded_names(
         reach = walk_native(
             index, starts, drift.to_base, drift.changed_lines, stop_at_backward=True
         )
-        if any(not _backward_names(runs, f) for f in reach.backwards.values()):
+        if any(not runs.autograd_node_names(f) for f in reach.backwards.values()):
             # No test's backward ran F's node under a name we know: whether none ran it
             # or the name differs, the tests of the op calling F::apply stand for it.
             reach = walk_native(index, starts, drift.to_base, drift.changed_lines)
@@ -295,11 +295,7 @@ def _native_names(
         if kind == "op":
             matched = runs.matching_names("op", node.qualname.split(".", 1)[0])
         else:
-            matched = [
-                n
-                for n in runs.record.names
-                if n[0] == "binding" and _same_binding(n[1], node.qualname)
-            ]
+            matched = runs.binding_names(node.qualname)
         hops = _hops(index, reach.chain(node.id)[::-1], labels)
         for name in matched:
             names.append(name)
@@ -308,25 +304,10 @@ def _native_names(
         # The engine runs F::backward for F's node: torch::autograd::CppNode<ns::F>.
         function = reach.backwards[node.id]
         hops = _hops(index, reach.chain(node.id)[::-1], labels)
-        for name in _backward_names(runs, function):
+        for name in runs.autograd_node_names(function):
             names.append(name)
             chains.setdefault(name, (hops, ("backward", name[1], f"{node.path}:{node.line}")))
     return names, chains
-
-
-def _backward_names(runs: RecordedRuns, function: str) -> list[tuple[str, str]]:
-    """The record's names of the autograd node of C++ autograd function ``function``:
-    ``torch::autograd::CppNode<ns::F>``, F as the compiler demangles it (matched by its
-    last component: the index may qualify it differently)."""
-    last = function.rsplit("::", 1)[-1]
-    found = []
-    for kind, text in runs.record.names:
-        if kind != "backward" or "CppNode<" not in text or not text.endswith(">"):
-            continue
-        argument = text[text.index("CppNode<") + len("CppNode<") : -1]
-        if argument.rsplit("::", 1)[-1] == last:
-            found.append((kind, text))
-    return found
 
 
 def _unobservable(ops: list[Node], runs: RecordedRuns) -> bool:
@@ -342,16 +323,6 @@ def _unobservable(ops: list[Node], runs: RecordedRuns) -> bool:
         elif name in unobserved:
             return True
     return False
-
-
-def _same_binding(recorded: str, qualname: str) -> bool:
-    """'recext._C.fn' recorded, 'recext._C.fn' or '_C.fn' indexed: the same binding when
-    one is the other's dotted suffix."""
-    return (
-        recorded == qualname
-        or recorded.endswith("." + qualname)
-        or qualname.endswith("." + recorded)
-    )
 
 
 def _hops(index: Index, edges: list, labels: dict[int, Node]) -> list[Hop]:
