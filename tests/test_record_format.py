@@ -65,6 +65,17 @@ def test_merged_with_a_cpu_shard_no_test_is_known_not_to_use_cuda(tmp_path: Path
     assert RecordedRuns(merge([gpu, a_record()])).tests_using_device("cuda") is not None
 
 
+def test_merged_with_a_part_that_did_not_count_devices_no_test_is_known_not_to_use_cuda() -> None:
+    older = a_record()  # a GPU machine's part made before format 2: no device names
+    for segment in older.segments:
+        segment.names = {n for n in segment.names if older.names[n][0] != "device"}
+    del older.meta["mechanisms"]
+    assert RecordedRuns(merge([a_record(), older])).tests_using_device("cuda") is None
+    off = a_record()
+    off.meta["mechanisms"] = {"devices": "off: another allocator of higher priority holds it"}
+    assert RecordedRuns(merge([a_record(), off])).tests_using_device("cuda") is None
+
+
 def test_a_format_1_record_is_read_and_says_devices_are_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

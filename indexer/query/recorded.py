@@ -112,7 +112,9 @@ class RecordedRuns:
         meta = self.record.meta
         how = str((meta.get("mechanisms") or {}).get("devices", ""))
         everywhere = meta.get("devices_in_every_part", meta.get("devices", []))
-        if not how.startswith("allocations") or device not in everywhere:
+        # A merge says each part's way, "; "-joined: every part must have counted.
+        counted = all(way.startswith("allocations") for way in how.split("; "))
+        if not counted or device not in everywhere:
             return None
         return set(self.tests_executing([("device", device)]))
 

@@ -87,6 +87,9 @@ def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
     for m in metas:
         for key, how in (m.get("mechanisms") or {}).items():
             mechanisms.setdefault(key, set()).add(str(how))
+    for key, hows in mechanisms.items():
+        if any(key not in (m.get("mechanisms") or {}) for m in metas):
+            hows.add("unknown: a part does not say (an older record)")
     if mechanisms:
         meta["mechanisms"] = {key: "; ".join(sorted(hows)) for key, hows in mechanisms.items()}
     return meta
