@@ -207,3 +207,55 @@ def test_the_audit_refuses_a_dirty_tree(auditext: Path, capsys: pytest.CaptureFi
     (auditext / "auditext" / "text.py").write_text("x = 1\n")
     assert main(audit_args(auditext)) == 2
     assert "needs a clean git tree" in capsys.readouterr().err
+
+
+def test_the_audit_refuses_a_record_it_cannot_read(
+    auditext: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Without its record the selection would fall back to the static index: the audit
+    # would measure that under the record's name.
+    (auditext.parent / "junk.ttr").write_bytes(b"not a record")
+    for record in ("gone.ttr", "junk.ttr"):
+        assert main(audit_args(auditext, "--record", str(auditext.parent / record))) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"torchtalk: error: the record {auditext.parent / record}")
+        assert len(error.splitlines()) == 1
+    assert git(auditext, "status", "--porcelain") == ""
+
+
+@needs_compiler
+def test_a_suite_of_some_test_files_judges_only_the_files_it_runs(auditext: Path) -> None:
+    # The test command runs tests/test_native.py alone. A change to the import-time code
+    # of the package's __init__ reaches both test files (each imports auditext);
+    # test_text.py is not run, so it can be neither selected nor missed: counted apart.
+    from indexer.audit.compare import compare, run_selection
+    from indexer.audit.outcomes import run_command
+    from indexer.audit.report import markdown, totals
+
+    assert run_command(BUILD, auditext).ok
+    workspace = indexed(auditext)
+    suite = f"{sys.executable} -m pytest tests/test_native.py -q"
+    files = ["tests/test_native.py", "tests/test_text.py"]
+    baseline = run_suite(suite, auditext, files)
+    assert {test.split("::")[0] for test in baseline.results} == {"tests/test_native.py"}
+    init = auditext / "auditext" / "__init__.py"
+    init.write_text(init.read_text() + "\nclamp_add = scale_diff\n")
+    selection = run_selection(workspace)
+    assert set(files) <= set(selection.files)
+    outcomes = run_suite(suite, auditext, files)
+    comparison = compare(selection, outcomes, baseline, set())
+    assert comparison.failing_files == ["tests/test_native.py"]
+    assert comparison.selected_files == ["tests/test_native.py"]
+    assert comparison.outside_suite == ["tests/test_text.py"]
+    assert comparison.missed_files == [] and comparison.missed_tests == []
+    result = {**comparison.to_dict(), "id": "m001", "status": "caught", "control": False}
+    result.update(suite_seconds=0.0, seconds_saved=0.0)
+    figures = totals([result])
+    assert figures["precision_files"] == 1.0 and figures["naming_files_outside_suite"] == ["m001"]
+    report = {
+        "source": str(auditext), "head": "0" * 40, "harness": "torch-extension",
+        "config": {"seed": 0, "mutations": 1, "build": BUILD, "test": suite},
+        "baseline": {"results": baseline.results}, "totals": figures, "results": [],
+    }  # fmt: skip
+    assert "suite: 3 tests in 1 files" in markdown(report)
+    assert "1 selections also name test files it does not run" in markdown(report)

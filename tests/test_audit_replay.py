@@ -125,3 +125,28 @@ def test_a_replay_switches_precise_mode_on_and_off(
         assert report["totals"]["measured"] == original["totals"]["measured"]
         assert report["totals"]["safety_files"] == 1.0
     assert "precise mode on" in on.with_suffix(".md").read_text()
+
+
+def test_a_replay_without_the_record_selects_with_the_static_index_alone(
+    audited: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
+    repo, original_path = audited
+    original = json.loads(original_path.read_text())
+    # The same report as if its audit had selected with a record, one no longer on disk:
+    # the replay reads the report's record unless told not to.
+    missing = original_path.parent / "gone.ttr"
+    with_record = original_path.parent / "with-record.json"
+    with_record.write_text(
+        json.dumps({**original, "config": {**original["config"], "record": str(missing)}})
+    )
+    args = ["audit", "--source", str(repo), "--replay", str(with_record), "--report"]
+    assert main([*args, str(original_path.parent / "r1.json")]) != 0
+    assert str(missing) in capsys.readouterr().err
+    static = original_path.parent / "static.json"
+    assert main([*args, str(static), "--no-record"]) == 0
+    replay = json.loads(static.read_text())
+    assert replay["config"]["record"] is None
+    for figure in SELECTION_FIGURES:
+        assert replay["totals"][figure] == original["totals"][figure], figure
+    assert "no record: the static index alone" in static.with_suffix(".md").read_text()
+    assert git(repo, "status", "--porcelain") == ""

@@ -77,7 +77,7 @@ def main() -> int:
     record = Path(config["record"]) if config.get("record") else None
     baseline = Outcomes(report["baseline"]["results"], report["baseline"]["seconds"])
     excluded = set(report["baseline"]["excluded"])
-    tests = audit._test_files()
+    audit._index().close()  # builds the index when there is none
     chosen = [r for r in report["results"] if (r["id"] in args.ids if args.ids else interesting(r))]
     for result in chosen:
         mutation = Mutation(**{name: result[name] for name in MUTATION_FIELDS})
@@ -89,7 +89,7 @@ def main() -> int:
             audit.journal.restore_all()
         failing = set(result["failing_tests"])
         recorded = Outcomes({**baseline.results, **{t: "failed" for t in failing}})
-        comparison = compare(selection, recorded, baseline, excluded, tests)
+        comparison = compare(selection, recorded, baseline, excluded)
         print(
             f"{result['id']} {result['status']} {mutation.path}:{mutation.line} "
             f"{result['kind']}: failing files {result['failing_files']}, "

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.audit.outcomes import COLLECTION, CRASH, Outcomes
+from indexer.errors import UsageError
+from indexer.query.recorded import RecordedRuns
+from indexer.record.storage import RecordError
 from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
@@ -24,11 +27,21 @@ def run_selection(workspace: Workspace, record: Path | None = None) -> Selection
     return select_tests(workspace, "HEAD", record=record if record is not None else False)
 
 
+def require_record(path: Path) -> None:
+    """A UsageError (one line) unless ``path`` is a record the selection can read. The
+    selection falls back to the static index without one, saying so; an audit of the
+    selection with a record would then measure the other thing under its name."""
+    try:
+        RecordedRuns.cached(path)
+    except (RecordError, OSError) as error:
+        raise UsageError(f"the record {path} cannot be read: {error}") from None
+
+
 @dataclass
 class Comparison:
     failing_tests: list[str]
     failing_files: list[str]
-    selected_files: list[str]  # every test file when the selection runs everything
+    selected_files: list[str]  # of the suite's files; all of them when it runs everything
     missed_tests: list[str]
     missed_files: list[str]
     run_everything: list[str]  # the selection's reasons; [] when selective
@@ -36,6 +49,7 @@ class Comparison:
     tests_selected: int  # of the suite's tests, the items the selection keeps
     seconds_saved: float  # baseline time of the tests the selection skips
     entities: list[str] = field(default_factory=list)
+    outside_suite: list[str] = field(default_factory=list)  # selected, not run by the suite
 
     @property
     def caught(self) -> bool:
@@ -57,6 +71,7 @@ class Comparison:
             "tests_selected": self.tests_selected,
             "seconds_saved": round(self.seconds_saved, 3),
             "entities": self.entities,
+            "outside_suite": self.outside_suite,
         }
 
 
@@ -72,19 +87,21 @@ def compare(
     outcomes: Outcomes,
     baseline: Outcomes,
     excluded: set[str],
-    test_files: list[str],
 ) -> Comparison:
     matcher = ItemMatcher(selection)
     failing = sorted(outcomes.failing() - excluded)
     failing_files = sorted({Outcomes.file_of(test) for test in failing})
     kept = [test for test in baseline.results if keeps(matcher, test)]
+    # The suite is what the test command ran: a file it does not run (outside a
+    # `pytest test/a.py test/b.py` suite, or without a test) can be neither missed nor
+    # judged, so it is counted apart, not as selected.
+    suite = {Outcomes.file_of(test) for test in baseline.results}
+    outside = sorted(path for path in selection.files if path not in suite)
     if selection.run_everything:
-        selected_files = list(test_files)
+        selected_files = sorted(suite)
     else:
         # A file runs when one of its tests is kept: a file the static walk names whose
-        # every test a record decides against runs nothing. Files the suite's baseline
-        # does not hold (new ones) count as the selection names them.
-        known = {Outcomes.file_of(test) for test in baseline.results}
+        # every test a record decides against runs nothing.
         running = {Outcomes.file_of(test) for test in kept}
         # pytest --torchtalk-affected collects every file the selection lists (its
         # pytest_ignore_collect rules out only the others), so a listed file that fails to
@@ -94,9 +111,7 @@ def compare(
             for test in failing
             if test.split("::")[1:] == [COLLECTION] and keeps(matcher, test)
         }
-        selected_files = sorted(
-            running | collected | {path for path in selection.files if path not in known}
-        )
+        selected_files = sorted(running | collected)
     missed_tests = [test for test in failing if not keeps(matcher, test)]
     missed_files = sorted(set(failing_files) - set(selected_files))
     skipped_time = sum(
@@ -113,4 +128,5 @@ def compare(
         len(kept),
         skipped_time,
         [entity.label for entity in selection.entities],
+        outside,
     )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from indexer.audit.compare import compare, run_selection
+from indexer.audit.compare import compare, require_record, run_selection
 from indexer.audit.journal import write_atomic
 from indexer.audit.mutation import Mutation, rewrite
 from indexer.audit.outcomes import Outcomes
@@ -65,7 +65,10 @@ class Replay:
         report_path: Path,
         out: Path | None = None,
         progress: Callable[[str], None] | None = None,
+        use_record: bool = True,
     ) -> None:
+        """``use_record=False`` selects with the static index alone where REPORT's audit
+        had a record: the record's part of the selection, measured on the same failures."""
         self.original_path = report_path.resolve()
         self.original = load_report(self.original_path)
         config = self.original["config"]
@@ -76,7 +79,7 @@ class Replay:
         if self.report_path == self.original_path:
             raise UsageError(f"--report {out} would overwrite the report being replayed")
         self.progress = progress or (lambda line: None)
-        record = config.get("record")
+        record = config.get("record") if use_record else None
         self.record = Path(record) if record else None
 
     def run(self) -> dict:
@@ -89,13 +92,15 @@ class Replay:
         if repaired:
             self.progress(f"restored what an interrupted audit left mutated: {', '.join(repaired)}")
         audit.require_clean()
+        if self.record is not None:
+            require_record(self.record)
         head = _git(audit.source, "rev-parse", "HEAD")
         if self.original["head"] != head:
             raise UsageError(
                 f"{self.original_path} audited HEAD {self.original['head'][:12]}, "
                 f"not this tree's {head[:12]}: check that commit out to replay it"
             )
-        tests = audit._test_files()  # builds the index when there is none
+        audit._index().close()  # builds the index when there is none
         baseline = Outcomes(
             self.original["baseline"]["results"], self.original["baseline"]["seconds"]
         )
@@ -105,7 +110,11 @@ class Replay:
             "replay_of": str(self.original_path),
             "replayed_at": _now(),
             "precise": _precise_summary(precise_mode(self.workspace)),
-            "config": {**self.original["config"], "report": str(self.report_path)},
+            "config": {
+                **self.original["config"],
+                "report": str(self.report_path),
+                "record": str(self.record) if self.record else None,
+            },
             "results": [],
         }
         started = time.monotonic()
@@ -116,9 +125,7 @@ class Replay:
                     continue
                 mutation = Mutation(**{name: original[name] for name in MUTATION_FIELDS})
                 self.progress(f"[{position}/{len(self.original['results'])}] {mutation.describe()}")
-                report["results"].append(
-                    self._replay_one(mutation, original, tests, baseline, excluded)
-                )
+                report["results"].append(self._replay_one(mutation, original, baseline, excluded))
         except KeyboardInterrupt:
             report["stopped"] = "interrupted"
             raise
@@ -136,7 +143,6 @@ class Replay:
         self,
         mutation: Mutation,
         original: dict,
-        tests: list[str],
         baseline: Outcomes,
         excluded: set[str],
     ) -> dict:
@@ -152,7 +158,7 @@ class Replay:
         recorded = Outcomes(
             {**baseline.results, **{test: "failed" for test in original["failing_tests"]}}
         )
-        comparison = compare(selection, recorded, baseline, excluded, tests)
+        comparison = compare(selection, recorded, baseline, excluded)
         result = {**original, **comparison.to_dict()}
         result["failing_tests"] = original["failing_tests"]
         result["failing_files"] = original["failing_files"]

@@ -30,6 +30,7 @@ def totals(results: list[dict]) -> dict:
         r["suite_seconds"] for r in results if r["status"] in ("caught", "uncaught")
     )
     saved = sum(r["seconds_saved"] for r in results if r["status"] in ("caught", "uncaught"))
+    uncaught = [r for r in results if r["status"] == "uncaught" and not r["control"]]
     by_status: dict[str, int] = {}
     for result in results:
         by_status[result["status"]] = by_status.get(result["status"], 0) + 1
@@ -52,7 +53,11 @@ def totals(results: list[dict]) -> dict:
         "run_everything_reasons": sorted(
             {reason for r in everything for reason in r["run_everything"]}
         ),
-        "uncaught": [r["id"] for r in results if r["status"] == "uncaught" and not r["control"]],
+        "uncaught": [r["id"] for r in uncaught],
+        # What the selection costs in tests run: caught, and where nothing fails.
+        "tests_kept": sum(r["tests_selected"] for r in measured),
+        "tests_kept_uncaught": sum(r["tests_selected"] for r in uncaught),
+        "naming_files_outside_suite": [r["id"] for r in results if r.get("outside_suite")],
         "controls": len(controls),
         "controls_failing_or_selecting": [
             r["id"] for r in controls if r.get("failing_tests") or r.get("selected_files")
@@ -79,10 +84,26 @@ def _replay_note(report: dict) -> list[str]:
     precise = report.get("precise") or {}
     mode = precise.get("mode", "off")
     how = precise.get("database") if mode == "on" else precise.get("reason")
+    record = report["config"].get("record")
     return [
         f"Replay of {report['replay_of']}: the selection run again on its mutations, the "
-        f"failures as it recorded them (no build, no suite); precise mode {mode} ({how})"
+        f"failures as it recorded them (no build, no suite); precise mode {mode} ({how}); "
+        + (f"record {record}" if record else "no record: the static index alone")
     ]
+
+
+def _suite_note(report: dict) -> list[str]:
+    """The suite the figures are of, and the selections that named files beyond it."""
+    results = (report.get("baseline") or {}).get("results") or {}
+    files = {test.split("::", 1)[0] for test in results}
+    line = f"suite: {len(results)} tests in {len(files)} files, as the test command ran them"
+    outside = (report.get("totals") or {}).get("naming_files_outside_suite") or []
+    if outside:
+        line += (
+            f"; {len(outside)} selections also name test files it does not run "
+            "(counted apart: `outside_suite`, neither selected nor missed)"
+        )
+    return [line]
 
 
 def markdown(report: dict) -> str:
@@ -95,6 +116,7 @@ def markdown(report: dict) -> str:
         f"{t['mutations']} of {config['mutations']} planned mutations run"
         + (f" (stopped: {report['stopped']})" if report.get("stopped") else ""),
         f"build: `{config['build']}`; tests: `{config['test']}`",
+        *_suite_note(report),
         *_replay_note(report),
         "",
         "| figure | value |",
@@ -108,6 +130,8 @@ def markdown(report: dict) -> str:
         f"| precision, selected / failing test files | {t['precision_files']} |",
         f"| median selected / failing test files | {t['median_selected_per_failing_files']} |",
         f"| run everything (measured) | {t['run_everything']} |",
+        f"| tests kept, caught / uncaught mutations | {t.get('tests_kept', 'n/a')} / "
+        f"{t.get('tests_kept_uncaught', 'n/a')} |",
         f"| mutations nothing catches | {len(t['uncaught'])} |",
         f"| controls failing or selecting | {len(t['controls_failing_or_selecting'])} of {t['controls']} |",
         f"| test time selection would have saved | {t['seconds_selection_would_save']} s of "

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from indexer.audit.compare import compare, run_selection
+from indexer.audit.compare import compare, require_record, run_selection
 from indexer.audit.journal import Journal, write_atomic
 from indexer.audit.mutation import Mutation, mutation_sites, plan, rewrite
 from indexer.audit.outcomes import Outcomes, run_command, run_suite
@@ -164,6 +164,8 @@ class Audit:
         if repaired:
             self.progress(f"restored what an interrupted audit left mutated: {', '.join(repaired)}")
         self.require_clean()
+        if self.options.record is not None:
+            require_record(self.options.record)
         self.head = _git(self.source, "rev-parse", "HEAD")
         tests = self._test_files()
         if not tests:
@@ -297,7 +299,7 @@ class Audit:
             selection = run_selection(self.workspace, self.options.record)
             timeout = max(600.0, 10 * sum(baseline.seconds.values()))
             outcomes = run_suite(self.options.test, self.source, tests, timeout)
-            comparison = compare(selection, outcomes, baseline, excluded, tests)
+            comparison = compare(selection, outcomes, baseline, excluded)
             result.update(comparison.to_dict())
             result["status"] = "caught" if comparison.caught else "uncaught"
             result["suite_seconds"] = round(sum(baseline.seconds.values()), 2)

@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --replay: select over the fast graph alone (TORCHTALK_PRECISE=off)",
     )
     parser.add_argument(
+        "--no-record",
+        action="store_true",
+        help="with --replay: select with the static index alone, not with the report's record",
+    )
+    parser.add_argument(
         "--compile-commands",
         type=Path,
         metavar="PATH",
@@ -98,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
         return _replay(args)
     if not args.build or not args.test:
         raise UsageError("--build and --test are required (or --replay REPORT)")
-    if args.precise or args.no_precise or args.compile_commands:
-        raise UsageError("--precise, --no-precise and --compile-commands go with --replay")
+    if args.precise or args.no_precise or args.compile_commands or args.no_record:
+        raise UsageError(
+            "--precise, --no-precise, --compile-commands and --no-record go with --replay"
+        )
     if args.mutations < 1 or args.baseline_runs < 1:
         raise UsageError("--mutations and --baseline-runs must be at least 1")
     workspace = Workspace.resolve(args.source or ".", args.harness)
@@ -144,7 +151,9 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         if args.precise or args.no_precise:
             _index_in_mode(workspace, "on" if args.precise else "off", args.compile_commands)
-        replay = Replay(workspace, args.replay, args.report, tty_progress)
+        replay = Replay(
+            workspace, args.replay, args.report, tty_progress, use_record=not args.no_record
+        )
         report = replay.run()
     finally:
         if previous is None:
