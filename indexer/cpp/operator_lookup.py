@@ -40,7 +40,8 @@ CALLABLE = frozenset(
 
 
 class OperatorIndex:
-    """The free operator definitions of a symbol table, by operator name (built once)."""
+    """The free operator definitions of a symbol table, by operator name (built once per
+    table, on its first operator ref: ``CppSymbols.operators``)."""
 
     def __init__(self, index: CppSymbols) -> None:
         self.index = index
@@ -49,14 +50,6 @@ class OperatorIndex:
         self.specializations = {
             "".join(value.split()) for value in index.specialization.values() if value
         }
-
-    @classmethod
-    def of(cls, index: CppSymbols) -> OperatorIndex:
-        found = getattr(index, "_operators", None)
-        if found is None:
-            found = cls(index)
-            index._operators = found  # type: ignore[attr-defined]
-        return found
 
     def free(self, name: str) -> list[tuple[int, tuple[str, ...], str]]:
         """(node, its namespace, its signature) of each non-member ``name`` in the tree."""
@@ -128,7 +121,7 @@ def operator_targets(
         return []
     names = "|".join(map(re.escape, sorted(class_names)))
     mentions = re.compile(r"\b(?:" + names + r")\b(?:\s*<((?:[^<>]|<[^<>]*>)*)>)?")
-    operators = OperatorIndex.of(index)
+    operators = index.operators
     free: list[int] = []
     exact: list[int] = []
     for node_id, namespace, signature in operators.free(name):

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from functools import cached_property
 
 from indexer.cpp.aten_api import AtenOps
 from indexer.cpp.macros import STRUCTURED
 from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified
-from indexer.cpp.operator_lookup import operator_targets
+from indexer.cpp.operator_lookup import OperatorIndex, operator_targets
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 from indexer.paths import is_header
@@ -130,6 +131,10 @@ class CppSymbols:
             index = cls(symbols)
             symbols._cpp_symbols = index  # type: ignore[attr-defined]
         return index
+
+    @cached_property
+    def operators(self) -> OperatorIndex:
+        return OperatorIndex(self)
 
     def _visible(self, ids: list[int], file_id: int, want: frozenset[str]) -> list[int]:
         kind = self.kind
