@@ -41,18 +41,24 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return repo, report
 
 
+def variant(report_path: Path, name: str, **fields: object) -> Path:
+    """A copy of the report beside it, with ``fields`` in place of its own."""
+    copy = report_path.parent / name
+    copy.write_text(json.dumps({**json.loads(report_path.read_text()), **fields}))
+    return copy
+
+
 def test_a_replay_gives_the_audits_selection_figures_and_restores_the_tree(
     audited: tuple[Path, Path], capsys: pytest.CaptureFixture
 ) -> None:
     repo, original_path = audited
     original = json.loads(original_path.read_text())
     # The copy replayed has its selection blanked: the replay must select again.
-    blanked = original_path.parent / "blanked.json"
     blanked_results = [
         {**r, "selected_files": [], "missed_tests": [], "tests_selected": 0}
         for r in original["results"]
     ]
-    blanked.write_text(json.dumps({**original, "results": blanked_results}))
+    blanked = variant(original_path, "blanked.json", results=blanked_results)
     before = tracked_bytes(repo)
     replay_path = original_path.parent / "replay.json"
     args = ["audit", "--source", str(repo), "--replay", str(blanked)]
@@ -78,10 +84,7 @@ def test_a_replay_of_another_head_is_refused(
     audited: tuple[Path, Path], capsys: pytest.CaptureFixture
 ) -> None:
     repo, original_path = audited
-    other = original_path.parent / "other-head.json"
-    report = json.loads(original_path.read_text())
-    report["head"] = "0" * 40
-    other.write_text(json.dumps(report))
+    other = variant(original_path, "other-head.json", head="0" * 40)
     before = tracked_bytes(repo)
     assert main(["audit", "--source", str(repo), "--replay", str(other)]) == 2
     error = capsys.readouterr().err.strip()
@@ -135,10 +138,8 @@ def test_a_replay_without_the_record_selects_with_the_static_index_alone(
     # The same report as if its audit had selected with a record, one no longer on disk:
     # the replay reads the report's record unless told not to.
     missing = original_path.parent / "gone.ttr"
-    with_record = original_path.parent / "with-record.json"
-    with_record.write_text(
-        json.dumps({**original, "config": {**original["config"], "record": str(missing)}})
-    )
+    config = {**original["config"], "record": str(missing)}
+    with_record = variant(original_path, "with-record.json", config=config)
     args = ["audit", "--source", str(repo), "--replay", str(with_record), "--report"]
     assert main([*args, str(original_path.parent / "r1.json")]) != 0
     assert str(missing) in capsys.readouterr().err
