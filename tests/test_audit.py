@@ -107,6 +107,23 @@ def test_operators_rewrite_code_not_templates_or_declarations() -> None:
     assert not compiles(argument, "        pass") and compiles(argument, "        a=2,")
 
 
+def test_controls_go_on_lines_without_a_comment() -> None:
+    # A trailing space after `# type: ignore[x]` makes it a type line to TorchScript
+    # (torch.jit.annotations.get_type_line), so the selection rightly calls it code; a
+    # control there would not be neutral. Found by the audit of PyTorch's Python.
+    from indexer.audit.mutation import _body_sites
+
+    text = (
+        "def f(x):\n    y = g(x)  # type: ignore[attr-defined]\n"
+        "    z = y + 1  # a note\n    return z\n"
+    )
+    sites = _body_sites("m.py", text, [(1, 4, "f")])
+    assert {site.line for site in sites} >= {2, 3, 4}
+    controls = plan(sites, 3, seed=0, controls=3)
+    assert controls and {m.line for m in controls} == {4}
+    assert all(m.control for m in controls)
+
+
 def test_journal_restores_what_a_killed_run_left(tmp_path: Path) -> None:
     source = tmp_path / "tree"
     source.mkdir()

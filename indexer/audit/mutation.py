@@ -331,6 +331,10 @@ def plan(sites: list[Site], count: int, seed: int, controls: int | None = None) 
             continue
         slot = control_slots.get(len(mutations))
         if slot is not None:
+            if site.code != site.text.rstrip():
+                # Either control would rewrite the line's comment, and a comment may be
+                # read: `# type: ignore[x]` is TorchScript's pragma only at the line end.
+                continue
             kind = CONTROL_KINDS[slot % len(CONTROL_KINDS)]
             new = control(kind, site.text, site.language)
         else:
