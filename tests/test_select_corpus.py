@@ -170,6 +170,31 @@ def test_custom_class_registration_change_reaches_the_python_tests_loading_it(
     assert selection.run_everything or users & set(selection.files), selection.notes
 
 
+@pytest.mark.xdist_group("pytorch-clone")
+def test_a_torch_function_re_exported_by_functorch_reaches_its_tests(pytorch, monkeypatch):
+    """test/functorch/test_minifier.py imports ``minifier`` from functorch.compile, which
+    re-exports torch._functorch.fx_minifier's: the wheel's functorch package is the tree's
+    functorch/. With torch/ alone indexed, nothing reached the function and the audit of
+    PyTorch's Python ran everything for it."""
+    source = pytorch[0]
+    importers = {
+        path.relative_to(source).as_posix()
+        for path in (source / "test").rglob("test_*.py")
+        if re.search(r"^from functorch\.compile import .*\bminifier\b",
+                     path.read_text(encoding="utf-8", errors="replace"), re.M)
+    }  # fmt: skip
+    assert "test/functorch/test_minifier.py" in importers
+    with edited(
+        source,
+        "torch/_functorch/fx_minifier.py",
+        "    assert isinstance(inps, (tuple, list))\n",
+        "    assert isinstance(inps, (tuple, list)), inps\n",
+    ):
+        selection = _select(pytorch, monkeypatch)
+    assert not selection.run_everything, selection.everything
+    assert importers <= set(selection.files)
+
+
 def _calls_rms_norm(text: str) -> bool:
     if re.search(r"torch\.ops\._C\.rms_norm\b|_custom_ops\.rms_norm\b", text):
         return True
