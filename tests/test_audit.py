@@ -240,6 +240,29 @@ def test_the_audit_refuses_a_record_it_cannot_read(
     assert git(auditext, "status", "--porcelain") == ""
 
 
+def test_the_audit_rebuilds_an_index_that_needs_a_full_build(auditext: Path) -> None:
+    # An index of another manifest cannot be updated in place, so every selection would
+    # run everything and every figure of the audit would be void: it is rebuilt first.
+    from indexer.audit.run import Audit, AuditOptions
+    from indexer.update import full_build_reason
+
+    indexed(auditext)
+    (auditext / ".torchtalk.toml").write_text(
+        '[harness]\nextends = "torch-extension"\n\n[tests]\nutility_dirs = ["tests/helpers"]\n'
+    )
+    git(auditext, "add", ".torchtalk.toml")
+    git(auditext, "commit", "-qm", "manifest")
+    workspace = Workspace.resolve(auditext)
+    assert full_build_reason(workspace, workspace.db_path) is not None
+    lines: list[str] = []
+    audit = Audit(workspace, AuditOptions(build=BUILD, test=TEST), progress=lines.append)
+    audit._index().close()
+    assert full_build_reason(workspace, workspace.db_path) is None
+    assert lines == [
+        f"building the index of {auditext}: the harness manifest changed since the index was built"
+    ]
+
+
 @needs_compiler
 def test_a_suite_of_some_test_files_judges_only_the_files_it_runs(auditext: Path) -> None:
     # The test command runs tests/test_native.py alone. A change to the import-time code

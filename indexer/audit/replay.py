@@ -100,7 +100,7 @@ class Replay:
                 f"{self.original_path} audited HEAD {self.original['head'][:12]}, "
                 f"not this tree's {head[:12]}: check that commit out to replay it"
             )
-        audit._index().close()  # builds the index when there is none
+        audit._index().close()  # builds the index when it cannot be updated in place
         baseline = Outcomes(
             self.original["baseline"]["results"], self.original["baseline"]["seconds"]
         )

@@ -124,10 +124,18 @@ class Audit:
             index.close()
 
     def _index(self) -> Index:
-        if not self.workspace.db_path.exists():
+        """The tree's index, built first when there is none or it cannot be updated.
+
+        A selection against an index that needs a full build (another manifest, another
+        schema) runs everything, so every measurement of the audit would be void.
+        """
+        from indexer.update import full_build_reason
+
+        reason = full_build_reason(self.workspace, self.workspace.db_path)
+        if reason is not None:
             from indexer.build import build_index
 
-            self.progress(f"building the index of {self.source}")
+            self.progress(f"building the index of {self.source}: {reason}")
             build_index(self.workspace, show_progress=False)
         return Index(self.workspace.db_path)
 
