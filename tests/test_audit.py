@@ -16,10 +16,19 @@ from pathlib import Path
 import pytest
 
 from indexer.audit.journal import Journal, digest
-from indexer.audit.mutation import SEMANTIC, Site, compiles, mutation_sites, plan, rewrite
+from indexer.audit.mutation import (
+    SEMANTIC,
+    Site,
+    compiles,
+    mutation_sites,
+    path_filter,
+    plan,
+    rewrite,
+)
 from indexer.audit.outcomes import run_suite
 from indexer.audit.run import STATE_DIR, mutable
 from indexer.build import build_index
+from indexer.errors import UsageError
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import main
@@ -85,6 +94,27 @@ def test_plan_places_one_line_mutations_in_function_bodies_and_headers(auditext:
             (a, b) for a, b in zip(before.split(b"\n"), after.split(b"\n"), strict=True) if a != b
         ]
         assert len(changed) == 1, mutation
+
+
+def test_paths_with_a_line_range_place_mutations_on_those_lines_only(auditext: Path) -> None:
+    workspace = indexed(auditext)
+    index = Index(workspace.db_path)
+    editable = lambda path: not mutable(path, workspace.manifest)  # noqa: E731
+    try:
+        # scaled_difference's body, and one line of auditext/text.py
+        ranged = mutation_sites(
+            auditext, index, ["csrc/ops.c*:12-16", "auditext/text.py:3"], editable
+        )
+        whole_file = mutation_sites(auditext, index, ["csrc/ops.cpp"], editable)
+    finally:
+        index.close()
+    in_range = {(s.path, s.line) for s in whole_file if 12 <= s.line <= 16}
+    assert in_range and {(s.path, s.line) for s in ranged if s.path == "csrc/ops.cpp"} == in_range
+    assert {s.scope for s in ranged if s.path == "csrc/ops.cpp"} == {"scaled_difference"}
+    assert [s.line for s in ranged if s.path == "auditext/text.py"] == [3]
+    assert {s.path for s in ranged} == {"csrc/ops.cpp", "auditext/text.py"}
+    with pytest.raises(UsageError, match="ends before it starts"):
+        path_filter(["csrc/ops.cpp:16-12"])
 
 
 def test_operators_rewrite_code_not_templates_or_declarations() -> None:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from indexer.errors import UsageError
 from indexer.query.index import Index
 
 FUNCTION_KINDS = ("cpp_function", "cuda_kernel", "python_function")
@@ -248,12 +249,46 @@ def _header_sites(path: str, text: str, inside: set[int]) -> list[Site]:
     return sites
 
 
+_LINE_RANGE = re.compile(r"^(?P<glob>.+):(?P<first>\d+)(?:-(?P<last>\d+))?$")
+
+
+def path_filter(paths: Iterable[str]) -> Callable[[str, int | None], bool]:
+    """What ``--paths`` admits: a glob, or ``GLOB:FIRST-LAST`` (``GLOB:LINE``) for those
+    lines only, so one function can be audited without paying for its file's other lines
+    (a header's mutation rebuilds every includer). Called with line None: whether any of
+    the file may be mutated."""
+    specs: list[tuple[str, int, int]] = []
+    for spec in paths:
+        match = _LINE_RANGE.match(spec)
+        if match is None:
+            specs.append((spec, 1, 0))
+        else:
+            first = int(match["first"])
+            last = int(match["last"] or first)
+            if last < first:
+                raise UsageError(f"--paths {spec}: the line range ends before it starts")
+            specs.append((match["glob"], first, last))
+
+    def admits(path: str, line: int | None) -> bool:
+        if not specs:
+            return True
+        for glob, first, last in specs:
+            if not fnmatch(path, glob):
+                continue
+            if last == 0 or line is None or first <= line <= last:
+                return True
+        return False
+
+    return admits
+
+
 def mutation_sites(
     source: Path, index: Index, paths: Iterable[str], excluded: Callable[[str], bool]
 ) -> list[Site]:
     """Every line of the index's functions (and header-level lines) in files not
-    ``excluded`` under the ``paths`` globs (all indexed code when empty)."""
-    globs = list(paths)
+    ``excluded`` under the ``paths`` globs (all indexed code when empty); a glob with a
+    ``:FIRST-LAST`` suffix admits those lines of its files only."""
+    admits = path_filter(paths)
     rows = index.conn.execute(
         "SELECT f.path, n.kind, n.qualname, n.line, n.end_line FROM nodes n"
         " JOIN files f ON f.id = n.file_id WHERE f.language IN ('cpp', 'cuda', 'python')"
@@ -261,7 +296,7 @@ def mutation_sites(
     ).fetchall()
     by_file: dict[str, list[tuple[int, int, str]]] = {}
     for path, kind, qualname, line, end_line in rows:
-        if excluded(path) or (globs and not any(fnmatch(path, g) for g in globs)):
+        if excluded(path) or not admits(path, None):
             continue
         entries = by_file.setdefault(path, [])
         if kind in FUNCTION_KINDS and end_line > line:
@@ -272,10 +307,11 @@ def mutation_sites(
         if not file.is_file():
             continue
         text = file.read_text(encoding="utf-8", errors="surrogateescape")
-        sites += _body_sites(path, text, functions)
+        found = _body_sites(path, text, functions)
         if path.endswith(HEADER_SUFFIXES):
             inside = {n for start, end, _ in functions for n in range(start, end + 1)}
-            sites += _header_sites(path, text, inside)
+            found += _header_sites(path, text, inside)
+        sites += [site for site in found if admits(path, site.line)]
     return sites
 
 

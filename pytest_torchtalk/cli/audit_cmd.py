@@ -62,8 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--paths",
         nargs="+",
         default=[],
-        metavar="GLOB",
-        help="mutate only files matching these globs",
+        metavar="GLOB[:LINES]",
+        help="mutate only files matching these globs; GLOB:FIRST-LAST (or GLOB:LINE) only "
+        "those lines of them",
     )
     parser.add_argument(
         "--budget", type=float, metavar="MINUTES", help="start no mutation after this many minutes"
