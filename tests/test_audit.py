@@ -223,6 +223,20 @@ def test_audit_measures_the_selection_and_restores_the_tree(
 
 
 @needs_compiler
+def test_a_plan_short_of_the_mutations_asked_says_why(
+    auditext: Path, capsys: pytest.CaptureFixture
+) -> None:
+    report_path = auditext.parent / "report.json"
+    args = ["--paths", "auditext/text.py:3", "--mutations", "4", "--baseline-runs", "1"]
+    assert main(audit_args(auditext, *args, "--report", str(report_path))) == 0
+    report = json.loads(report_path.read_text())
+    assert len(report["plan"]) == 1 and report["plan"][0]["line"] == 3
+    said = "1 of 1 planned mutations run (4 asked: no more lines under --paths take a mutation)"
+    assert said in capsys.readouterr().out
+    assert said in report_path.with_suffix(".md").read_text()
+
+
+@needs_compiler
 def test_a_killed_audit_is_repaired_and_resumed(auditext: Path) -> None:
     before = tracked_bytes(auditext)
     journal = auditext / ".git" / STATE_DIR / "journal.json"

@@ -106,6 +106,18 @@ def _suite_note(report: dict) -> list[str]:
     return [line]
 
 
+def _planned(report: dict) -> str:
+    """The plan's size, and why when it is short of ``--mutations``."""
+    asked = report["config"]["mutations"]
+    planned = len(report.get("plan") or []) or asked
+    if planned >= asked:
+        return f"{planned} planned mutations run"
+    return (
+        f"{planned} planned mutations run ({asked} asked: no more lines under --paths "
+        "take a mutation)"
+    )
+
+
 def markdown(report: dict) -> str:
     t = report["totals"]
     config = report["config"]
@@ -113,7 +125,7 @@ def markdown(report: dict) -> str:
         f"# torchtalk audit of {report['source']}",
         "",
         f"HEAD {report['head'][:12]}, harness {report['harness']}, seed {config['seed']}, "
-        f"{t['mutations']} of {config['mutations']} planned mutations run"
+        f"{t['mutations']} of {_planned(report)}"
         + (f" (stopped: {report['stopped']})" if report.get("stopped") else ""),
         f"build: `{config['build']}`; tests: `{config['test']}`",
         *_suite_note(report),

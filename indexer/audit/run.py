@@ -186,6 +186,11 @@ class Audit:
             self._save(report)
         if report["plan"] is None:
             report["plan"] = [m.to_dict() for m in self._plan()]
+            if len(report["plan"]) < self.options.mutations:
+                self.progress(
+                    f"planned {len(report['plan'])} of {self.options.mutations} mutations: "
+                    "no more lines under --paths take one"
+                )
             self._save(report)
         baseline = Outcomes(report["baseline"]["results"], report["baseline"]["seconds"])
         excluded = set(report["baseline"]["excluded"])
