@@ -9,6 +9,7 @@ into place, and then its directory is synced.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 
@@ -33,6 +34,27 @@ def replace(source: Path, target: Path) -> None:
     fsync_directory(target.parent)
     if Path(source).parent != target.parent:
         fsync_directory(Path(source).parent)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: a private file in its directory, synced, renamed.
+    An existing file keeps its permission bits; a new one gets the umask's, as ``open``
+    would give it (a report is read by whoever reads the CI's artifacts)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
+    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_problem(path: Path) -> str | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -281,7 +280,7 @@ class AffectedSelection:
         if self.report_path is not None:
             text = json.dumps(selection_to_dict(self.selection, counts), indent=2)
             try:
-                _write_atomic(self.report_path, text)
+                durable.write_atomic(self.report_path, (text + "\n").encode("utf-8"))
             except OSError as exc:  # checked at start; the disk may fill meanwhile
                 reporter = self.config.get_terminal_writer()
                 reporter.line(f"torchtalk: cannot write the report {self.report_path}: {exc}")
@@ -338,15 +337,3 @@ class AffectedSelection:
             terminalreporter.write_line(
                 "every test was ruled out or deselected on evidence: exit status 0, not 5"
             )
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

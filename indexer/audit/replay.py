@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from indexer.audit.compare import compare, require_record, run_selection
-from indexer.audit.journal import write_atomic
 from indexer.audit.mutation import Mutation, rewrite
 from indexer.audit.outcomes import Outcomes
 from indexer.audit.report import SCHEMA, markdown, totals
 from indexer.audit.run import Audit, AuditOptions, _git, _now, sigterm_restores
+from indexer.durable import write_atomic
 from indexer.errors import UsageError
 from indexer.query.index import Index
 from indexer.select.staleness import try_update

@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from indexer.audit.compare import compare, require_record, run_selection
-from indexer.audit.journal import Journal, write_atomic
+from indexer.audit.journal import Journal
 from indexer.audit.mutation import Mutation, mutation_sites, plan, rewrite
 from indexer.audit.outcomes import Outcomes, run_command, run_suite
 from indexer.audit.report import SCHEMA, markdown, totals
+from indexer.durable import write_atomic
 from indexer.errors import UsageError
 from indexer.paths import under_any
 from indexer.query.index import Index
