@@ -26,9 +26,9 @@ class Refresh:
     updated: UpdateResult | None = None
 
 
-def rebuild_reason(workspace: Workspace) -> str | None:
+def rebuild_reason(workspace: Workspace, compile_commands: Path | None = None) -> str | None:
     """Why the index must be built again rather than updated, or None."""
-    reason = full_build_reason(workspace, workspace.db_path)
+    reason = full_build_reason(workspace, workspace.db_path, compile_commands)
     if reason is not None:
         return reason
     conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
@@ -50,7 +50,7 @@ def refresh_index(
     show_progress: bool | None = None,
     compile_commands: Path | None = None,
 ) -> Refresh:
-    reason = "--force" if force else rebuild_reason(workspace)
+    reason = "--force" if force else rebuild_reason(workspace, compile_commands)
     if reason is None:
         updated = update_index(
             workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,

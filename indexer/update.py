@@ -48,6 +48,7 @@ from indexer.harness import Manifest
 from indexer.link import link
 from indexer.paths import is_header, language_of
 from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
+from indexer.precise.layer import SWITCH as PRECISE_SWITCH
 from indexer.precise.layer import precise_layer
 from indexer.precise.merge import restore_fast
 from indexer.progress import Progress
@@ -249,8 +250,12 @@ def _orphan_warning(orphans: set[str]) -> str:
     )
 
 
-def full_build_reason(workspace: Workspace, base_path: Path) -> str | None:
-    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot."""
+def full_build_reason(
+    workspace: Workspace, base_path: Path, compile_commands: Path | None = None
+) -> str | None:
+    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot.
+    A ``compile_commands`` the index was not built with is one: the whole precise layer
+    changes (its TUs come from the cache where they can)."""
     if not base_path.is_file():
         return "no index yet"
     try:
@@ -269,6 +274,10 @@ def full_build_reason(workspace: Workspace, base_path: Path) -> str | None:
         return "the harness manifest changed since the index was built"
     if stored_context(meta) is None:
         return "the index was built without the extraction context (shared header macros)"
+    if compile_commands is not None and os.environ.get(PRECISE_SWITCH) != "off":
+        built_with = _built_with(meta)
+        if built_with is None or built_with.resolve() != compile_commands.resolve():
+            return f"it was not built with --compile-commands {compile_commands}"
     return None
 
 
@@ -285,10 +294,9 @@ def update_index(
     """Bring the workspace's index up to date with its tree; ``since`` starts from a snapshot.
 
     Falls back to a full build (``result.full_build``, with the reason) when there is no
-    index, or it was built with another schema or manifest. Files the index holds that
-    can no longer be read (an unreadable directory) keep the index as it is
-    (:class:`IncompleteBuildError`) unless ``force``.
-    index, or it was built with another schema or manifest. Precise mode's merge is undone
+    index, or it was built with another schema, manifest or compile database. Files the
+    index holds that can no longer be read (an unreadable directory) keep the index as it
+    is (:class:`IncompleteBuildError`) unless ``force``. Precise mode's merge is undone
     first and done again after (TUs whose include closure holds a changed file are parsed
     again, the others come from the cache); ``compile_commands`` defaults to the one the
     index was built with.
@@ -301,7 +309,7 @@ def update_index(
 
         base_path = snapshot_for_update(workspace, since)
         base_label = f"snapshot {since}"
-    reason = full_build_reason(workspace, base_path)
+    reason = full_build_reason(workspace, base_path, compile_commands)
     if reason is not None:
         built = build_index(
             workspace,

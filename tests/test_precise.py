@@ -289,3 +289,39 @@ def test_pytorch_without_a_build_is_indexed_as_before(pytorch_index) -> None:
         assert marked == 0
     finally:
         index.close()
+
+
+def test_index_build_with_a_compile_database_it_was_not_built_with_applies_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from indexer.query.index import Index
+    from indexer.workspace import Workspace
+    from pytest_torchtalk.cli import main
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    database = tmp_path / "build"
+    database.mkdir()
+    write_compile_commands(repo)
+    (repo / "compile_commands.json").rename(database / "compile_commands.json")
+
+    def precise() -> dict:
+        index = Index(Workspace.resolve(repo).db_path)
+        try:
+            return index.meta_json("precise")
+        finally:
+            index.close()
+
+    assert main(["index", "build", "--source", str(repo), "-q"]) == 0
+    assert precise()["mode"] == "off"
+    capsys.readouterr()
+    # The tree did not change, but the index was not built with this database.
+    named = ["index", "build", "--source", str(repo), "-q", "--compile-commands", str(database)]
+    assert main(named) == 0
+    assert "not built with --compile-commands" in capsys.readouterr().out
+    on = precise()
+    assert (on["mode"], on["tus"], on["failed"]) == ("on", 3, 0)
+    assert main(named) == 0
+    assert "up to date" in capsys.readouterr().out
+    missing = ["index", "build", "--source", str(repo), "--compile-commands", str(tmp_path / "no")]
+    assert main(missing) == 2
+    assert f"--compile-commands {tmp_path / 'no'}: no such file" in capsys.readouterr().err

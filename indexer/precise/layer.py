@@ -62,7 +62,7 @@ def precise_layer(
     summary: dict[str, Any] = {
         "mode": "on",
         "database": database.origin,
-        "compile_commands": str(compile_commands) if compile_commands else None,
+        "compile_commands": str(compile_commands.resolve()) if compile_commands else None,
         "resource_dir": resource.path,
         "resource_dir_from": resource.how,
         "missing_files": len(database.missing),

@@ -74,9 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     update.set_defaults(handler=run_update)
 
 
-def _check_jobs(args: argparse.Namespace) -> None:
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse what would fail only after the extraction's minutes."""
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
+    if args.compile_commands is not None and not args.compile_commands.exists():
+        raise UsageError(f"--compile-commands {args.compile_commands}: no such file or directory")
 
 
 def _add_compile_commands(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +108,7 @@ def _print_precise(precise: dict | None) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from indexer.refresh import refresh_index
 
-    _check_jobs(args)
+    _check_arguments(args)
     workspace = Workspace.resolve(args.source, args.harness)
     done = refresh_index(
         workspace,
@@ -209,7 +212,7 @@ def _warn_updated(result) -> None:
 def run_update(args: argparse.Namespace) -> int:
     from indexer.update import update_index
 
-    _check_jobs(args)
+    _check_arguments(args)
     workspace = Workspace.resolve(args.source, args.harness)
     result = update_index(
         workspace,
