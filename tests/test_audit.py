@@ -117,6 +117,15 @@ def test_paths_with_a_line_range_place_mutations_on_those_lines_only(auditext: P
         path_filter(["csrc/ops.cpp:16-12"])
 
 
+def test_a_malformed_line_range_is_refused_before_the_suite_runs(
+    auditext: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # The build would fail if it ran: the range is checked first.
+    args = ["audit", "--source", str(auditext), "--build", "false", "--test", "false"]
+    assert main([*args, "--paths", "csrc/ops.cpp:16-12"]) == 2
+    assert "ends before it starts" in capsys.readouterr().err
+
+
 def test_operators_rewrite_code_not_templates_or_declarations() -> None:
     assert SEMANTIC["flip_comparison"]("  if (i < n) {", "cpp") == "  if (i >= n) {"
     assert SEMANTIC["flip_comparison"]("  std::vector<float> v;", "cpp") is None

@@ -95,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from indexer.audit.mutation import path_filter
     from indexer.audit.report import markdown
     from indexer.audit.run import Audit, AuditOptions, tty_progress
     from indexer.errors import UsageError
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.mutations < 1 or args.baseline_runs < 1:
         raise UsageError("--mutations and --baseline-runs must be at least 1")
+    path_filter(args.paths)  # a malformed line range, before the baseline's suite runs
     workspace = Workspace.resolve(args.source or ".", args.harness)
     options = AuditOptions(
         build=args.build,
