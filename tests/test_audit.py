@@ -163,6 +163,27 @@ def test_controls_go_on_lines_without_a_comment() -> None:
     assert all(m.control for m in controls)
 
 
+def test_figures_of_an_audit_that_caught_nothing_read_n_a() -> None:
+    from indexer.audit.report import markdown, totals
+
+    uncaught = {
+        "id": "m001", "kind": "remove_statement", "path": "csrc/ops.cpp", "line": 3,
+        "status": "uncaught", "control": False, "failing_files": [], "failing_tests": [],
+        "missed_files": [], "missed_tests": [], "selected_files": ["tests/test_native.py"],
+        "run_everything": [], "tests_selected": 2, "suite_seconds": 1.0, "seconds_saved": 0.5,
+    }  # fmt: skip
+    report = {
+        "source": "/tree", "head": "0" * 40, "harness": "torch-extension",
+        "config": {"seed": 1, "mutations": 1, "build": "b", "test": "t"},
+        "baseline": {"results": {}}, "plan": [uncaught], "results": [uncaught],
+        "totals": totals([uncaught]),
+    }  # fmt: skip
+    text = markdown(report)
+    assert "| precision, selected / failing test files | n/a |" in text
+    assert "| median selected / failing test files | n/a |" in text
+    assert "| tests kept, caught / uncaught mutations | 0 / 2 |" in text
+
+
 def test_journal_restores_what_a_killed_run_left(tmp_path: Path) -> None:
     source = tmp_path / "tree"
     source.mkdir()

@@ -71,6 +71,10 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+def _value(value: float | None) -> str:
+    return "n/a" if value is None else str(value)  # None: no mutation was caught
+
+
 def _files(paths: list[str], limit: int = 4) -> str:
     if not paths:
         return "-"
@@ -139,8 +143,9 @@ def markdown(report: dict) -> str:
         f"({t['failing_files_selected']} of {t['failing_files']}) |",
         f"| safety, failing tests selected | {_pct(t['safety_tests'])} "
         f"({t['failing_tests_selected']} of {t['failing_tests']}) |",
-        f"| precision, selected / failing test files | {t['precision_files']} |",
-        f"| median selected / failing test files | {t['median_selected_per_failing_files']} |",
+        f"| precision, selected / failing test files | {_value(t['precision_files'])} |",
+        f"| median selected / failing test files | "
+        f"{_value(t['median_selected_per_failing_files'])} |",
         f"| run everything (measured) | {t['run_everything']} |",
         f"| tests kept, caught / uncaught mutations | {t.get('tests_kept', 'n/a')} / "
         f"{t.get('tests_kept_uncaught', 'n/a')} |",
