@@ -217,6 +217,28 @@ def test_an_undone_change_finds_the_facts_of_before_without_parsing(tmp_path: Pa
     assert (restored["parsed"], restored["cached"]) == (0, 3)
 
 
+def test_the_clean_tree_stays_cached_across_two_different_edits(tmp_path: Path) -> None:
+    # An audit: mutation A, restore, mutation B, restore. The restores find the clean
+    # tree's facts both times: a hit makes a variant the most recently used.
+    from indexer.update import update_index
+    from indexer.workspace import Workspace
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    write_compile_commands(repo)
+    build_private_index(repo, tmp_path).close()
+    header = repo / "csrc" / "ops.h"
+    original = header.read_text()
+    os.environ["TORCHTALK_CACHE_DIR"] = str(tmp_path / "cache")  # the index's (isolated_dirs)
+    parsed = []
+    for edit in ("int sub(int);", "int mul(int);"):
+        header.write_text(original.replace("int add_impl(int x);", f"int add_impl(int x);\n{edit}"))
+        mutated = update_index(Workspace.resolve(repo), show_progress=False).precise
+        header.write_text(original)
+        restored = update_index(Workspace.resolve(repo), show_progress=False).precise
+        parsed.append((mutated["parsed"], restored["parsed"]))
+    assert parsed == [(2, 0), (2, 0)]
+
+
 def test_a_failed_tu_is_named_and_keeps_the_fast_graph(tmp_path: Path) -> None:
     repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
     (repo / "csrc" / "broken.cpp").write_text(

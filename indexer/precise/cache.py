@@ -7,9 +7,10 @@ lookup that finds any of them changed is a miss, so a TU is parsed again exactly
 include closure holds a changed file (or its command changed). Entries are written to a
 temporary file and renamed into place.
 
-A command keeps its last ``VARIANTS`` entries, one per content of its closure: an edit
-that is undone (an audit's mutation and its restore, a branch switched back) finds the
-TU's facts of before instead of parsing it again.
+A command keeps its ``VARIANTS`` most recently used entries, one per content of its
+closure: an edit that is undone (an audit's mutation and its restore, a branch switched
+back) finds the TU's facts of before instead of parsing it again, also after a second,
+different edit (the clean tree is used after every restore, so it stays).
 """
 
 from __future__ import annotations
@@ -69,13 +70,18 @@ class TuCache:
         return self.directory / f"{key}.json.gz"
 
     def get(self, job: TuJob) -> TuFacts | None:
-        for variant in self._variants(self._path(job_key(job))):
+        path = self._path(job_key(job))
+        variants = self._variants(path)
+        for position, variant in enumerate(variants):
             closure = variant.get("closure", {})
             if all(self.hashes.of(file) == sha for file, sha in closure.items()):
                 try:
-                    return TuFacts.from_dict(variant["facts"])
+                    facts = TuFacts.from_dict(variant["facts"])
                 except (KeyError, TypeError):
                     return None
+                if position > 0:  # most recently used first: the next put keeps it
+                    self._write(path, [variant, *variants[:position], *variants[position + 1 :]])
+                return facts
         return None
 
     def _variants(self, path: Path) -> list[dict]:
@@ -95,10 +101,13 @@ class TuCache:
         closure = {file: self.hashes.of(file) for file in facts.closure}
         if any(sha is None for sha in closure.values()):
             return  # a file it read is gone already: nothing to keep
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(job_key(job))
         older = [v for v in self._variants(path) if v.get("closure") != closure]
-        variants = [{"closure": closure, "facts": facts.as_dict()}, *older][:VARIANTS]
+        self._write(path, [{"closure": closure, "facts": facts.as_dict()}, *older])
+
+    def _write(self, path: Path, variants: list[dict]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        variants = variants[:VARIANTS]
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         try:
             with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as handle:
