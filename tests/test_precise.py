@@ -347,3 +347,78 @@ def test_index_build_with_a_compile_database_it_was_not_built_with_applies_it(
     missing = ["index", "build", "--source", str(repo), "--compile-commands", str(tmp_path / "no")]
     assert main(missing) == 2
     assert f"--compile-commands {tmp_path / 'no'}: no such file" in capsys.readouterr().err
+
+
+SHAPES_H = """#pragma once
+namespace pext {
+inline int shape_of(int x) { return x + 1; }
+inline double shape_of(double x) { return x + 2.5; }
+}  // namespace pext
+"""
+
+
+def tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path: Path, monkeypatch, use_line: str):
+    """preciseext plus csrc/shapes.h: scale(int) calls the int shape_of, and ``hidden``,
+    the kernel of an op nothing in the tree names, the double one. ``use_line`` goes
+    into use_all (reached by tests/test_use.py)."""
+    from tests.helpers import commit_all
+    from tests.select_support import IndexedTree
+
+    repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
+    (repo / "csrc" / "shapes.h").write_text(SHAPES_H)
+    ops = repo / "csrc" / "ops.cpp"
+    text = ops.read_text().replace('#include "ops.h"', '#include "ops.h"\n#include "shapes.h"')
+    text = text.replace(
+        "int scale(int x) { return x * 2; }", "int scale(int x) { return shape_of(x) * 2; }"
+    )
+    ops.write_text(
+        text + "\nnamespace pext {\ndouble hidden(double d) { return shape_of(d); }\n}\n"
+    )
+    use = repo / "csrc" / "use.cpp"
+    text = use.read_text().replace('#include "ops.h"', '#include "ops.h"\n#include "shapes.h"')
+    use.write_text(
+        text.replace(
+            "  return total + static_cast<int>", f"{use_line}\n  return total + static_cast<int>"
+        )
+    )
+    bindings = repo / "csrc" / "bindings.cpp"
+    bindings.write_text(
+        bindings.read_text().replace(
+            "TORCH_LIBRARY(pext, m) {",
+            "namespace pext {\ndouble hidden(double d);\n}\n\nTORCH_LIBRARY(pext, m) {\n"
+            '  m.def("secret_op(float d) -> float");\n'
+            '  m.impl("secret_op", torch::kCPU, &pext::hidden);',
+        )
+    )
+    write_compile_commands(repo)
+    commit_all(repo, "shapes")
+    build_private_index(repo, tmp_path).close()
+    tree = IndexedTree(repo, tmp_path / "cache").use(monkeypatch)
+    tree.replace("csrc/shapes.h", "return x + 2.5;", "return x + 3.5;")
+    return tree
+
+
+def test_a_header_function_only_an_unnamed_op_calls_selects_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # The fast graph credits scale(int)'s call to both overloads; the compiler to the int
+    # one. With no resolved call from a test, the fallback widens to the definitions of
+    # the files including shapes.h, but the compiler saw every call in them: no mention
+    # of shape_of there is unexplained, and the one chain ends at an op nobody names.
+    tree = tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path, monkeypatch, "")
+    selection = tree.select()
+    assert selection.files == {} and selection.everything == []
+    assert any("pext::secret_op" in note and "reaches no test" in note for note in selection.notes)
+
+
+def test_a_header_function_whose_address_a_compiled_file_takes_selects_its_tests(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # The same, but use_all takes the double overload's address: no call the compiler
+    # resolved explains that mention, so use_all is a possible user, and its test runs.
+    line = "  double (*pick)(double) = &shape_of;\n  total += static_cast<int>(pick(0.5));"
+    tree = tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path, monkeypatch, line)
+    selection = tree.select()
+    assert set(selection.files) == {"tests/test_use.py"}
+    [reason] = selection.files["tests/test_use.py"].reasons
+    assert reason.entity.startswith("possible users of")

@@ -18,7 +18,10 @@ A virtual call also reaches every overrider the tree defines.
 
 Replaced edges move to ``superseded_edges``, so :func:`restore_fast` gives back the fast
 graph before an update merges again: the merge is a function of the fast graph and the
-TUs' facts, recomputed whole each time (cached TUs make that cheap).
+TUs' facts, recomputed whole each time (cached TUs make that cheap). ``precise_files``
+names the tree's files some TU compiled (main files and their in-tree includes): the
+compiler saw every call written in them, which the selection's fallback relies on
+(``indexer.select.compiled_users``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def ensure_table(conn: sqlite3.Connection) -> None:
         " ref_id INTEGER, src_id INTEGER NOT NULL, dst_id INTEGER NOT NULL, kind TEXT NOT NULL,"
         " file_id INTEGER NOT NULL, line INTEGER NOT NULL, attrs TEXT)"
     )
+    conn.execute("CREATE TABLE IF NOT EXISTS precise_files (path TEXT PRIMARY KEY)")
 
 
 def restore_fast(conn: sqlite3.Connection) -> int:
@@ -73,6 +77,7 @@ def restore_fast(conn: sqlite3.Connection) -> int:
     ).rowcount
     conn.execute(f"INSERT INTO edges({_COLUMNS}) SELECT {_COLUMNS} FROM superseded_edges")
     conn.execute("DELETE FROM superseded_edges")
+    conn.execute("DELETE FROM precise_files")
     return dropped
 
 
@@ -109,6 +114,10 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
     """Merge the facts of the parsed TUs into the (fast) graph; the caller owns the
     transaction and has restored the fast graph first."""
     ensure_table(conn)
+    conn.executemany(
+        "INSERT OR IGNORE INTO precise_files(path) VALUES (?)",
+        sorted({(path,) for tu in tus for path in (tu.file, *tu.includes)}),
+    )
     stats = MergeStats()
     nodes = _Nodes(conn)
     node_of_usr: dict[str, int] = {}

@@ -6,7 +6,10 @@ reaches is widened once, soundly:
 
 - a C++ function or kernel -> its *possible users*: every unresolved call naming it
   (any file), and the other definitions of its file (internal-linkage and macro-built
-  callers live there) or, for a header, of the files including it;
+  callers live there) or, for a header, of the files including it; in a file precise
+  mode compiled, only the definitions mentioning it where no resolved call explains the
+  mention (``indexer.select.compiled_users``), and a call the compiler resolved is not
+  an unresolved one;
 - a Python function or class -> its module and that module's importers.
 
 If the widened set reaches no test either, the users are invisible to the index
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
 from indexer.query.index import Index, Node
+from indexer.select.compiled_users import compiled_files, has_table, users_in_compiled_file
 from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Reason, SelectedFile, Selection
 from indexer.select.outside_users import ends, unnamed_ops
@@ -102,15 +106,21 @@ class _Widening:
 
 
 def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
-    """Per function name: the sources of the unresolved C++ calls naming it."""
+    """Per function name: the sources of the unresolved C++ calls naming it (a call whose
+    name-matched edge precise mode replaced was resolved, by the compiler)."""
     users: dict[str, set[int]] = {}
     ordered = sorted(names)
+    resolved_by_compiler = (
+        " AND NOT EXISTS (SELECT 1 FROM superseded_edges s WHERE s.ref_id = r.id)"
+        if has_table(index.conn, "superseded_edges")
+        else ""
+    )
     for start in range(0, len(ordered), 900):
         batch = ordered[start : start + 900]
         for name, src in index.conn.execute(
             "SELECT DISTINCT r.target_key, r.src_id FROM refs r"
             f" WHERE r.target_key IN ({','.join('?' * len(batch))}) AND r.scheme = 'cpp'"
-            " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+            " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)" + resolved_by_compiler,
             batch,
         ):
             users.setdefault(name, set()).add(src)
@@ -121,13 +131,25 @@ def _function_names(nodes: list[Node]) -> set[str]:
     return {node.name for node in nodes if node.kind in FUNCTION_KINDS}
 
 
-def _file_users(placer: Placer, paths: set[str]) -> set[int]:
-    """The definitions of ``paths`` and, for a header, of the files including it."""
+def _file_users(
+    index: Index, placer: Placer, paths: set[str], names: set[str], own: set[int]
+) -> set[int]:
+    """The definitions of ``paths`` and, for a header, of the files including it that may
+    use ``names``: all of a file's, unless precise mode compiled it."""
     files = set(paths)
     for path in paths:
         if is_header(path):
             files |= placer._includers(path)
-    return set(placer._ids_in_files(files))
+    compiled = compiled_files(index) if names else frozenset()
+    whole = {path for path in files if path not in compiled}
+    users: set[int] = set()
+    for path in sorted(files - whole):
+        found = users_in_compiled_file(index, placer.diff.source, path, names, own)
+        if found is None:
+            whole.add(path)
+        else:
+            users |= found
+    return users | set(placer._ids_in_files(whole))
 
 
 def _definitions(index: Index, ids: set[int]) -> list[int]:
@@ -142,7 +164,8 @@ def _cpp_group(
     of the files including it), read once for the whole group."""
     paths = {node.path for _, _, nodes in group for node in nodes}
     own_all = {node.id for _, _, nodes in group for node in nodes}
-    shared = _file_users(placer, paths)
+    names = {node.name for _, _, nodes in group for node in nodes if node.kind in CPP_KINDS}
+    shared = _file_users(index, placer, paths, names, own_all)
     by_name = _named_users(
         index, {name for _, _, nodes in group for name in _function_names(nodes)}
     )
