@@ -357,7 +357,20 @@ inline double shape_of(double x) { return x + 2.5; }
 """
 
 
-def tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path: Path, monkeypatch, use_line: str):
+SHAPES_AS_METHODS_H = """#pragma once
+namespace pext {
+struct Shapes {
+  static int shape_of(int x) { return x + 1; }
+  static double shape_of(double x) { return x + 2.5; }
+};
+using ShapeOf = Shapes;
+}  // namespace pext
+"""
+
+
+def tree_with_an_overload_only_an_unnamed_op_reaches(
+    tmp_path: Path, monkeypatch, use_line: str, header: str = SHAPES_H
+):
     """preciseext plus csrc/shapes.h: scale(int) calls the int shape_of, and ``hidden``,
     the kernel of an op nothing in the tree names, the double one. ``use_line`` goes
     into use_all (reached by tests/test_use.py)."""
@@ -365,14 +378,15 @@ def tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path: Path, monkeypatch
     from tests.select_support import IndexedTree
 
     repo = make_fixture_repo("preciseext", tmp_path / "preciseext")
-    (repo / "csrc" / "shapes.h").write_text(SHAPES_H)
+    (repo / "csrc" / "shapes.h").write_text(header)
+    call = "shape_of" if header == SHAPES_H else "Shapes::shape_of"
     ops = repo / "csrc" / "ops.cpp"
     text = ops.read_text().replace('#include "ops.h"', '#include "ops.h"\n#include "shapes.h"')
     text = text.replace(
-        "int scale(int x) { return x * 2; }", "int scale(int x) { return shape_of(x) * 2; }"
+        "int scale(int x) { return x * 2; }", f"int scale(int x) {{ return {call}(x) * 2; }}"
     )
     ops.write_text(
-        text + "\nnamespace pext {\ndouble hidden(double d) { return shape_of(d); }\n}\n"
+        text + f"\nnamespace pext {{\ndouble hidden(double d) {{ return {call}(d); }}\n}}\n"
     )
     use = repo / "csrc" / "use.cpp"
     text = use.read_text().replace('#include "ops.h"', '#include "ops.h"\n#include "shapes.h"')
@@ -422,3 +436,17 @@ def test_a_header_function_whose_address_a_compiled_file_takes_selects_its_tests
     assert set(selection.files) == {"tests/test_use.py"}
     [reason] = selection.files["tests/test_use.py"].reasons
     assert reason.entity.startswith("possible users of")
+
+
+def test_a_method_only_an_unnamed_op_calls_is_still_widened_to_its_files(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A method may override one that code outside the tree calls, unseen by any compiler
+    # of the tree: for methods the fallback keeps every definition of the includers.
+    tree = tree_with_an_overload_only_an_unnamed_op_reaches(
+        tmp_path, monkeypatch, "", SHAPES_AS_METHODS_H
+    )
+    selection = tree.select()
+    assert set(selection.files) == {"tests/test_use.py"}
+    [reason] = selection.files["tests/test_use.py"].reasons
+    assert reason.entity == "possible users of pext::Shapes::shape_of"

@@ -14,7 +14,9 @@ all of its definitions, as the fast graph's fallback does.
 
 What explains a mention: a precise call edge on its line whose callee has that name (one
 mention per line: two on a line count as unexplained), or the name line of a definition
-of that name (an overload's own name).
+of that name (an overload's own name). Only free functions are asked (the caller sees to
+it): a method may override one that code outside the tree calls, and constructors,
+destructors, operators and classes are used without their name being written.
 """
 
 from __future__ import annotations

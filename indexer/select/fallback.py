@@ -21,6 +21,7 @@ run it, and a note says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -131,6 +132,39 @@ def _function_names(nodes: list[Node]) -> set[str]:
     return {node.name for node in nodes if node.kind in FUNCTION_KINDS}
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _called_by_name(index: Index, group: list[tuple[int, Entity, list[Node]]]) -> set[str]:
+    """The names of the group's functions, if each is a free function, used only where
+    its name is written (empty otherwise): a class, a constructor, a destructor or an
+    operator runs without its name, and a method may override one that code outside the
+    tree calls, so no mention search can find their users."""
+    names: set[str] = set()
+    for _, _, nodes in group:
+        for node in nodes:
+            scope = node.qualname.rpartition("::")[0]
+            if (
+                node.kind not in FUNCTION_KINDS
+                or not _IDENTIFIER.fullmatch(node.name)
+                or node.name.startswith("operator")
+                or (scope and _is_class(index, scope))
+            ):
+                return set()
+            names.add(node.name)
+    return names
+
+
+def _is_class(index: Index, qualname: str) -> bool:
+    return (
+        index.conn.execute(
+            "SELECT 1 FROM nodes WHERE kind = 'cpp_class' AND qualname = ? LIMIT 1",
+            (qualname.split("<", 1)[0],),
+        ).fetchone()
+        is not None
+    )
+
+
 def _file_users(
     index: Index, placer: Placer, paths: set[str], names: set[str], own: set[int]
 ) -> set[int]:
@@ -164,8 +198,7 @@ def _cpp_group(
     of the files including it), read once for the whole group."""
     paths = {node.path for _, _, nodes in group for node in nodes}
     own_all = {node.id for _, _, nodes in group for node in nodes}
-    names = {node.name for _, _, nodes in group for node in nodes if node.kind in CPP_KINDS}
-    shared = _file_users(index, placer, paths, names, own_all)
+    shared = _file_users(index, placer, paths, _called_by_name(index, group), own_all)
     by_name = _named_users(
         index, {name for _, _, nodes in group for name in _function_names(nodes)}
     )
