@@ -218,6 +218,13 @@ def test_an_undone_change_finds_the_facts_of_before_without_parsing(tmp_path: Pa
             (mutated["parsed"], mutated["cached"], restored["parsed"], restored["cached"])
         )
     assert counts == [(2, 1, 0, 3), (2, 1, 0, 3)]
+    # Two edits in a row before the restore (an audit's mutations of one header, one after
+    # the other): the clean tree, found before, outlives the first edit's facts.
+    for edit in ("int div(int);", "int mod(int);"):
+        header.write_text(original.replace("int add_impl(int x);", f"int add_impl(int x);\n{edit}"))
+        assert update_index(Workspace.resolve(repo), show_progress=False).precise["parsed"] == 2
+    header.write_text(original)
+    assert update_index(Workspace.resolve(repo), show_progress=False).precise["parsed"] == 0
 
 
 def test_a_failed_tu_is_named_and_keeps_the_fast_graph(tmp_path: Path) -> None:

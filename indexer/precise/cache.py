@@ -7,10 +7,11 @@ lookup that finds any of them changed is a miss, so a TU is parsed again exactly
 include closure holds a changed file (or its command changed). Entries are written to a
 temporary file and renamed into place.
 
-A command keeps its ``VARIANTS`` most recently used entries, one per content of its
-closure: an edit that is undone (an audit's mutation and its restore, a branch switched
-back) finds the TU's facts of before instead of parsing it again, also after a second,
-different edit (the clean tree is used after every restore, so it stays).
+A command keeps ``VARIANTS`` entries, one per content of its closure: the newest, and
+then those a lookup found, most recent first. An edit that is undone (an audit's mutation
+and its restore, a branch switched back) finds the TU's facts of before instead of
+parsing it again, also after several different edits in a row: a content that came back
+once (the clean tree) outlives contents that were only ever written (each mutation).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import gzip
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from indexer.precise.tu import TuFacts, TuJob
@@ -79,7 +81,8 @@ class TuCache:
                     facts = TuFacts.from_dict(variant["facts"])
                 except (KeyError, TypeError):
                     return None
-                if position > 0:  # most recently used first: the next put keeps it
+                if position > 0 or not variant.get("found"):  # else nothing changes
+                    variant["found"] = time.time()  # a content that came back: keep it
                     self._write(path, [variant, *variants[:position], *variants[position + 1 :]])
                 return facts
         return None
@@ -103,6 +106,7 @@ class TuCache:
             return  # a file it read is gone already: nothing to keep
         path = self._path(job_key(job))
         older = [v for v in self._variants(path) if v.get("closure") != closure]
+        older.sort(key=lambda v: -float(v.get("found") or 0))  # stable: found, then newest
         self._write(path, [{"closure": closure, "facts": facts.as_dict()}, *older])
 
     def _write(self, path: Path, variants: list[dict]) -> None:
