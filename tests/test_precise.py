@@ -400,14 +400,19 @@ def tree_with_an_overload_only_an_unnamed_op_reaches(
     return tree
 
 
+@pytest.mark.parametrize(
+    "use_line",
+    ["", "  total += shape_of(1) + shape_of(2);"],  # two calls of the int overload on a line
+    ids=["alone", "two-calls-on-a-line"],
+)
 def test_a_header_function_only_an_unnamed_op_calls_selects_nothing(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, use_line: str
 ) -> None:
     # The fast graph credits scale(int)'s call to both overloads; the compiler to the int
     # one. With no resolved call from a test, the fallback widens to the definitions of
     # the files including shapes.h, but the compiler saw every call in them: no mention
     # of shape_of there is unexplained, and the one chain ends at an op nobody names.
-    tree = tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path, monkeypatch, "")
+    tree = tree_with_an_overload_only_an_unnamed_op_reaches(tmp_path, monkeypatch, use_line)
     selection = tree.select()
     assert selection.files == {} and selection.everything == []
     assert any("pext::secret_op" in note and "reaches no test" in note for note in selection.notes)

@@ -26,7 +26,7 @@ from pathlib import Path
 from indexer.precise.tu import TuFacts, TuJob
 
 # Bumped whenever what a TU yields changes, so old entries are not read as new ones.
-EXTRACTION_VERSION = "3"
+EXTRACTION_VERSION = "4"
 VARIANTS = 2
 
 

@@ -137,11 +137,14 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
     stats.covered_functions = len(covered)
 
     precise: dict[tuple[int, int, int], str | None] = {}  # (caller, callee, line) -> via
+    # (caller, callee, line) -> columns of its direct call sites (a header's calls come
+    # from every TU including it: the same sites)
+    sites: dict[tuple[int, int, int], set[int]] = defaultdict(set)
     # (caller, name key) of calls the compiler could not resolve. Not by line: a call
     # written over several lines may be placed on another one by each extractor.
     unresolved: set[tuple[int, str]] = set()
     for tu in tus:
-        for caller_usr, line, written, target in tu.calls:
+        for caller_usr, line, written, target, column in tu.calls:
             caller = node_of_usr.get(caller_usr)
             if caller is None:
                 continue
@@ -153,6 +156,8 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
                 stats.external_calls += 1
             for callee, via in found:
                 precise.setdefault((caller, callee, line), via)
+                if via is None:
+                    sites[(caller, callee, line)].add(column)
 
     # Lines some TU's preprocessor skipped: what the fast graph read there, the compiler
     # did not see (#ifdef WITH_CUDA in a CPU build), so its edges stay.
@@ -198,10 +203,13 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
     rows = []
     precise_pairs: set[tuple[int, int]] = set()
     for (caller, callee, line), via in sorted(precise.items()):
-        attrs = {"extractor": EXTRACTOR}
+        attrs: dict[str, object] = {"extractor": EXTRACTOR}
         if via:
             attrs["via"] = via
             stats.by_via[via] = stats.by_via.get(via, 0) + 1
+        count = len(sites.get((caller, callee, line), ()))
+        if count > 1:
+            attrs["sites"] = count  # calls of it on this line (indexer.select.compiled_users)
         rows.append((None, caller, callee, "calls", nodes.file_of[caller], line, _dumps(attrs)))
         precise_pairs.add((caller, callee))
     conn.executemany(f"INSERT INTO edges({_COLUMNS}) VALUES (?,?,?,?,?,?,?)", rows)

@@ -59,8 +59,8 @@ class TuFacts:
     includes: list[str] = field(default_factory=list)  # those in the tree, repo-relative
     # [usr, name, qualname, path, name_line, start_line, end_line, [overridden usrs]]
     definitions: list[list[Any]] = field(default_factory=list)
-    # [caller usr, line, name written, callee or None]; callee: {usr, name, qualname, def,
-    # decl ([path or None, line]), virtual, via}
+    # [caller usr, line, name written, callee or None, column]; callee: {usr, name,
+    # qualname, def, decl ([path or None, line]), virtual, via}
     calls: list[list[Any]] = field(default_factory=list)
     skipped: list[list[Any]] = field(default_factory=list)  # [path, first line, last line]
 
@@ -293,21 +293,22 @@ class _Walker:
 
     def _call(self, call, caller: str) -> None:
         line = call.location.line
+        column = call.location.column  # two calls on one line are two sites
         callee = call.referenced
         written = call.spelling or self._callee_name(call)
         if callee is None or callee.kind not in self.function_kinds:
             # Unresolved (dependent), an overload set, or a call through a variable.
-            self.facts.calls.append([caller, line, written, None])
+            self.facts.calls.append([caller, line, written, None, column])
             return
         target = self._target(callee)
         if target["virtual"] and self._qualified(call, callee.spelling):
             target["virtual"] = False  # Base::method(): no dynamic dispatch
-        self.facts.calls.append([caller, line, written, target])
+        self.facts.calls.append([caller, line, written, target, column])
         if callee.spelling == "apply":
             for method in self._autograd_methods(callee):
                 entry = self._target(method)
                 entry["via"] = "autograd_apply"
-                self.facts.calls.append([caller, line, written, entry])
+                self.facts.calls.append([caller, line, written, entry, column])
 
     def _callee_name(self, call) -> str:
         """The name a dependent call is written with (clang gives such a call none)."""

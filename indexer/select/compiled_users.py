@@ -12,15 +12,17 @@ holding such a mention, found by the name as a word, line by line; a mention out
 definition (a macro, a declaration, a global initializer) gives up on the file and keeps
 all of its definitions, as the fast graph's fallback does.
 
-What explains a mention: a precise call edge on its line whose callee has that name (one
-mention per line: two on a line count as unexplained), or the name line of a definition
-of that name (an overload's own name). Only free functions are asked (the caller sees to
+What explains a mention: a direct call the compiler resolved, on its line, to a callee of
+that name (as many mentions as the edge has call sites there; calls it reached only
+through a virtual dispatch or a declaration explain nothing), or the name line of a
+definition of that name (an overload's own name). Only free functions are asked (the caller sees to
 it): a method may override one that code outside the tree calls, and constructors,
 destructors, operators and classes are used without their name being written.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections import Counter
@@ -78,8 +80,8 @@ def users_in_compiled_file(
     explained = _explained(index, file_id, names, definitions)
     users: set[int] = set()
     for number, found in mentions.items():
-        accounted = explained.get(number, set())
-        if all(name in accounted and count == 1 for name, count in found.items()):
+        accounted = explained.get(number, Counter())
+        if all(count <= accounted[name] for name, count in found.items()):
             continue
         holders = [d for d in definitions if d[2] <= number <= d[3]]
         if not holders:
@@ -92,18 +94,21 @@ def users_in_compiled_file(
 
 def _explained(
     index: Index, file_id: int, names: set[str], definitions: list[tuple]
-) -> dict[int, set[str]]:
-    """Per line, the names a resolved call or a definition's name accounts for."""
-    explained: dict[int, set[str]] = {}
+) -> dict[int, Counter[str]]:
+    """Per line, how many mentions of each name resolved calls and definitions account for."""
+    explained: dict[int, Counter[str]] = {}
     marks = ",".join("?" * len(names))
-    for line, name in index.conn.execute(
-        "SELECT e.line, d.name FROM edges e JOIN nodes d ON d.id = e.dst_id"
+    for line, name, attrs in index.conn.execute(
+        "SELECT e.line, d.name, e.attrs FROM edges e JOIN nodes d ON d.id = e.dst_id"
         f" WHERE e.file_id = ? AND e.kind = 'calls' AND instr(e.attrs, ?) > 0"
         f" AND d.name IN ({marks})",
         (file_id, _PRECISE, *sorted(names)),
     ):
-        explained.setdefault(line, set()).add(name)
+        values = json.loads(attrs)
+        if values.get("via"):
+            continue
+        explained.setdefault(line, Counter())[name] += int(values.get("sites", 1))
     for _, name, line, _ in definitions:
         if name in names:
-            explained.setdefault(line, set()).add(name)
+            explained.setdefault(line, Counter())[name] += 1
     return explained
