@@ -32,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from indexer.precise.tu import TuFacts
-from indexer.store.db import target_key
+from indexer.store.db import has_table, target_key
 
 EXTRACTOR = "precise"
 _TARGET_KINDS = ("cpp_function", "cuda_kernel")
@@ -66,6 +66,14 @@ def ensure_table(conn: sqlite3.Connection) -> None:
         " file_id INTEGER NOT NULL, line INTEGER NOT NULL, attrs TEXT)"
     )
     conn.execute("CREATE TABLE IF NOT EXISTS precise_files (path TEXT PRIMARY KEY)")
+
+
+def not_superseded(conn: sqlite3.Connection, ref: str = "r") -> str:
+    """A SQL condition on refs aliased ``ref``: not one whose name-matched edge precise mode
+    replaced (the compiler resolved that call, so it is not an unresolved one)."""
+    if not has_table(conn, "superseded_edges"):
+        return ""
+    return f" AND NOT EXISTS (SELECT 1 FROM superseded_edges s WHERE s.ref_id = {ref}.id)"
 
 
 def restore_fast(conn: sqlite3.Connection) -> int:

@@ -5,15 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from indexer.precise.merge import not_superseded
 from indexer.query.index import Index
-
-
-def _not_superseded(conn) -> str:
-    """Refs whose edges precise mode replaced were resolved: not unresolved."""
-    has = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'superseded_edges'"
-    ).fetchone()
-    return " AND NOT EXISTS (SELECT 1 FROM superseded_edges s WHERE s.ref_id = r.id)" if has else ""
 
 
 def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
@@ -28,7 +21,7 @@ def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
         "edges": dict(conn.execute("SELECT kind, COUNT(*) FROM edges GROUP BY kind ORDER BY kind")),
         "unresolved_refs": conn.execute(
             "SELECT COUNT(*) FROM refs r WHERE r.target_id IS NULL AND NOT EXISTS"
-            " (SELECT 1 FROM edges e WHERE e.ref_id = r.id)" + _not_superseded(conn)
+            " (SELECT 1 FROM edges e WHERE e.ref_id = r.id)" + not_superseded(conn)
         ).fetchone()[0],
     }
     parse_errors = [

@@ -24,23 +24,17 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
+from indexer.graph.vocabulary import NodeKind
 from indexer.query.index import Index
+from indexer.select.placed import FUNCTION_KINDS
+from indexer.store.db import has_table
 
 _PRECISE = '"extractor":"precise"'
-_DEFINITIONS = ("cpp_function", "cuda_kernel", "cpp_class", "dispatch_stub")
-
-
-def has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return (
-        conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-        ).fetchone()
-        is not None
-    )
+# The C++ definitions a mention can sit in (and what the fallback widens).
+CPP_KINDS = FUNCTION_KINDS | {NodeKind.CPP_CLASS.value, NodeKind.DISPATCH_STUB.value}
 
 
 def compiled_files(index: Index) -> frozenset[str]:
@@ -74,8 +68,8 @@ def users_in_compiled_file(
     file_id = row[0]
     definitions = index.conn.execute(
         f"SELECT id, name, line, end_line FROM nodes WHERE file_id = ?"
-        f" AND kind IN ({','.join('?' * len(_DEFINITIONS))})",
-        (file_id, *_DEFINITIONS),
+        f" AND kind IN ({','.join('?' * len(CPP_KINDS))})",
+        (file_id, *sorted(CPP_KINDS)),
     ).fetchall()
     explained = _explained(index, file_id, names, definitions)
     users: set[int] = set()

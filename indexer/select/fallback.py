@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
+from indexer.precise.merge import not_superseded
 from indexer.query.index import Index, Node
-from indexer.select.compiled_users import compiled_files, has_table, users_in_compiled_file
+from indexer.select.compiled_users import CPP_KINDS, compiled_files, users_in_compiled_file
 from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Reason, SelectedFile, Selection
 from indexer.select.outside_users import ends, unnamed_ops
@@ -39,7 +40,6 @@ from indexer.select.reach import FileQuota, Known, Reach
 PYTHON_DEFS = frozenset(
     {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
 )
-CPP_KINDS = FUNCTION_KINDS | {NodeKind.CPP_CLASS.value, NodeKind.DISPATCH_STUB.value}
 WIDENED = "widened: "  # reason prefix of the entities this module adds
 
 
@@ -111,11 +111,7 @@ def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
     name-matched edge precise mode replaced was resolved, by the compiler)."""
     users: dict[str, set[int]] = {}
     ordered = sorted(names)
-    resolved_by_compiler = (
-        " AND NOT EXISTS (SELECT 1 FROM superseded_edges s WHERE s.ref_id = r.id)"
-        if has_table(index.conn, "superseded_edges")
-        else ""
-    )
+    resolved_by_compiler = not_superseded(index.conn)
     for start in range(0, len(ordered), 900):
         batch = ordered[start : start + 900]
         for name, src in index.conn.execute(

@@ -60,6 +60,14 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the index has ``name`` (tables a layer adds when it runs: precise mode's)."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return found is not None
+
+
 def read_meta(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM meta"))
 
