@@ -2,6 +2,7 @@
 
     python bench/mcp_answers.py [--pytorch PATH] [--vllm PATH] [--cache-dir DIR]
                                 [--only ID_PREFIX] [--repeat N] [--show]
+                                [--questions FILE] [--split dev|held_out] [--json FILE]
 
 Each question (an agent's question about PyTorch 2.6 or vLLM internals, with the true
 answer read from the source as file:line) is asked with the one call an agent would make,
@@ -14,6 +15,9 @@ docs/performance.md keeps: first-call correct (target >= 95%), median answer len
 question, after one get_status and a pause in which the server loads what it loads when
 idle, and over ``--repeat`` further askings; also "served": less the SDK client's own
 jsonschema validation of the answer, as bench/mcp_latency.py reports it).
+
+``--questions bench/mcp_questions_generated.json --split dev`` asks the generated set
+(bench/mcp_question_gen.py) instead: ``dev`` while fixing, ``held_out`` only to report.
 
 Needs built indexes (``torchtalk index build --source PATH`` under the same
 TORCHTALK_CACHE_DIR); a corpus with none is skipped with the command that builds it.
@@ -54,8 +58,8 @@ def named(text: str, expected: str, tolerance: int) -> bool:
     """Whether the answer's text names ``expected``: a file:line (within ``tolerance``
     lines) or a word."""
     match = _LOCATION.fullmatch(expected)
-    if match is None:
-        return expected in text
+    if match is None:  # a whole name: torch.amax is not named by torch.amax_out
+        return re.search(rf"(?<![\w.]){re.escape(expected)}(?![\w])", text) is not None
     path, line = match.group(1), int(match.group(2))
     return any(
         found.group(1) == path and abs(int(found.group(2)) - line) <= tolerance
@@ -130,6 +134,10 @@ def main() -> int:
     parser.add_argument("--only", help="ask only questions whose id starts with this")
     parser.add_argument("--repeat", type=int, default=2, help="further askings for latency")
     parser.add_argument("--show", action="store_true", help="print every answer's text")
+    parser.add_argument("--questions", type=Path, default=QUESTIONS, help="question set")
+    parser.add_argument("--split", choices=("dev", "held_out"), help="ask only this half")
+    parser.add_argument("--quiet", action="store_true", help="print only the totals")
+    parser.add_argument("--json", type=Path, help="write every result (with its text) here")
     args = parser.parse_args()
     if args.cache_dir:
         os.environ["TORCHTALK_CACHE_DIR"] = args.cache_dir
@@ -140,9 +148,13 @@ def main() -> int:
 
     from indexer.workspace import Workspace
 
-    data = json.loads(QUESTIONS.read_text())
+    data = json.loads(args.questions.read_text())
     tolerance = int(data["tolerance"])
-    questions = [q for q in data["questions"] if not args.only or q["id"].startswith(args.only)]
+    questions = [
+        q for q in data["questions"]
+        if (not args.only or q["id"].startswith(args.only))
+        and (not args.split or q.get("split") == args.split)
+    ]  # fmt: skip
     script = Path(sys.executable).with_name("torchtalk")
     env = {
         k: os.environ[k] for k in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR") if k in os.environ
@@ -170,6 +182,8 @@ def main() -> int:
         missing = [group[0] for group, hit in zip(result["expect"], hits, strict=True) if not hit]
         again = statistics.median(result["again"]) if result["again"] else float("nan")
         mark = "yes" if result["correct"] else "NO"
+        if args.quiet:
+            continue
         print(
             f"{result['id']:40} {mark:>3} {len(result['text']):6d} {result['ms']:9.1f}"
             f" {again:9.1f}  {', '.join(missing)}"
@@ -178,9 +192,13 @@ def main() -> int:
             print("    | " + result["text"].replace("\n", "\n    | "))
     if not results:
         return 1
-    print("\nby kind:")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    if not args.quiet:
+        print("\nby kind:")
     for kind, marks in sorted(by_kind.items()):
-        print(f"  {kind:24} {sum(marks)}/{len(marks)}")
+        if not args.quiet:
+            print(f"  {kind:24} {sum(marks)}/{len(marks)}")
     correct = sum(result["correct"] for result in results) / len(results)
     lengths = [len(result["text"]) for result in results]
     first = [result["ms"] for result in results]
