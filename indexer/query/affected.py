@@ -61,7 +61,7 @@ RANKED_HOPS = 2  # a test naming it (1), an OpInfo test through its entry (2)
 def _resolve(index: Index, name: str) -> list[Node]:
     """Definitions named ``name``: by qualified or short name, then by a qualified suffix
     (``native::matmul``, ``functional.linear``)."""
-    nodes = index.find(name, CHANGEABLE)
+    nodes = index.find_spelled(name, CHANGEABLE)
     exact = [node for node in nodes if node.qualname == name]
     if exact or nodes:
         return exact or nodes

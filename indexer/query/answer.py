@@ -52,7 +52,9 @@ class Answer:
     @classmethod
     def not_found(cls, tool: str, query: str, what: str, suggestions: list[str]) -> Answer:
         note = f"{what} {query!r} not found in the index."
-        return cls(tool, query, found=False, title=note, suggestions=suggestions)
+        # a known name equal to the one asked is no suggestion: the tool did not take it
+        others = [name for name in suggestions if name != query]
+        return cls(tool, query, found=False, title=note, suggestions=others)
 
     def truncate(self, limit: int) -> Answer:
         if len(self.items) > limit:

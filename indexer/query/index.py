@@ -26,6 +26,18 @@ _NODE_COLUMNS = "n.id, n.kind, n.name, n.qualname, f.path, n.line, n.end_line, n
 _EDGE_COLUMNS = "e.src_id, e.dst_id, e.kind, f.path, e.line, e.attrs"
 
 
+def spelled(qualname: str) -> str:
+    """A C++ qualified name as code outside its file writes it: anonymous namespaces left
+    out, a structured kernel's ``structured_X::impl`` (TORCH_IMPL_FUNC) as ``X``."""
+    name = qualname.replace("(anonymous)::", "")
+    head, _, last = name.rpartition("::")
+    if last == "impl" and head:
+        scope, _, owner = head.rpartition("::")
+        if owner.startswith("structured_"):
+            return f"{scope}::{owner[len('structured_') :]}" if scope else owner[11:]
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     id: int
@@ -190,6 +202,17 @@ class Index:
             [name, *kind_list, name, name, *kind_list],
         ).fetchall()
         return [_node(row) for row in rows]
+
+    def find_spelled(self, name: str, kinds: Iterable[str] | None = None) -> list[Node]:
+        """:meth:`find`, and else the C++ definitions ``name`` spells as users write it:
+        ``at::native::add_out`` for ``TORCH_IMPL_FUNC(add_out)``
+        (``at::native::structured_add_out::impl``), ``at::native::f`` for a definition in an
+        anonymous namespace."""
+        found = self.find(name, kinds)
+        if found or "::" not in name:
+            return found
+        short = name.rsplit("::", 1)[1]
+        return [node for node in self.find(short, kinds) if spelled(node.qualname) == name]
 
     def nodes_of_kind(self, kind: str, limit: int | None = None) -> list[Node]:
         sql = (

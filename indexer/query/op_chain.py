@@ -206,6 +206,16 @@ def stub_registrations(index: Index) -> dict[str, list[tuple[int, str, int, dict
     return table
 
 
+def backend_of(hop: Hop) -> str:
+    """The backend a stub's kernel registration serves: REGISTER_DISPATCH names none, so
+    the registering file's place says it (native/cpu/, native/cuda/ or a .cu)."""
+    if hop.path.endswith((".cu", ".cuh")) or "/cuda/" in hop.path:
+        return "CUDA"
+    if "/cpu/" in hop.path:
+        return "CPU"
+    return hop.attrs.get("key") or "registered"
+
+
 def stub_kernels(index: Index, stub: Node) -> list[Hop]:
     hops = [
         Hop(index.node(dst), path, line, attrs)

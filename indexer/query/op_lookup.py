@@ -109,7 +109,7 @@ def ops_reaching(index: Index, function: Node, depth: int = 2, max_nodes: int = 
 
 def lookup(index: Index, name: str) -> Lookup:
     name = name.strip()
-    found = [node for node in index.find(name) if node.kind != "file"]
+    found = [node for node in index.find_spelled(name) if node.kind != "file"]
     ops = [node for node in found if node.kind == OP]
     if ops:
         exact = [node for node in ops if node.qualname == name]

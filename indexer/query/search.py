@@ -1,8 +1,9 @@
 """search: registrations and CUDA kernels whose name contains a query.
 
 - ``mode="bindings"``: ops (native_functions.yaml, TORCH_LIBRARY, RegisterOperators),
-  registrations (``m.impl`` of ops defined elsewhere) and Python bindings (pybind11,
-  PyMethodDef), each with the C++ it reaches per dispatch key; ``backend`` keeps the
+  registrations (``m.impl`` of ops defined elsewhere), Python bindings (pybind11,
+  PyMethodDef) and dispatch stubs (their ``REGISTER_DISPATCH`` kernels), each with the
+  C++ it reaches per dispatch key; ``backend`` keeps the
   registrations for one dispatch key (``CPU``, ``CUDA``, ``QuantizedCPU``...).
 - ``mode="kernels"``: the device kernels of an op (``index_add``: its CUDA kernels'
   host functions and the ``__global__`` kernels they launch, its DispatchStubs'
@@ -25,7 +26,7 @@ MODES = ("bindings", "kernels")
 LIMIT = 40
 MAX_OPS = 4  # overloads whose kernels mode="kernels" lists
 MAX_HOSTS = 8
-_BINDING_KINDS = ("op", "registration", "binding")
+_BINDING_KINDS = ("op", "registration", "binding", "dispatch_stub")
 
 
 def _matching(index: Index, query: str, kinds: tuple[str, ...]) -> list[Node]:
@@ -57,6 +58,17 @@ def _targets(index: Index, node: Node) -> list[tuple[list[str], str, str | None,
     names; ``doubt``: what the text says when the name had several definitions."""
     kind = "binds" if node.kind == "binding" else "dispatches"
     found = []
+    if node.kind == "dispatch_stub":  # REGISTER_DISPATCH(stub, &kernel), one per backend
+        return [
+            (
+                [op_chain.backend_of(hop)],
+                hop.node.qualname,
+                hop.node.evidence,
+                hop.evidence,
+                op_chain.ambiguity(hop.attrs),
+            )
+            for hop in op_chain.stub_kernels(index, node)
+        ]
     if kind == "dispatches":
         for hop in op_chain.dispatch_hops(index, node.id):
             if hop.node.kind == "registration":  # registered from another file: its kernels

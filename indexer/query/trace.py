@@ -659,12 +659,7 @@ def _is_cuda(hop: op_chain.Hop) -> bool:
     return hop.path.endswith((".cu", ".cuh")) or "/cuda/" in hop.path
 
 
-def _backend(hop: op_chain.Hop) -> str:
-    if _is_cuda(hop):
-        return "CUDA"
-    if "/cpu/" in hop.path:
-        return "CPU"
-    return hop.attrs.get("key") or "registered"
+_backend = op_chain.backend_of
 
 
 def _backward(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None:

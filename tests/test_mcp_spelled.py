@@ -1,0 +1,130 @@
+"""Answers that hold on questions nobody tuned for (issue 37), on the minitorch fixture with
+a file of calls added: every tool takes a structured kernel by the name native_functions.yaml
+gives it (``at::native::add_out``, defined by ``TORCH_IMPL_FUNC(add_out)``), ``tests`` and
+``affected`` agree on a C++ function, ``search`` finds a dispatch stub's registrations, no
+"closest known name" repeats the name asked, and callers keep every call site (recursion,
+overload to overload, several calls from one caller)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from indexer.query.affected import affected
+from indexer.query.graph import graph
+from indexer.query.index import Index
+from indexer.query.search import search
+from indexer.query.tests import tests as find_tests
+from indexer.query.trace import trace
+from tests.helpers import build_private_index, commit_all, line_of, make_fixture_repo
+
+NATIVE = "aten/src/ATen/native"
+
+# A static helper that recurses and is called twice by one caller; two overloads, one
+# calling the other twice.
+CALLS_CPP = """\
+namespace at::native {
+
+static int depth_helper(int n) {
+  if (n <= 0) {
+    return 0;
+  }
+  return 1 + depth_helper(n - 1);
+}
+
+int twice_caller(int n) {
+  int a = depth_helper(n);
+  int b = depth_helper(n + 1);
+  return a + b;
+}
+
+int pick_value(int a) {
+  return a;
+}
+
+int pick_value(int a, int b) {
+  int left = pick_value(a);
+  int right = pick_value(b);
+  return left + right;
+}
+
+} // namespace at::native
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
+    base = tmp_path_factory.mktemp("spelled")
+    repo = make_fixture_repo("minitorch", base / "minitorch")
+    (repo / NATIVE / "Calls.cpp").write_text(CALLS_CPP, encoding="utf-8")
+    commit_all(repo, "recursion, overloads and repeated calls")
+    return repo, build_private_index(repo, base)
+
+
+def at(repo: Path, path: str, text: str, occurrence: int = 1) -> str:
+    return f"{path}:{line_of(repo / path, text, occurrence)}"
+
+
+def test_a_structured_kernel_is_found_by_its_yaml_name(built) -> None:
+    repo, index = built
+    answer = trace(index, "at::native::add_out")
+    assert answer.found, answer.to_text()
+    assert "aten::add" in answer.to_text()
+    assert at(repo, f"{NATIVE}/BinaryOps.cpp", "TORCH_IMPL_FUNC(add_out)") in answer.to_text()
+
+
+def test_tests_and_affected_take_a_cpp_function_and_agree(built) -> None:
+    _, index = built
+    found = find_tests(index, "at::native::add_out")
+    assert found.found, found.to_text()
+    listed = {item.evidence.split(":")[0] for item in found.items if item.evidence}
+    assert listed, found.to_text()
+    impacted = affected(index, ["at::native::add_out"], limit=500)
+    assert impacted.found, impacted.to_text()
+    files = {item.label for item in impacted.items}
+    assert listed <= files, (listed - files, impacted.to_text())
+
+
+def test_search_finds_a_dispatch_stubs_registrations(built) -> None:
+    repo, index = built
+    answer = search(index, "add_stub")
+    text = answer.to_text()
+    assert answer.found, text
+    assert at(repo, f"{NATIVE}/cpu/BinaryOpsKernel.cpp", "REGISTER_DISPATCH(add_stub") in text
+    assert at(repo, f"{NATIVE}/cuda/BinaryAddKernel.cu", "REGISTER_DISPATCH(add_stub") in text
+    cpu = search(index, "at::native::add_stub", backend="CPU").to_text()
+    assert at(repo, f"{NATIVE}/cpu/BinaryOpsKernel.cpp", "REGISTER_DISPATCH(add_stub") in cpu
+    assert "BinaryAddKernel.cu" not in cpu
+
+
+def test_no_closest_name_is_the_name_asked(built) -> None:
+    _, index = built
+    for answer in (
+        search(index, "at::native::add_stub"),
+        search(index, "at::native::nowhere_stub"),
+        trace(index, "at::native::twice_callerx"),
+        find_tests(index, "at::native::twice_callerx"),
+    ):
+        assert answer.found or answer.query not in answer.suggestions, answer.to_text()
+    # the name asked, qualified, is the definition asked for: found, not suggested
+    answer = graph(index, "native::twice_caller", mode="calls")
+    assert answer.found, answer.to_text()
+
+
+def test_callers_keep_every_call_site(built) -> None:
+    repo, index = built
+    calls = f"{NATIVE}/Calls.cpp"
+    text = graph(index, "depth_helper", mode="callers").to_text()
+    assert at(repo, calls, "int a = depth_helper(n)") in text, text
+    assert at(repo, calls, "int b = depth_helper(n + 1)") in text, text
+    # the recursive call is a call site too
+    assert at(repo, calls, "return 1 + depth_helper(n - 1)") in text, text
+
+
+def test_an_overload_calling_another_is_its_caller(built) -> None:
+    repo, index = built
+    calls = f"{NATIVE}/Calls.cpp"
+    text = graph(index, "at::native::pick_value", mode="callers").to_text()
+    assert at(repo, calls, "int left = pick_value(a)") in text, text
+    assert at(repo, calls, "int right = pick_value(b)") in text, text
