@@ -27,6 +27,7 @@ from indexer.query.index import Index, Node
 
 MODES = ("callers", "calls", "impact")
 DEFAULT_DEPTH = {"callers": 1, "calls": 1, "impact": 3}
+MORE_SITES = 6  # further call sites of one caller its line names
 MAX_DEPTH = 10
 LIMIT = 60  # lines of an answer; the rest is counted, not shown
 MAX_STARTS = 50
@@ -56,7 +57,7 @@ def resolve_start(index: Index, func: str) -> tuple[list[Node], str]:
     ``aten::add.Tensor``); then a Python spelling recorded on an op or binding
     (``torch.add``).
     """
-    exact = [node for node in index.find(func) if node.kind != "file"]
+    exact = [node for node in index.find_spelled(func) if node.kind != "file"]
     if exact:
         return exact, "exact"
     parts = _split(func)
@@ -140,6 +141,10 @@ def _detail(reach: Reach, node: Node, show_level: bool) -> str:
         parts.append(edge)
     if show_level:
         parts.append(f"level {reach.level}")
+    if reach.sites:
+        shown = ", ".join(reach.sites[:MORE_SITES])
+        extra = len(reach.sites) - MORE_SITES
+        parts.append(f"also at {shown}" + (f" and {extra} more" if extra > 0 else ""))
     return ", ".join(parts)
 
 
@@ -160,6 +165,8 @@ def _item(reach: Reach, node: Node, indent: int, show_level: bool, via: Node | N
         data["extractor"] = reach.extractor
     if reach.fuzzy_target is not None:
         data["unresolved_name"] = reach.fuzzy_target
+    if reach.sites:
+        data["call_sites"] = [reach.evidence, *reach.sites]
     python_names = node.attrs.get("python_names")
     if python_names:
         data["python_names"] = python_names
@@ -181,11 +188,20 @@ def _tree_items(result: Walk, nodes: dict[int, Node], starts: list[Node]) -> lis
     for siblings in children.values():
         siblings.sort(key=lambda r: (r.fuzzy_target is not None, r.path, r.line))
     items: list[Item] = []
-    shown: set[int] = set()
+    asked = {start.id for start in starts}
+    shown: set[int] = set(asked)
 
     def visit(node_id: int, indent: int) -> None:
         for child in children.get(node_id, ()):
             item = _item(child, nodes[child.node_id], indent, False, None)
+            if child.node_id == node_id:
+                item.detail += ", recursive call"
+                items.append(item)
+                continue
+            if child.node_id in asked:  # one overload calling another
+                item.detail += ", one of the definitions asked"
+                items.append(item)
+                continue
             if child.node_id in shown:
                 item.detail += ", listed above"
                 items.append(item)

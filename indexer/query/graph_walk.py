@@ -78,6 +78,8 @@ class Reach:
     ambiguous: int = 0
     fuzzy_target: str | None = None  # set when reached through an unresolved name match
     extractor: str = Extractor.FAST.value  # which extractor made the edge
+    # the same caller's further call sites (file:line): every call is a place to look
+    sites: list[str] = field(default_factory=list)
 
     @property
     def evidence(self) -> str | None:
@@ -103,7 +105,8 @@ class Walk:
     unresolved: list[Unresolved] = field(default_factory=list)
     boundary: set[int] = field(default_factory=set)  # ops/bindings not walked through
     # Further edges into nodes already reached at this level: a tree lists the node under
-    # each parent (walked below the first only), so no start looks caller-less.
+    # each parent (walked below the first only), so no start looks caller-less; and edges
+    # between starts (a recursive call, one overload calling another).
     also: list[Reach] = field(default_factory=list)
     truncated: bool = False
     max_level: int = 0
@@ -247,12 +250,21 @@ def walk(
             )
         for src, dst, kind, path, line, target in fuzzy_rows:
             candidates.append(Reach(src, level, dst, kind, path, line, fuzzy_target=target))
+        listed = {(r.node_id, r.parent): r for r in result.also if r.level == level}
         for reach in candidates:
             seen = result.reached.get(reach.node_id)
             if seen is not None:
-                again = seen.level == level and seen.parent != reach.parent
+                same = seen if seen.level == level and seen.parent == reach.parent else None
+                same = same or listed.get((reach.node_id, reach.parent))
+                if same is not None:
+                    repeated = reach.evidence == same.evidence or reach.evidence in same.sites
+                    if reach.fuzzy_target is None and not repeated:
+                        same.sites.append(reach.evidence)
+                    continue
+                again = seen.level == level or (seen.level == 0 and reach.fuzzy_target is None)
                 if again and len(result.also) < ALSO_CAP:
                     result.also.append(reach)
+                    listed[(reach.node_id, reach.parent)] = reach
                 continue
             if len(result.reached) >= MAX_NODES:
                 result.truncated = True
