@@ -175,6 +175,7 @@ class ServerState:
         self._head_commit: str | None = None
         self._freshness: Freshness | None = None  # the last comparison with the tree
         self._freshness_at = 0.0  # monotonic time of that comparison
+        self._first_check = threading.Lock()  # one check before the first answer
         self._active = 0  # requests being answered
         self._requests = 0  # requests begun
         self._last_request = time.monotonic()
@@ -408,6 +409,24 @@ class ServerState:
             with self._lock:
                 self._freshness, self._freshness_at = found, time.monotonic()
             due = time.monotonic() + FRESHNESS_EVERY_S
+
+    def check_before_answering(self) -> None:
+        """Compare the full index served with the tree once, before the first answer: an
+        agent's fresh server must not answer from an index the tree has moved past until
+        the idle watcher's first check (a stat per indexed file, as ``select`` does)."""
+        with self._lock:
+            path = self._index_path if self._served == "full" else None
+            done = self._freshness is not None
+        if path is None or done:
+            return
+        with self._first_check:
+            with self._lock:
+                if self._freshness is not None:
+                    return
+            found = freshness_of(self.workspace, path)
+            with self._lock:
+                if self._freshness is None:
+                    self._freshness, self._freshness_at = found, time.monotonic()
 
     def stale_note(self) -> str | None:
         """One line when the last comparison found the index out of date, else None."""

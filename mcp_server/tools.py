@@ -51,6 +51,7 @@ class AnswerOut(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
     total: int | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)  # lines the text puts first: stale
     budget: int | None = None  # characters the text kept to; items holds every line
     more: str = ""  # how to ask for what the text left out
 
@@ -217,6 +218,7 @@ class Tools:
     def _answer_now(self, tool: str, call: Callable[[Index], Answer]) -> CallToolResult:
         spec = SPECS[tool]
         index = self._index()
+        self.state.check_before_answering()
         try:
             answer = call(index)
         except ToolError:
@@ -231,8 +233,8 @@ class Tools:
             answer.notes.insert(0, note)
             answer.data = {**answer.data, "incomplete": self.state.missing(spec.needs)}
         stale = self.state.stale_note()
-        if stale:
-            answer.notes.insert(0, stale)
+        if stale:  # the first line: an agent acting on a moved line must know first
+            answer.warnings.insert(0, f"STALE INDEX: {stale}")
             answer.data = {**answer.data, "stale": True}
         return reply(answer)
 
@@ -252,12 +254,14 @@ class Tools:
             pass  # still building: the snapshot says how far
         except TorchTalkError as exc:
             unreadable = str(exc)
+        if index is not None:
+            self.state.check_before_answering()
         ready = unreadable is None and all(v == "ready" for v in snap["components"].values())
         stale = self.state.stale_note()  # read once: the headline and the note agree
         if unreadable:
             headline = f"the index cannot be read: {unreadable}"
         elif ready:
-            headline = "ready" if stale is None else "ready, but stale"
+            headline = "ready" if stale is None else "stale"
         elif snap["error"]:
             headline = f"build failed: {snap['error']}"
         else:
@@ -320,7 +324,7 @@ class Tools:
         if record is not None:
             answer.items.append(Item(record_line(record), data={"record": record}))
         if stale:
-            answer.notes.insert(0, stale)
+            answer.warnings.insert(0, f"STALE INDEX: {stale}")
         if not ready and not snap["error"]:
             answer.notes.append(
                 "tools answer now from what is ready and say when a part they need is missing"

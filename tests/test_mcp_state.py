@@ -278,12 +278,14 @@ def test_answers_say_when_the_tree_no_longer_matches_the_index(
         linalg.write_text(original.replace("def vector_norm(", "def vector_norm_v2("))
         wait_for(stale=True)
         status = _data(tools.get_status())
-        assert status["title"].endswith(": ready, but stale")
+        assert status["title"].endswith(": stale")
         assert status["data"]["stale"] is True
-        assert "1 changed file differs from the index (minitorch/linalg.py)" in status["notes"][0]
+        assert (
+            "1 changed file differs from the index (minitorch/linalg.py)" in status["warnings"][0]
+        )
         answer = _data(tools.graph("minitorch.nn.functional.relu"))
-        assert answer["notes"][0].startswith("the index may not match the tree")
-        assert "torchtalk index update" in answer["notes"][0]
+        assert answer["warnings"][0].startswith("STALE INDEX: the index may not match the tree")
+        assert "torchtalk index update" in answer["warnings"][0]
         linalg.write_text(original)
         wait_for(stale=False)
         assert "stale" not in _data(tools.graph("minitorch.nn.functional.relu"))["data"]

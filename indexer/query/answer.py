@@ -48,6 +48,7 @@ class Answer:
     data: dict[str, Any] = field(default_factory=dict)
     budget: int | None = DEFAULT_BUDGET  # characters of text; None: every item
     more: str = ""  # how to ask for what the budget leaves out: "pass limit=200"
+    warnings: list[str] = field(default_factory=list)  # lines before the title: stale index
 
     @classmethod
     def not_found(cls, tool: str, query: str, what: str, suggestions: list[str]) -> Answer:
@@ -63,7 +64,7 @@ class Answer:
         return self
 
     def to_text(self) -> str:
-        head = [self.title] if self.title else []
+        head = [*self.warnings, *([self.title] if self.title else [])]
         tail = []
         if self.suggestions:
             tail.append("Closest known names: " + ", ".join(self.suggestions))
