@@ -2,8 +2,9 @@
 a file of calls added: every tool takes a structured kernel by the name native_functions.yaml
 gives it (``at::native::add_out``, defined by ``TORCH_IMPL_FUNC(add_out)``), ``tests`` and
 ``affected`` agree on a C++ function, ``search`` finds a dispatch stub's registrations, no
-"closest known name" repeats the name asked, and callers keep every call site (recursion,
-overload to overload, several calls from one caller)."""
+"closest known name" repeats the name asked, callers keep every call site (recursion,
+overload to overload, several calls from one caller), and a function re-exported by a
+package's ``__init__`` (``from .boxes import nms``) is found by the name users type."""
 
 from __future__ import annotations
 
@@ -53,12 +54,38 @@ int pick_value(int a, int b) {
 """
 
 
+# torchvision.ops style: the public name is the package's, the definition a module's.
+VISION_INIT = "from .ops import nms\n"
+OPS_INIT = "from .boxes import nms\n\n__all__ = ['nms']\n"
+BOXES = """\
+import minitorch
+
+
+def nms(boxes, scores):
+    return minitorch.add(boxes, scores)
+"""
+VISION_TEST = """\
+import minitorch
+from minitorch.vision.ops import nms
+
+
+def test_nms():
+    assert nms(minitorch.Tensor([1.0]), minitorch.Tensor([2.0])) is not None
+"""
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     base = tmp_path_factory.mktemp("spelled")
     repo = make_fixture_repo("minitorch", base / "minitorch")
     (repo / NATIVE / "Calls.cpp").write_text(CALLS_CPP, encoding="utf-8")
-    commit_all(repo, "recursion, overloads and repeated calls")
+    ops = repo / "minitorch/vision/ops"
+    ops.mkdir(parents=True)
+    (ops.parent / "__init__.py").write_text(VISION_INIT, encoding="utf-8")
+    (ops / "__init__.py").write_text(OPS_INIT, encoding="utf-8")
+    (ops / "boxes.py").write_text(BOXES, encoding="utf-8")
+    (repo / "test/test_vision_ops.py").write_text(VISION_TEST, encoding="utf-8")
+    commit_all(repo, "recursion, overloads and repeated calls; a re-exported function")
     return repo, build_private_index(repo, base)
 
 
@@ -128,3 +155,18 @@ def test_an_overload_calling_another_is_its_caller(built) -> None:
     text = graph(index, "at::native::pick_value", mode="callers").to_text()
     assert at(repo, calls, "int left = pick_value(a)") in text, text
     assert at(repo, calls, "int right = pick_value(b)") in text, text
+
+
+def test_a_reexported_function_is_found_by_its_public_name(built) -> None:
+    repo, index = built
+    where = at(repo, "minitorch/vision/ops/boxes.py", "def nms(")
+    traced = trace(index, "minitorch.vision.ops.nms")
+    assert traced.found, traced.to_text()
+    assert where in traced.to_text() and "aten::add" in traced.to_text()
+    callers = graph(index, "minitorch.vision.ops.nms", mode="callers")
+    assert callers.found and where in callers.to_text(), callers.to_text()
+    assert "test/test_vision_ops.py" in callers.to_text(), callers.to_text()
+    found = find_tests(index, "minitorch.vision.ops.nms")
+    assert "test/test_vision_ops.py" in found.to_text(), found.to_text()
+    impacted = affected(index, ["minitorch.vision.ops.nms"])
+    assert "test/test_vision_ops.py" in {item.label for item in impacted.items}, impacted.to_text()

@@ -28,6 +28,7 @@ from threading import Lock
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
+from indexer.query.py_lookup import reexported
 from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.query.test_rank import FURTHER, TIER_TEXT
 from indexer.query.tests import RankedTests, ReachedTest, rank_tests
@@ -65,6 +66,9 @@ def _resolve(index: Index, name: str) -> list[Node]:
     exact = [node for node in nodes if node.qualname == name]
     if exact or nodes:
         return exact or nodes
+    exported = [node for node in reexported(index, name) if node.kind in CHANGEABLE]
+    if exported:
+        return exported
     separator = "." if "." in name and "::" not in name else "::"
     rows = index.conn.execute(
         "SELECT n.id FROM nodes n WHERE n.qualname LIKE ? ESCAPE '\\'"

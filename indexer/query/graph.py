@@ -24,6 +24,7 @@ from indexer.graph.vocabulary import NODE_KINDS, Extractor
 from indexer.query.answer import Answer, Item
 from indexer.query.graph_walk import MAX_NODES, Reach, Walk, walk, without_anonymous
 from indexer.query.index import Index, Node
+from indexer.query.py_lookup import reexported
 
 MODES = ("callers", "calls", "impact")
 DEFAULT_DEPTH = {"callers": 1, "calls": 1, "impact": 3}
@@ -87,6 +88,9 @@ def resolve_start(index: Index, func: str) -> tuple[list[Node], str]:
     spelled = _by_python_name(index, func)
     if spelled:
         return spelled, "python name"
+    exported = reexported(index, func)
+    if exported:
+        return exported, "re-export"
     return [], "none"
 
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from indexer.query.index import Index, Node
-from indexer.query.py_lookup import assignment
+from indexer.query.py_lookup import assignment, reexported
 
 OP = "op"
 OP_LIKE = ("op", "registration")
@@ -177,6 +177,16 @@ def lookup(index: Index, name: str) -> Lookup:
             python=[node, *definitions[:3]],
             via=via,
             how="Python name bound by assignment",
+        )
+    exported = reexported(index, name)
+    if exported:  # pkg.ops.nms for `from .boxes import nms` in pkg/ops/__init__.py
+        reached, via = ops_referenced(index, exported[:10])
+        return Lookup(
+            ops=[n for n in reached if n.kind == OP],
+            bindings=[n for n in reached if n.kind == "binding"],
+            python=exported,
+            via=via,
+            how="Python re-export",
         )
     return Lookup()
 

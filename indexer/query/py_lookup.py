@@ -80,6 +80,16 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
     return candidates, "short name"
 
 
+def reexported(index: Index, name: str) -> list[Node]:
+    """The definitions a dotted name reaches only through packages' re-exports
+    (``pkg.ops.nms`` for ``from .boxes import nms`` in ``pkg/ops/__init__.py``): the name
+    users type, where the index keeps ``pkg.ops.boxes.nms``."""
+    if "." not in name or "::" in name:
+        return []
+    resolved = resolve_dotted(IndexNames(index), name.strip())
+    return index.nodes(resolved[0]) if resolved and resolved[1] else []
+
+
 ASSIGNMENT = "python_assignment"  # the kind of an assignment-bound name's Node
 NAMED_OPS = ("op", "binding")  # what an assignment may name besides definitions
 
