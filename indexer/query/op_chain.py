@@ -393,6 +393,50 @@ def backward_entries(index: Index, op: Node) -> list[Node]:
     ]
 
 
+_FORMULA_CALLS_SQL = (
+    "SELECT r.target, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
+    " WHERE r.src_id = ? AND r.kind = 'derives' AND r.attrs LIKE '%\"formula\"%'"
+    " ORDER BY r.line"
+)
+_CALLING_FORMULAS_SQL = (
+    "SELECT r.src_id, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
+    " JOIN nodes d ON d.id = r.src_id WHERE r.target_key = ? AND r.kind = 'derives'"
+    " AND d.kind = 'derivative' AND r.attrs LIKE '%\"formula\"%' ORDER BY f.path, r.line"
+)
+
+
+def formula_ops(index: Index, derivative: Node) -> list[Hop]:
+    """The backward ops a derivatives.yaml entry's formulas call (``threshold_backward``
+    in relu's ``self:``), each with the formula's line; forward-mode ``result:`` and the
+    helpers a formula also calls (``zeros_like``, ``grad.sum``) left out. The formula names
+    the op unqualified (``at::`` is in scope): its ``aten::`` op."""
+    found: dict[int, Hop] = {}
+    own = derivative.qualname.split(".", 1)[0]
+    for target, path, line, raw in index.conn.execute(_FORMULA_CALLS_SQL, (derivative.id,)):
+        attrs = _json(raw)
+        name = str(target or "").removeprefix("at::")
+        if attrs.get("formula") == "result" or "backward" not in name or f"aten::{name}" == own:
+            continue
+        for op in index.find(name, ["op"]):
+            if op.qualname == f"aten::{name}" and op.id not in found:
+                found[op.id] = Hop(op, path, line, attrs)
+    return list(found.values())
+
+
+def calling_formulas(index: Index, op: Node) -> list[Hop]:
+    """The derivatives.yaml entries whose backward formulas call ``op`` (by its name without
+    overload), each with the formula's line: the forward ops it is the backward of."""
+    if not op.qualname.startswith("aten::"):
+        return []
+    base = op.qualname.removeprefix("aten::").split(".", 1)[0]
+    hops = []
+    for src, path, line, raw in index.conn.execute(_CALLING_FORMULAS_SQL, (base,)):
+        attrs = _json(raw)
+        if attrs.get("formula") != "result":
+            hops.append(Hop(index.node(src), path, line, attrs))
+    return hops
+
+
 # A reference from a test file: a path whose first component is test/tests or that has
 # one below the root (case-sensitive, as paths are).
 _IS_TEST_SQL = (

@@ -36,6 +36,7 @@ MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
 MAX_NAMED = 3  # ops a Python definition names, listed before their chains
 MAX_LISTED = 12  # kernels / formulas shown per hop
+MAX_BACKWARD_OPS = 2  # backward ops of one derivatives.yaml entry traced to their kernels
 MAX_FOLLOWED = 4  # ops a composite kernel calls that are traced on
 MAX_LIBRARY_CALLS = 4
 MAJOR_LAUNCHES = 2  # launches / library calls per kernel the text keeps before minor lines
@@ -670,3 +671,29 @@ def _backward(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         for name, formula in list(formulas.items())[:MAX_LISTED]:
             run.add(f"{name}: {formula}", None, "", depth + 1, minor=True)
         record.setdefault("backward", []).append({"entry": entry.evidence, "formulas": formulas})
+        for hop in op_chain.formula_ops(run.index, entry)[:MAX_BACKWARD_OPS]:
+            _backward_op(run, hop, depth + 1)
+    for hop in op_chain.calling_formulas(run.index, op)[:MAX_LISTED]:
+        forward = ", ".join(
+            run.index.node(edge.dst).qualname
+            for edge in run.index.out_edges(hop.node.id, ["derives"])
+        )
+        detail = f"backward formula of {forward or hop.node.qualname} calls it"
+        run.add(hop.node.qualname, hop.evidence, detail, depth)
+        record.setdefault("backward_of", []).append(hop.evidence)
+
+
+def _backward_op(run: _Trace, hop: op_chain.Hop, depth: int) -> None:
+    """A backward op a formula calls; with focus='backward' its kernels too (the question
+    is where the gradient is computed)."""
+    op = hop.node
+    run.add(f"-> {op.qualname}", op.evidence, f"backward op, called at {hop.evidence}", depth)
+    if run.focus.parts != {"backward"} or op.id in run.visited:
+        return
+    run.visited.add(op.id)
+    record: dict[str, Any] = {"op": op.qualname, "entry": op.evidence, "dispatch": []}
+    focus, run.focus = run.focus, _Focus({"dispatch"})
+    try:
+        _dispatch(run, op, depth + 1, record)
+    finally:
+        run.focus = focus
