@@ -77,3 +77,41 @@ def test_the_backward_op_names_the_forward_op_whose_formula_calls_it(built) -> N
     text = trace(index, "aten::threshold_backward", focus="backward").to_text()
     assert "aten::relu" in text, text
     assert at(repo, "tools/autograd/derivatives.yaml", "self: threshold_backward(") in text, text
+
+
+# A dispatch key served by fallthroughs only (as aten's Named registrations are): the
+# registration is the answer to "where is mm registered for Named".
+NAMED = """\
+#include <torch/library.h>
+
+TORCH_LIBRARY_IMPL(aten, Named, m) {
+  m.impl("mm", CppFunction::makeFallthrough());
+  m.impl("sum", CppFunction::makeFallthrough());
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
+    base = tmp_path_factory.mktemp("keys")
+    repo = make_fixture_repo("minitorch", base / "minitorch")
+    (repo / "aten/src/ATen/core").mkdir(parents=True, exist_ok=True)
+    (repo / "aten/src/ATen/core/NamedRegistrations.cpp").write_text(NAMED, encoding="utf-8")
+    commit_all(repo, "fallthrough registrations for Named")
+    return repo, build_private_index(repo, base)
+
+
+def test_a_fallthrough_registration_answers_focus_on_its_key(keyed) -> None:
+    repo, index = keyed
+    text = trace(index, "aten::mm", focus="Named").to_text()
+    where = at(repo, "aten/src/ATen/core/NamedRegistrations.cpp", 'm.impl("mm"')
+    assert where in text, text
+    assert "fallthrough" in text, text
+
+
+def test_a_dispatch_key_the_index_does_not_know_is_a_clear_error(keyed) -> None:
+    _, index = keyed
+    with pytest.raises(ValueError, match="no kernel or registration for dispatch key 'Nmaed'"):
+        trace(index, "aten::mm", focus="Nmaed")
+    # a key the index knows, for another op: an answer, not an error
+    assert trace(index, "aten::add", focus="Named").found

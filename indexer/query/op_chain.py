@@ -393,16 +393,39 @@ def backward_entries(index: Index, op: Node) -> list[Node]:
     ]
 
 
+# refs has no index on src_id: the entry's file (derivatives.yaml) narrows it first
 _FORMULA_CALLS_SQL = (
     "SELECT r.target, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
-    " WHERE r.src_id = ? AND r.kind = 'derives' AND r.attrs LIKE '%\"formula\"%'"
-    " ORDER BY r.line"
+    " WHERE r.file_id = (SELECT file_id FROM nodes WHERE id = ?) AND r.src_id = ?"
+    " AND r.kind = 'derives' AND r.attrs LIKE '%\"formula\"%' ORDER BY r.line"
 )
 _CALLING_FORMULAS_SQL = (
     "SELECT r.src_id, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
     " JOIN nodes d ON d.id = r.src_id WHERE r.target_key = ? AND r.kind = 'derives'"
     " AND d.kind = 'derivative' AND r.attrs LIKE '%\"formula\"%' ORDER BY f.path, r.line"
 )
+
+
+def dispatch_keys(index: Index, edges: bool = False) -> frozenset[str]:
+    """The dispatch keys the index holds a kernel or registration for, lower-cased: the
+    yaml's dispatch entries, TORCH_LIBRARY_IMPL blocks and the backends DispatchStub
+    kernels are registered for; with ``edges``, keyed ``m.impl`` calls too (a slower read:
+    every dispatch edge)."""
+
+    def read(sql: str) -> frozenset[str]:
+        keys = {"cpu", "cuda"}
+        for (raw,) in index.conn.execute(sql):
+            attrs = _json(raw)
+            keys.update(str(key).lower() for key in (attrs.get("dispatch") or {}))
+            keys.update(str(key).lower() for key in attrs.get("impl_keys") or [])
+            keys.update(key.lower() for key in keys_of(attrs))
+        return frozenset(keys)
+
+    if edges:
+        sql = "SELECT attrs FROM edges WHERE kind = 'dispatches' AND attrs LIKE '%key%'"
+        return index.shared("dispatch_keys:edges", lambda: read(sql))
+    sql = "SELECT attrs FROM nodes WHERE kind IN ('op', 'registration')"
+    return index.shared("dispatch_keys", lambda: read(sql))
 
 
 def formula_ops(index: Index, derivative: Node) -> list[Hop]:
@@ -412,7 +435,8 @@ def formula_ops(index: Index, derivative: Node) -> list[Hop]:
     the op unqualified (``at::`` is in scope): its ``aten::`` op."""
     found: dict[int, Hop] = {}
     own = derivative.qualname.split(".", 1)[0]
-    for target, path, line, raw in index.conn.execute(_FORMULA_CALLS_SQL, (derivative.id,)):
+    rows = index.conn.execute(_FORMULA_CALLS_SQL, (derivative.id, derivative.id))
+    for target, path, line, raw in rows:
         attrs = _json(raw)
         name = str(target or "").removeprefix("at::")
         if attrs.get("formula") == "result" or "backward" not in name or f"aten::{name}" == own:

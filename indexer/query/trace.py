@@ -23,6 +23,7 @@ listed as such, never dropped.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +153,8 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     if not func or not func.strip():
         raise ValueError("trace needs a name: torch.add, aten::add.Tensor, add or a C++ name")
     wanted = _focus(focus)
+    if wanted.key is not None:
+        _known_key(index, wanted.key)
     found = lookup(index, func)
     if not found.ops and not found.bindings and not found.functions and not found.python:
         return Answer.not_found("trace", func, "Name", index.suggest(func))
@@ -196,6 +199,23 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     answer.data = {"ops": run.summary, "matched_by": found.how}
     answer.more = "focus='cuda', 'CPU' (a dispatch key), 'python' or 'backward' narrows it; limit=N shows N lines"
     return answer
+
+
+def _known_key(index: Index, key: str) -> None:
+    """A dispatch key the index has nothing for is a typo or another tree's: say so, rather
+    than answer as if the op had no kernel for it."""
+    if key.lower() in op_chain.dispatch_keys(index):
+        return
+    known = op_chain.dispatch_keys(index) | op_chain.dispatch_keys(index, edges=True)
+    if key.lower() in known:
+        return
+    close = difflib.get_close_matches(key.lower(), sorted(known), n=3, cutoff=0.6)
+    hint = f" (closest: {', '.join(close)})" if close else ""
+    raise ValueError(
+        f"the index holds no kernel or registration for dispatch key {key!r}{hint}: a"
+        " misspelling, or registrations made through macros the index does not expand"
+        f" (Autocast's KERNEL_CPU lists); focus also takes {', '.join(FOCUS_PARTS)}"
+    )
 
 
 def _same_kernels(run: _Trace, op: Node) -> str | None:
@@ -275,16 +295,21 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
     implementations: dict[int, tuple[Node, list[str]]] = {}
     found: list[Any] = []
     delegates = []
+    bare: list[op_chain.Hop] = []  # registrations naming no kernel: fallthroughs, boxed
     for hop in op_chain.dispatch_hops(index, op.id):
         target = hop.node
         if target.kind == "op":
             delegates.append(hop)
         elif target.kind == "registration":
-            for inner in op_chain.dispatch_hops(index, target.id):
+            inner_hops = op_chain.dispatch_hops(index, target.id)
+            for inner in inner_hops:
                 if not op_chain.keys_of(inner.attrs):
                     inner.attrs["keys"] = target.attrs.get("impl_keys") or []
                 found.append(inner)
-            found.extend(op_chain.unresolved(index, target.id))
+            missing = op_chain.unresolved(index, target.id)
+            found.extend(missing)
+            if not inner_hops and not missing:
+                bare.append(hop)
         else:
             found.append(hop)
     found.extend(op_chain.unresolved(index, op.id))
@@ -296,6 +321,7 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
     # add.out's), then the other backends' (Vulkan, sparse, nested...).
     for hop, keys in usual:
         _entry(run, hop, keys, depth, record, implementations)
+    _bare_registrations(run, bare, depth, record)
     _generated(run, found, depth, record)
     for hop in delegates:
         via = "structured_delegate" if hop.attrs.get("structured_delegate") else "autogen"
@@ -310,6 +336,23 @@ def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None
         _implementation_chain(run, nodes, depth)
     if implementations and "dispatch" in run.focus.parts:
         _follow_calls(run, op, list(implementations.values()), depth, record)
+
+
+def _bare_registrations(
+    run: _Trace, bare: list[op_chain.Hop], depth: int, record: dict[str, Any]
+) -> None:
+    """Registrations for the dispatch key asked that name no kernel function (Named's
+    ``CppFunction::makeFallthrough()``): the registration line is the answer."""
+    if run.focus.key is None:
+        return  # unasked, they would crowd every trace (hundreds of ops fall through Named)
+    wanted = run.focus.key.lower()
+    for hop in bare:
+        keys = hop.node.attrs.get("impl_keys") or []
+        if not any(key.lower() == wanted for key in keys):
+            continue
+        detail = "registered with no kernel function of its own (a fallthrough or boxed kernel)"
+        run.add(f"{', '.join(keys)}: {hop.node.qualname}", hop.node.evidence, detail, depth)
+        record["dispatch"].append({"keys": keys, "registered": hop.node.evidence})
 
 
 def _follow_calls(

@@ -23,7 +23,7 @@ def _query_modules(index: Index) -> None:
 
 def tables() -> list[tuple[str, Callable[[Index], object]]]:
     from indexer.query.below_kernel import raw_calls
-    from indexer.query.op_chain import stub_registrations
+    from indexer.query.op_chain import dispatch_keys, stub_registrations
     from indexer.query.op_lookup import python_names
     from indexer.query.py_lookup import short_names
     from indexer.select.native_reach import autograd_apply_targets
@@ -33,6 +33,7 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
         ("the ops' Python names", python_names),
         ("the raw library calls", raw_calls),
         ("the DispatchStub registrations", stub_registrations),
+        ("the dispatch keys trace's focus takes", dispatch_keys),
         ("the file paths", Index.file_paths),
         ("the Python short names", short_names),
         ("the autograd functions' apply targets", autograd_apply_targets),
