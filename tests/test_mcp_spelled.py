@@ -170,3 +170,13 @@ def test_a_reexported_function_is_found_by_its_public_name(built) -> None:
     assert "test/test_vision_ops.py" in found.to_text(), found.to_text()
     impacted = affected(index, ["minitorch.vision.ops.nms"])
     assert "test/test_vision_ops.py" in {item.label for item in impacted.items}, impacted.to_text()
+
+
+def test_a_cpp_function_names_the_python_apis_that_reach_it_first(built) -> None:
+    """ "Which Python APIs reach add_out": the public names of the ops dispatching to it and
+    of the ops delegating to those (add.Tensor -> add.out), in the answer's first lines."""
+    _, index = built
+    answer = trace(index, "at::native::add_out")
+    head = answer.items[0]
+    assert head.label.startswith("Python APIs reaching it: "), answer.to_text()
+    assert "minitorch.add" in head.label.split(": ", 1)[1].split(", "), answer.to_text()

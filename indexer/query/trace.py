@@ -167,6 +167,8 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     answer.title = f"trace {func} ({found.how}): {what}"
     if wanted.key or focus:
         answer.title += f", focus {focus.strip() if focus else ''}"
+    if found.functions and ops:  # "which Python APIs reach this": the answer, first
+        _python_apis(run, ops)
     for function in found.functions:
         detail = "C++ definition" + ("" if ops else "; no op dispatches to it")
         run.add(function.qualname, function.evidence, detail, 0, kind=function.kind)
@@ -199,6 +201,36 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     answer.data = {"ops": run.summary, "matched_by": found.how}
     answer.more = "focus='cuda', 'CPU' (a dispatch key), 'python' or 'backward' narrows it; limit=N shows N lines"
     return answer
+
+
+def _python_apis(run: _Trace, ops: list[Node]) -> None:
+    """One line naming the public Python names of the ops reaching a C++ function, and of
+    the ops delegating their kernels to those (``add.Tensor`` -> ``add.out``), the most
+    public first (``torch.X`` before ``torch.Tensor.X``); ``torch.ops`` spellings only
+    when nothing else reaches it. The names are the index's: for a harness of several
+    packages they include spellings the other packages may not bind (issue 37, open)."""
+    names: list[str] = []
+    through: list[str] = []
+    for op in ops[:MAX_OPS]:
+        delegating = [
+            run.index.node(edge.src)
+            for edge in run.index.in_edges(op.id, ["dispatches"])
+            if run.index.node(edge.src).kind == "op"
+        ]
+        for node in (op, *delegating):
+            spelled = node.attrs.get("python_names") or []
+            if spelled and node.qualname not in through:
+                through.append(node.qualname)
+            names.extend(spelled)
+    public = [name for name in dict.fromkeys(names) if ".ops." not in name]
+    # stable: the index lists an op's own package's spelling first (torch.min)
+    shown = sorted(public, key=lambda name: (name.count("."), ".Tensor." in name))
+    shown = shown or list(dict.fromkeys(names))[:2]
+    if not shown:
+        return
+    more = f" and {len(shown) - MAX_PYTHON_NAMES} more" if len(shown) > MAX_PYTHON_NAMES else ""
+    label = "Python APIs reaching it: " + ", ".join(shown[:MAX_PYTHON_NAMES]) + more
+    run.add(label, None, "through " + ", ".join(through[:4]), 0, python_names=shown)
 
 
 def _known_key(index: Index, key: str) -> None:
