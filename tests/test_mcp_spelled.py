@@ -64,6 +64,22 @@ import minitorch
 def nms(boxes, scores):
     return minitorch.add(boxes, scores)
 """
+# Tests named for nms whose calls the index cannot follow (through a harness's getattr).
+NAMED_ONLY_TEST = """\
+import importlib
+
+
+def run_case(module, name):
+    return getattr(importlib.import_module(module), name)
+
+
+def test_nms_through_a_harness():
+    assert run_case("minitorch.vision." + "ops", "nms") is not None
+
+
+def test_nmsx_is_another_name():
+    pass
+"""
 VISION_TEST = """\
 import minitorch
 from minitorch.vision.ops import nms
@@ -85,6 +101,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     (ops / "__init__.py").write_text(OPS_INIT, encoding="utf-8")
     (ops / "boxes.py").write_text(BOXES, encoding="utf-8")
     (repo / "test/test_vision_ops.py").write_text(VISION_TEST, encoding="utf-8")
+    (repo / "test/test_named_only.py").write_text(NAMED_ONLY_TEST, encoding="utf-8")
     commit_all(repo, "recursion, overloads and repeated calls; a re-exported function")
     return repo, build_private_index(repo, base)
 
@@ -103,9 +120,14 @@ def test_a_structured_kernel_is_found_by_its_yaml_name(built) -> None:
 
 def test_tests_and_affected_take_a_cpp_function_and_agree(built) -> None:
     _, index = built
-    found = find_tests(index, "at::native::add_out")
+    found = find_tests(index, "at::native::add_out", limit=500)
     assert found.found, found.to_text()
-    listed = {item.evidence.split(":")[0] for item in found.items if item.evidence}
+    # the tests a path reaches (not those only named for it): what a change can break
+    listed = {
+        item.evidence.split(":")[0]
+        for item in found.items
+        if item.evidence and "named for it" not in item.detail
+    }
     assert listed, found.to_text()
     impacted = affected(index, ["at::native::add_out"], limit=500)
     assert impacted.found, impacted.to_text()
@@ -180,3 +202,15 @@ def test_a_cpp_function_names_the_python_apis_that_reach_it_first(built) -> None
     head = answer.items[0]
     assert head.label.startswith("Python APIs reaching it: "), answer.to_text()
     assert "minitorch.add" in head.label.split(": ", 1)[1].split(", "), answer.to_text()
+
+
+def test_tests_named_for_it_are_listed_after_those_that_call_it(built) -> None:
+    repo, index = built
+    answer = find_tests(index, "minitorch.vision.ops.nms")
+    labels = [item.label for item in answer.items]
+    calling = labels.index("test/test_vision_ops.py::test_nms")
+    named = labels.index("test/test_named_only.py::test_nms_through_a_harness")
+    assert calling < named, answer.to_text()
+    assert "named for it" in answer.items[named].detail
+    assert at(repo, "test/test_named_only.py", "def test_nms_through") in answer.to_text()
+    assert not any("test_nmsx" in label for label in labels), answer.to_text()

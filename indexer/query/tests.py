@@ -24,6 +24,7 @@ from indexer.query.index import Edge, Index, Node
 from indexer.query.op_lookup import lookup
 from indexer.query.py_lookup import IndexNames, definitions, suggest
 from indexer.query.recorded_answers import record_evidence
+from indexer.wording import plural
 
 MODES = ("find", "utils", "file_info")
 FOCUS = ("functions", "classes", "files")
@@ -48,6 +49,7 @@ class ReachedTest:
     tier: int = 0  # how directly it tests the query (indexer/query/test_rank.py)
     position: int = 0  # its place in the ranking, most direct first
     ran: bool = False  # a record saw it execute what the query names
+    named_only: bool = False  # named for the query (test_<name>), no path in the index
 
     @classmethod
     def of(cls, node: Node, depth: int, via: Edge | None) -> ReachedTest:
@@ -259,6 +261,9 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     evidence = record_evidence(index, starts, query)
     found = rank_tests(index, starts, evidence.tests if evidence else ())
     ranked, dropped, truncated = found.ranked, found.dropped, found.truncated
+    named = _named_for(index, query, {hit.id for hit in ranked})
+    reaching = len(ranked)
+    ranked = _with_named(ranked, named)
     files: dict[str, int] = {}
     for hit in ranked:
         files[hit.path] = files.get(hit.path, 0) + 1
@@ -286,6 +291,8 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         for hit in page:
             ran = "ran it in the record; " if hit.ran else ""
             detail = f"{ran}{test_rank.TIER_TEXT[hit.tier]}: {_describe(hit, targets)}"
+            if hit.named_only:
+                detail = "named for it; the index holds no call path from it"
             opinfo_list = attrs.get(hit.id, {}).get("opinfo_list")
             if opinfo_list:
                 detail += f"; @ops({opinfo_list})"
@@ -300,7 +307,9 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
         if len(shown) > len(page):
             answer.total = len(shown)
     answer.title = (
-        f"{len(ranked)} tests in {len(files)} files reach {query} ({how}), nearest first:"
+        f"{plural(reaching, 'test')} reach{'es' if reaching == 1 else ''} {query} ({how})"
+        + (f", {len(named)} more named for it" if named else "")
+        + f"; {plural(len(files), 'file')}, nearest first:"
     )
     answer.data = {"files": sorted(files), "starts": [n.qualname for n in starts[:20]]}
     if dropped:
@@ -315,6 +324,43 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     if evidence is not None:
         evidence.add_to(answer)
     return answer
+
+
+MAX_NAMED_ONLY = 20  # tests named for the query with no path, listed after the direct ones
+NAMED_READ = 500  # tests named for it read, reached or not
+_NAMED_SQL = (
+    "SELECT n.id FROM nodes n WHERE n.kind = 'test_function'"
+    " AND (n.name = ? OR n.name LIKE ? ESCAPE '\\') LIMIT ?"
+)
+
+
+def _named_for(index: Index, query: str, reached: set[int]) -> list[ReachedTest]:
+    """Test functions named for what the query names (``align_tensors``,
+    ``aten::align_tensors.default``, ``torch.align_tensors``: ``test_align_tensors``,
+    ``test_align_tensors_*``) that no covers/references path reaches: a call through a
+    harness, a module attribute or a generated binding the index cannot follow. Listed as
+    such, after the tests that name it."""
+    name = query.strip()
+    if "::" in name:  # aten::add.Tensor: the op's name without namespace and overload
+        name = name.rpartition("::")[2].split(".", 1)[0]
+    base = name.rpartition(".")[2].lstrip("_")
+    if len(base) < 3 or not base.isidentifier():
+        return []
+    escaped = base.replace("_", "\\_")  # an identifier: '_' is LIKE's only wildcard in it
+    rows = index.conn.execute(_NAMED_SQL, (f"test_{base}", f"test\\_{escaped}\\_%", NAMED_READ))
+    found: dict[int, ReachedTest] = {}
+    for node in index.nodes(row[0] for row in rows):
+        if node.id not in reached:
+            hit = ReachedTest.of(node, 1, None)
+            hit.tier, hit.named_only = test_rank.FURTHER, True
+            found[node.id] = hit
+    return sorted(found.values(), key=lambda hit: (hit.path, hit.line))[:MAX_NAMED_ONLY]
+
+
+def _with_named(ranked: list[ReachedTest], named: list[ReachedTest]) -> list[ReachedTest]:
+    """``named`` placed after the tests that name the query themselves (and OpInfo tests)."""
+    cut = next((i for i, hit in enumerate(ranked) if hit.tier == test_rank.FURTHER), len(ranked))
+    return [*ranked[:cut], *named, *ranked[cut:]]
 
 
 def _rank(
