@@ -48,6 +48,16 @@ class Family:
     hops: dict[str, list[Hop]] = field(default_factory=dict)
     reached_from: dict[str, int] = field(default_factory=dict)  # name -> the reached op id
     members: dict[str, Node] = field(default_factory=dict)  # name -> the op that brought it
+    # each op of the family, by its full name, with the hops out to it
+    by_qualname: dict[str, tuple[Node, list[Hop]]] = field(default_factory=dict)
+
+    def path_to(self, recorded: str) -> tuple[Node, list[Hop]]:
+        """The family's op a recorded name (any overload spelling) is, and the hops to it:
+        that overload where the index holds it, else the first op of its name."""
+        if recorded in self.by_qualname:
+            return self.by_qualname[recorded]
+        base = base_name(recorded)
+        return self.members[base], self.hops[base]
 
     @property
     def names(self) -> list[str]:
@@ -64,12 +74,12 @@ def op_family(index: Index, op_ids: list[int]) -> Family:
         if node.kind == OP:
             queue.append((node, node.id, [], True))
     seen_nodes: set[int] = set()
-    wrapped: set[str] = set()  # names whose wrappers were looked up
     while queue:
         node, origin, hops, may_wrap = queue.popleft()
         if node.id in seen_nodes:
             continue
         seen_nodes.add(node.id)
+        family.by_qualname.setdefault(node.qualname, (node, hops))
         base = base_name(node.qualname)
         if base not in family.hops:
             family.hops[base] = hops
@@ -88,8 +98,7 @@ def op_family(index: Index, op_ids: list[int]) -> Family:
             user = users[0]
             step = Hop(DISPATCHES, user.qualname, node.qualname, edge.evidence, OP, OP)
             queue.append((user, origin, [*hops, step], may_wrap))
-        if may_wrap and node.name not in wrapped:
-            wrapped.add(node.name)
+        if may_wrap:
             for wrapper, kernel, where in _wrappers(index, node):
                 if wrapper.id in seen_nodes:
                     continue
@@ -117,41 +126,42 @@ def _overloads(index: Index, base: str, cache: dict[str, list[Node]]) -> list[No
 
 def _wrappers(index: Index, op: Node) -> list[tuple[Node, Node, tuple[str, str]]]:
     """(wrapper op, its kernel, (dispatch evidence, call evidence)) of the
-    CompositeExplicitAutograd kernels calling ``op``'s generated C++ API by name."""
+    CompositeExplicitAutograd kernels calling ``op`` through its generated C++ API: a
+    ``calls`` edge to the op (``at::sort(...)``, resolved by name), or a call the index
+    left unresolved that names it (``at::cpu::sort_out``)."""
     if not op.qualname.startswith("aten::"):
         return []
-    name = op.name
-    keys = [name, f"{name}_out", f"{name}_outf"]
-    marks = ",".join("?" * len(keys))
-    found = []
-    for (
-        kernel_id,
-        target,
-        call_path,
-        call_line,
-        edge_attrs,
-        wrapper_id,
-        disp_path,
-        disp_line,
-    ) in index.conn.execute(
-        "SELECT r.src_id, r.target, rf.path, r.line, e.attrs, e.src_id, ef.path, e.line"
+    rows = index.conn.execute(
+        "SELECT c.src_id, cf.path, c.line, d.src_id, df.path, d.line, d.attrs"
+        " FROM edges c JOIN files cf ON cf.id = c.file_id"
+        " JOIN edges d ON d.dst_id = c.src_id AND d.kind = ?"
+        " JOIN files df ON df.id = d.file_id"
+        " JOIN nodes w ON w.id = d.src_id AND w.kind = ?"
+        " WHERE c.dst_id = ? AND c.kind = ?",
+        (DISPATCHES, OP, op.id, EdgeKind.CALLS.value),
+    ).fetchall()
+    keys = [op.name, f"{op.name}_out", f"{op.name}_outf"]
+    for row in index.conn.execute(
+        "SELECT r.src_id, rf.path, r.line, e.src_id, ef.path, e.line, e.attrs, r.target"
         " FROM refs r JOIN files rf ON rf.id = r.file_id"
         " JOIN edges e ON e.dst_id = r.src_id AND e.kind = ?"
         " JOIN files ef ON ef.id = e.file_id"
         " JOIN nodes w ON w.id = e.src_id AND w.kind = ?"
-        f" WHERE r.target_key IN ({marks}) AND r.scheme = 'cpp'"
+        f" WHERE r.target_key IN ({','.join('?' * len(keys))}) AND r.scheme = 'cpp'"
         " AND NOT EXISTS (SELECT 1 FROM edges x WHERE x.ref_id = r.id)",
         (DISPATCHES, OP, *keys),
     ):
-        key = str((json.loads(edge_attrs) if edge_attrs else {}).get("key", ""))
-        if not key.startswith(WRAPPER_KEYS) or not _names_api(target, keys):
+        if _names_api(row[7], keys):
+            rows.append(row[:7])
+    found = []
+    for kernel_id, call_path, call_line, wrapper_id, disp_path, disp_line, attrs in rows:
+        key = str((json.loads(attrs) if attrs else {}).get("key", ""))
+        if not key.startswith(WRAPPER_KEYS):
             continue
         nodes = {n.id: n for n in index.nodes([wrapper_id, kernel_id])}
         if wrapper_id in nodes and kernel_id in nodes:
-            found.append(
-                (nodes[wrapper_id], nodes[kernel_id],
-                 (f"{disp_path}:{disp_line}", f"{call_path}:{call_line}"))
-            )  # fmt: skip
+            where = (f"{disp_path}:{disp_line}", f"{call_path}:{call_line}")
+            found.append((nodes[wrapper_id], nodes[kernel_id], where))
     return found
 
 

@@ -346,12 +346,12 @@ def _native_names(
     labels: dict[int, Node] = {}
     # An op's kernel runs under every name of its family (overloads, structured
     # delegates, wrappers): the record's names are matched against all of them.
-    for base, extra in family.hops.items():
-        member = family.members[base]
-        hops = _hops(index, reach.chain(family.reached_from[base])[::-1], labels) + extra
+    for base in family.names:
+        to_op = _hops(index, reach.chain(family.reached_from[base])[::-1], labels)
         for name in runs.op_names(base):
+            member, extra = family.path_to(name[1])
             names.append(name)
-            chains.setdefault(name, (hops, ("op", name[1], member.evidence)))
+            chains.setdefault(name, (to_op + extra, ("op", name[1], member.evidence)))
     for node in index.nodes(reach.bindings):
         hops = _hops(index, reach.chain(node.id)[::-1], labels)
         for name in runs.binding_names(node.qualname):
