@@ -183,10 +183,35 @@ def test_the_independent_check_finds_no_test_the_selection_misses(
     from indexer.query.recorded import RecordedRuns
 
     trusted, _ = trusted_tests(RecordedRuns(record), frozenset(), "")
-    starts = [n for entity in selection.entities for n in entity.node_ids]
-    needed = needed_tests(record, trusted, repo / YAML, workspace.db_path, starts, False)
+    needed = needed_tests(
+        record,
+        trusted,
+        repo / YAML,
+        workspace.db_path,
+        _function_at(repo, change[0], change[2]),
+        False,
+    )
     assert needed.tests, "the check must find the tests that ran the kernel"
     assert needed.tests - set(kept(repo, selection)) == set()
+
+
+def _function_at(repo: Path, path: str, text: str) -> list[int]:
+    """The innermost C++ function holding ``text`` in ``path``, read from the index."""
+    import sqlite3
+
+    lines = (repo / path).read_text().splitlines()
+    line = next(number for number, each in enumerate(lines, 1) if text in each)
+    conn = sqlite3.connect(Workspace.resolve(repo).db_path)
+    try:
+        row = conn.execute(
+            "SELECT n.id FROM nodes n JOIN files f ON f.id = n.file_id WHERE f.path = ?"
+            " AND n.kind = 'cpp_function' AND n.line <= ? AND n.end_line >= ?"
+            " ORDER BY n.end_line - n.line LIMIT 1",
+            (path, line, line),
+        ).fetchone()
+    finally:
+        conn.close()
+    return [row[0]]
 
 
 def test_a_file_whose_recorded_tests_all_run_nothing_changed_is_not_selected(
