@@ -10,11 +10,13 @@ compares them with its own process's (docs/selection.md, "Skipped tests").
 
 from __future__ import annotations
 
+import ast
 import hashlib
-import importlib.metadata
+import importlib.util
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 # Variables PyTorch's test harness and CI read when deciding what to skip.
@@ -22,30 +24,81 @@ VARIABLE_PREFIXES = ("PYTORCH_", "TORCH_", "CUDA_", "HIP_", "ROCM_", "TEST_", "C
 
 
 def current_environment(torch: Any | None = None) -> dict[str, Any]:
-    """This process's answers; ``torch`` is the module, else it is imported here (None in
-    ``torch`` when it cannot be: then no record's skips are decided by this one)."""
-    if torch is None:
-        torch = _import_torch()
-    env: dict[str, Any] = {
-        "python": ".".join(map(str, sys.version_info[:3])) + f" {sys.implementation.name}",
-        "platform": f"{sys.platform} {platform.machine()}",
-        "packages": _digest(sorted(_distributions())),
-        "variables": _digest(
-            sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(VARIABLE_PREFIXES))
-        ),
-        "torch": None,
-    }
-    if torch is not None:
-        version = getattr(torch, "version", None)
-        env["torch"] = {
-            "version": getattr(torch, "__version__", None),
-            "git": getattr(version, "git_version", None),
-            "cuda": getattr(version, "cuda", None),
-            "hip": getattr(version, "hip", None),
-            "debug": getattr(version, "debug", None),
-            "devices": _devices(torch),
+    """This process's answers; ``torch`` is the module where the caller has it (else
+    read from the installed torch's version.py, and imported only where a device other
+    than the CPU may be present; None in ``torch`` when there is no torch: then no
+    record's skips are decided here)."""
+    key = id(torch) if torch is not None else None
+    if key not in _made:
+        _made[key] = {
+            "python": ".".join(map(str, sys.version_info[:3])) + f" {sys.implementation.name}",
+            "platform": f"{sys.platform} {platform.machine()}",
+            "packages": _digest(sorted(_distributions())),
+            "variables": _digest(
+                sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(VARIABLE_PREFIXES))
+            ),
+            "torch": _torch_answers(torch),
         }
-    return env
+    return _made[key]
+
+
+_made: dict[int | None, dict[str, Any]] = {}  # a process's answers do not change
+
+
+def _torch_answers(torch: Any | None) -> dict[str, Any] | None:
+    if torch is None and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+    if torch is None:
+        build = _version_file()
+        if build is None:
+            return None
+        if build.pop("xpu", None) or build["cuda"] or build["hip"] or sys.platform == "darwin":
+            torch = _import_torch()  # which devices are present only torch can say
+            if torch is None:
+                return None
+        else:
+            # A CPU-only build on a platform without MPS: importing torch (seconds)
+            # would only say so.
+            return {**build, "devices": {"cpu": True}}
+    version = getattr(torch, "version", None)
+    return {
+        "version": getattr(torch, "__version__", None),
+        "git": getattr(version, "git_version", None),
+        "cuda": getattr(version, "cuda", None),
+        "hip": getattr(version, "hip", None),
+        "debug": getattr(version, "debug", None),
+        "devices": _devices(torch),
+    }
+
+
+def _version_file() -> dict[str, Any] | None:
+    """The installed torch's build, from its ``torch/version.py`` (plain assignments)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        return None
+    try:
+        tree = ast.parse(Path(locations[0], "version.py").read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values: dict[str, Any] = {}
+    for statement in tree.body:
+        target = getattr(statement, "target", None) or next(
+            iter(getattr(statement, "targets", [])), None
+        )
+        if isinstance(target, ast.Name) and isinstance(statement.value, ast.Constant):
+            values[target.id] = statement.value.value
+    return {
+        "version": values.get("__version__"),
+        "git": values.get("git_version"),
+        "cuda": values.get("cuda"),
+        "hip": values.get("hip"),
+        "debug": values.get("debug"),
+        "xpu": values.get("xpu"),
+    }
 
 
 def mismatch(recorded: Any, current: dict[str, Any]) -> str:
@@ -104,11 +157,17 @@ def _devices(torch: Any) -> dict[str, Any]:
 
 
 def _distributions() -> set[str]:
+    """``name-version`` of every installed distribution, from the names of the metadata
+    directories on sys.path (parsing each one's metadata takes half a second)."""
     found = set()
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name") if dist.metadata else None
-        if name:
-            found.add(f"{name.lower()}=={dist.version}")
+    for entry in sys.path:
+        if os.path.basename(entry) not in ("site-packages", "dist-packages"):
+            continue  # a source tree's own *.egg-info is not an installed package
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        found.update(n for n in names if n.endswith((".dist-info", ".egg-info")))
     return found
 
 
