@@ -3,19 +3,22 @@
 Three steps, each with its own source of truth:
 
 1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
-   (it passed, nothing disturbed the recorder), whose test file and every file of the tree
-   it ran are unchanged since the record's commit. The rest are left to the static walk:
-   tests that failed, errored or were skipped when recorded (a CUDA test skipped on a CPU
-   recorder ran nothing, it was not shown to run nothing), tests of changed files, tests
-   that ran code changed since, and tests the record does not hold at all (new tests,
-   new parametrizations, unrecorded files).
+   (it passed, nothing disturbed the recorder; or it skipped or xfailed in the selecting
+   environment, ``indexer.select.environment``), whose test file and every file of the
+   tree it ran are as the base has them: unchanged since the record's commit, and with
+   the content the record carries for them (a record made with uncommitted edits).
+   The rest are left to the static walk: tests that failed or errored when recorded,
+   skipped elsewhere (a CUDA test skipped on a CPU recorder ran nothing, it was not shown
+   to run nothing), tests of changed files, tests that ran code changed since, and tests
+   the record does not hold at all (new tests, new parametrizations, unrecorded files).
 2. **Which ops and functions reach the change?** (``indexer.select.native_reach``) For a
    C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
    for a change inside a Python function's body, that function itself. Module-level and
    class-level Python changes, and everything else, are the static walk's.
-3. **Who executed them?** The trusted tests whose record holds one of them. An op matches
-   by name with any overload (``aten::add`` for ``aten::add.Tensor``): a functional op's
-   kernel runs its structured ``out`` kernel without dispatching the ``out`` overload.
+3. **Who executed them?** The trusted tests whose record holds one of them. An op
+   matches by its family (``indexer.select.op_family``): any overload spelling, its
+   structured delegates (``cumsum_`` runs ``cumsum.out``'s kernel without dispatching
+   it), the composite wrappers calling it.
    What a module's body ran while it was imported is not any one test's work; who
    depends on it is ``indexer.select.import_work``'s question.
 
