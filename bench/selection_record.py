@@ -42,7 +42,9 @@ from selection import _cli_select, _insert_statement  # the same edit bench/sele
 
 from indexer.query.index import Index
 from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record import storage
 from indexer.select.engine import select_tests
+from indexer.select.environment import current_environment
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
 from indexer.select.record_join import skip_environment, trusted_tests
@@ -133,6 +135,12 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--timings", action="store_true", help="time torchtalk select too")
+    parser.add_argument(
+        "--stamp-environment",
+        action="store_true",
+        help="a record made before environments were kept: say it was made in this one "
+        "(run the bench with the recording's python and variables; an assumption, printed)",
+    )
     args = parser.parse_args()
     source = args.source.resolve()
     dirty = subprocess.run(
@@ -146,6 +154,12 @@ def main() -> int:
     beside = record_path_for(workspace.db_path)
     if args.record.resolve() != beside.resolve():
         shutil.copyfile(args.record, beside)
+    if args.stamp_environment:
+        record = storage.read(beside)
+        if "environment" not in record.meta:
+            record.meta["environment"] = current_environment()
+            storage.write(record, beside)
+            print(f"assumed: the record was made in this environment: {current_environment()}")
     runs = RecordedRuns.open(beside)
     skips = skip_environment(runs)
     trusted, untrusted = trusted_tests(runs, frozenset(), skips)
@@ -237,7 +251,7 @@ def main() -> int:
         print(
             f"  {qualname} ({len(needed.ops)} names: {result['kinds']}): recorded tests kept "
             f"static {len(static)} ({result['static_files']} files) -> with the record "
-            f"{len(with_record)} ({result['record_files']} files); ran it (check) "
+            f"{len(with_record)} ({result['record_files']} files; {result['record_trusted']} trusted); ran it (check) "
             f"{len(needed.tests)} in {len(need_files)} files; missed {len(missed)}"
             f"{' ' + str(sorted(missed)[:3]) if missed else ''}; run/ran: {ratio}; import rule "
             f"missed {len(import_missed)}; select {select_s:.2f} s",
