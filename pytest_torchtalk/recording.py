@@ -30,6 +30,7 @@ from indexer.record.files import content_hashes
 from indexer.record.merge import merge
 from indexer.record.model import Record, RecordedTest
 from indexer.record.observer import Observed, Observer
+from indexer.select.environment import current_environment
 from indexer.snapshot.fingerprint import full_commit
 from indexer.workspace import Workspace
 
@@ -259,6 +260,8 @@ class RecordRun:
             "python": ".".join(map(str, sys.version_info[:3])),
             "torch": getattr(torch, "__version__", None),
             "devices": _devices(torch),
+            # What skip and xfail decisions read: a selection on the same one decides them.
+            "environment": current_environment(torch),
             "mechanisms": {
                 "ops": "RecordFunction global callback",
                 "python": "C profile function (PyEval_SetProfile)",

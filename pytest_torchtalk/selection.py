@@ -30,6 +30,7 @@ from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
 from indexer.select.report import (
+    files_selected,
     markdown_table,
     selection_from_dict,
     selection_to_dict,
@@ -59,6 +60,8 @@ class Counts:
     explicit: int = 0  # kept only because they were named on the command line
     by_record: int = 0  # selected or deselected as a recorded run decided
     files_not_collected: int = 0  # test files ruled out, so never collected (nor imported)
+    files_run: int = 0  # test files with a test that runs
+    files_nothing_to_run: int = 0  # collected, every test deselected (the record decided)
     from_workers: bool = False
     workers_handed: int = 0  # xdist workers that used the controller's selection
 
@@ -70,6 +73,8 @@ class Counts:
             "explicitly_named": self.explicit,
             "decided_by_record": self.by_record,
             "test_files_not_collected": self.files_not_collected,
+            "test_files_run": self.files_run,
+            "test_files_collected_nothing_to_run": self.files_nothing_to_run,
         }
         if self.from_workers:
             counts["xdist_workers_given_the_selection"] = self.workers_handed
@@ -172,10 +177,14 @@ class AffectedSelection:
             return [f"{head}: running everything: {selection.everything[0]}"]
         if selection.empty_reason:
             return [f"{head}: nothing affected: {selection.empty_reason}"]
-        return [
-            f"{head}: {len(selection.files)} of {plural(selection.test_files_total, 'test file')}"
+        line = (
+            f"{head}: {len(selection.running)} of "
+            f"{plural(selection.test_files_total, 'test file')}"
             f", from {plural(len(selection.entities), 'changed entity', 'changed entities')}"
-        ]
+        )
+        if selection.nothing_to_run:
+            line += f" ({len(selection.nothing_to_run)} more decided by the record: nothing to run)"
+        return [line]
 
     @cached_property
     def _explicit(self) -> list[_Explicit]:
@@ -231,11 +240,15 @@ class AffectedSelection:
         kept: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
         counts = Counts(collected=len(items), files_not_collected=self.files_not_collected)
+        running: set[Path] = set()  # test files with an item kept
+        collected_files: set[Path] = set()
         for item in items:
+            collected_files.add(Path(item.path))
             try:
                 path = Path(item.path).resolve().relative_to(self.source).as_posix()
             except ValueError:
                 kept.append(item)  # outside the indexed tree: not ours to judge
+                running.add(Path(item.path))
                 continue
             verdict = self.matcher.verdict(path, item.nodeid.split("::")[1:])
             counts.by_record += verdict.decided_by == "record"
@@ -246,7 +259,11 @@ class AffectedSelection:
                 kept.append(item)
             else:
                 dropped.append(item)
+                continue
+            running.add(Path(item.path))
         counts.selected, counts.deselected = len(kept), len(dropped)
+        counts.files_run = len(running)
+        counts.files_nothing_to_run = len(collected_files - running)
         self.counts = counts
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -259,6 +276,8 @@ class AffectedSelection:
                 "explicit": counts.explicit,
                 "by_record": counts.by_record,
                 "files_not_collected": counts.files_not_collected,
+                "files_run": counts.files_run,
+                "files_nothing_to_run": counts.files_nothing_to_run,
                 "handed": self.handed,
             }
 
@@ -300,9 +319,7 @@ class AffectedSelection:
         properties = {
             "torchtalk_run_everything": str(selection.run_everything).lower(),
             "torchtalk_test_files_total": selection.test_files_total,
-            "torchtalk_test_files_selected": (
-                selection.test_files_total if selection.run_everything else len(selection.files)
-            ),
+            "torchtalk_test_files_selected": files_selected(selection),
             "torchtalk_tests_selected": counts["selected"],
             "torchtalk_tests_deselected": counts["deselected"],
             "torchtalk_changed_entities": len(selection.entities),
@@ -333,6 +350,14 @@ class AffectedSelection:
                 f"; {plural(counts.files_not_collected, 'test file')} ruled out, so not collected"
             )
         terminalreporter.write_line(line)
+        if counts.collected:
+            line = f"test files run: {counts.files_run}"
+            if counts.files_nothing_to_run:
+                line += (
+                    f"; {counts.files_nothing_to_run} collected with nothing to run (every test"
+                    " deselected: decided by the record)"
+                )
+            terminalreporter.write_line(line)
         if self._deselected_everything():
             terminalreporter.write_line(
                 "every test was ruled out or deselected on evidence: exit status 0, not 5"

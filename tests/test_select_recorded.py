@@ -167,7 +167,9 @@ def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
     assert "op recext::scale @ csrc/ops.cpp:" in text
     assert "executed by tests/test_scale.py::test_scale (record of " in text
-    assert selection.record["used"] and selection.record["trusted_tests"] == 10
+    # 10 passed, and test_skipped and test_expected_failure: recorded here, in this
+    # environment, they skip and xfail the same way (docs/selection.md, skipped tests)
+    assert selection.record["used"] and selection.record["trusted_tests"] == 12
 
 
 def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Path) -> None:
@@ -308,7 +310,9 @@ def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
     edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
          "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
     selection = select_tests(Workspace.resolve(repo))
-    assert selection.record["used"] and selection.record["trusted_tests"] == 0
+    # Only test_outcomes.py's skipped and xfailed tests stay trusted: they import nothing
+    # of recext (and skip the same way in this environment).
+    assert selection.record["used"] and selection.record["trusted_tests"] == 2
     assert kept(repo)["tests/test_shift.py::test_shift"] == "static"
 
 

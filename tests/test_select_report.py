@@ -31,6 +31,19 @@ SCOPE = {
     "opinfos": (list, type(None)),
     "why": str,
 }
+SELECTED_FILE = {
+    "path": str,
+    "reasons": [REASON],
+    "tests": ([SCOPE], type(None)),
+    "devices": (list, type(None)),
+    "device_classes": [str],
+    "static_for": (str, type(None)),
+    "selected_tests": [dict],
+    "decided_by_record": [str],
+    "undecided_by_record": int,
+    "tests_run": {"by_record": int, "by_static": (int, type(None))},
+    "runs": bool,
+}
 REPORT = {
     "schema": str,
     "source": str,
@@ -62,23 +75,14 @@ REPORT = {
             "nodes": int,
         }
     ],
-    "selected": [
-        {
-            "path": str,
-            "reasons": [REASON],
-            "tests": ([SCOPE], type(None)),
-            "devices": (list, type(None)),
-            "device_classes": [str],
-            "static_for": (str, type(None)),
-            "selected_tests": [dict],
-            "decided_by_record": [str],
-        }
-    ],
+    "selected": [SELECTED_FILE],
+    "decided_nothing_to_run": [SELECTED_FILE],
     "counts": {
         "changed_files": int,
         "changed_entities": int,
         "test_files_total": int,
         "test_files_selected": int,
+        "test_files_decided_nothing_to_run": int,
         "test_files_narrowed": int,
         "tests_selected_by_record": int,
     },
@@ -128,10 +132,15 @@ def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
     # The report's selected files are their dataclasses, field for field (a record's
     # decisions under the names the report gives them).
     rebuilt = selection_from_dict(data)
-    renamed = {"decided": "decided_by_record", "recorded": "selected_tests"}
+    renamed = {
+        "decided": "decided_by_record",
+        "recorded": "selected_tests",
+        "undecided": "undecided_by_record",
+    }
+    derived = {"tests_run", "runs"}  # properties: what runs, from the fields
     for selected, raw in zip(rebuilt.files.values(), data["selected"], strict=True):
         fields = {renamed.get(k, k): v for k, v in asdict(selected).items()}
-        assert set(fields) == set(raw)
+        assert set(fields) == set(raw) - derived
         assert fields["path"] == raw["path"] and fields["tests"] == raw["tests"]
         assert [r["source"] for r in fields["reasons"]] == [r["decided_by"] for r in raw["reasons"]]
         assert sorted(fields["decided_by_record"]) == raw["decided_by_record"]

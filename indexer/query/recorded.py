@@ -172,13 +172,14 @@ class RecordedRuns:
             return self._naming
 
     def matching_names(self, kind: str, pattern: str) -> list[tuple[str, str]]:
-        """Names of ``kind`` equal to ``pattern``, else those containing it (overloads of
-        an op, functions by qualname suffix)."""
+        """Names of ``kind`` equal to ``pattern``, else those containing it (functions by
+        qualname suffix). An op named without its overload matches every overload the
+        record holds, the bare name among them; one named with its overload, itself."""
         if kind == "op":  # asked for every op a change reaches: looked up, not scanned
-            overloads = self._op_overloads()
-            if pattern in overloads.get(pattern.split(".", 1)[0], ()):
-                return [("op", pattern)]
-            return [("op", text) for text in overloads.get(pattern, ())]
+            if "." in pattern:
+                base = pattern.split(".", 1)[0]
+                return [("op", pattern)] if pattern in self._op_overloads().get(base, ()) else []
+            return self.op_names(pattern)
         exact = [(k, t) for k, t in self.record.names if k == kind and t == pattern]
         if exact:
             return exact
@@ -209,6 +210,11 @@ class RecordedRuns:
             if argument.rsplit("::", 1)[-1] == last:
                 found.append((kind, text))
         return found
+
+    def op_names(self, base: str) -> list[tuple[str, str]]:
+        """The recorded op names of ``base`` (``aten::sort``) in any overload spelling:
+        ``aten::sort``, ``aten::sort.stable``, ... (``indexer.select.op_family``)."""
+        return [("op", text) for text in self._op_overloads().get(base, ())]
 
     def _op_overloads(self) -> dict[str, list[str]]:
         """Op name without its overload -> the recorded names of it (``aten::add`` ->

@@ -77,6 +77,10 @@ def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
         )
     )
     meta["parts"] = sum(int(m.get("parts", 1)) for m in metas)
+    # What skips read is one environment only when every part had it (a CPU shard's
+    # skipped CUDA tests are not decided by a GPU shard's environment).
+    if any(m.get("environment") != metas[0].get("environment") for m in metas):
+        meta.pop("environment", None)
     if mixed:
         meta["commit"] = None
         meta["commits"] = sorted({str(m.get("commit")) for m in metas})

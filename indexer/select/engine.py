@@ -240,11 +240,13 @@ def _apply_record(
     for path, selected in selection.files.items():
         selected.static_for = "all" if path in static_all else "unrecorded"
         selected.decided = answer.decided.get(path, set())
+        selected.undecided = answer.undecided.get(path, 0)
     for path, chosen in answer.selected.items():
         selected = selection.files.get(path)
         if selected is None:
             selected = selection.files[path] = SelectedFile(path, static_for=None)
             selected.decided = answer.decided.get(path, set())
+            selected.undecided = answer.undecided.get(path, 0)
         selected.recorded = dict(sorted(chosen.items()))
     selection.files = dict(sorted(selection.files.items()))
 

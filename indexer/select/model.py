@@ -95,6 +95,30 @@ class SelectedFile:
     # and of those it selects, each with its reason.
     decided: set[str] = field(default_factory=set)
     recorded: dict[str, Reason] = field(default_factory=dict)
+    # How many tests of the file the record holds without deciding them (they failed when
+    # recorded, ran changed code...): the static evidence decides those.
+    undecided: int = 0
+
+    @property
+    def tests_run_by_static(self) -> int | None:
+        """How many of the file's recorded tests run on static evidence; None where the
+        record holds none of its tests (then every test the static evidence keeps)."""
+        if self.static_for is None:
+            return 0
+        held = len(self.decided) + self.undecided
+        if not held:
+            return None
+        if self.static_for == "all":
+            return held - len(self.recorded)
+        return self.undecided
+
+    @property
+    def runs(self) -> bool:
+        """Whether any test of the file runs: not when the record decides every test of it
+        that it holds and selects none (tests it does not hold run as the static walk
+        says: under pytest, collected and run)."""
+        static = self.tests_run_by_static
+        return bool(self.recorded) or static is None or static > 0
 
 
 @dataclass
@@ -128,10 +152,25 @@ class Selection:
         return bool(self.everything)
 
     @property
+    def running(self) -> list[SelectedFile]:
+        """The selected files: those with a test to run."""
+        return [f for f in self.files.values() if f.runs]
+
+    @property
+    def nothing_to_run(self) -> list[SelectedFile]:
+        """Files the static evidence reaches whose every recorded test the record decides
+        and none of which it selects: decided by the record, nothing to run."""
+        return [f for f in self.files.values() if not f.runs]
+
+    @property
     def empty_reason(self) -> str | None:
         """Why nothing is selected, when nothing is; None otherwise."""
-        if self.everything or self.files:
+        if self.everything or self.running:
             return None
+        if self.files:
+            return (
+                "the record shows that no test it holds of the files reached runs the changed code"
+            )
         if not self.changed_files:
             return "no change since the base"
         if all(

@@ -3,19 +3,22 @@
 Three steps, each with its own source of truth:
 
 1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
-   (it passed, nothing disturbed the recorder), whose test file and every file of the tree
-   it ran are unchanged since the record's commit. The rest are left to the static walk:
-   tests that failed, errored or were skipped when recorded (a CUDA test skipped on a CPU
-   recorder ran nothing, it was not shown to run nothing), tests of changed files, tests
-   that ran code changed since, and tests the record does not hold at all (new tests,
-   new parametrizations, unrecorded files).
+   (it passed, nothing disturbed the recorder; or it skipped or xfailed in the selecting
+   environment, ``indexer.select.environment``), whose test file and every file of the
+   tree it ran are as the base has them: unchanged since the record's commit, and with
+   the content the record carries for them (a record made with uncommitted edits).
+   The rest are left to the static walk: tests that failed or errored when recorded,
+   skipped elsewhere (a CUDA test skipped on a CPU recorder ran nothing, it was not shown
+   to run nothing), tests of changed files, tests that ran code changed since, and tests
+   the record does not hold at all (new tests, new parametrizations, unrecorded files).
 2. **Which ops and functions reach the change?** (``indexer.select.native_reach``) For a
    C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
    for a change inside a Python function's body, that function itself. Module-level and
    class-level Python changes, and everything else, are the static walk's.
-3. **Who executed them?** The trusted tests whose record holds one of them. An op matches
-   by name with any overload (``aten::add`` for ``aten::add.Tensor``): a functional op's
-   kernel runs its structured ``out`` kernel without dispatching the ``out`` overload.
+3. **Who executed them?** The trusted tests whose record holds one of them. An op
+   matches by its family (``indexer.select.op_family``): any overload spelling, its
+   structured delegates (``cumsum_`` runs ``cumsum.out``'s kernel without dispatching
+   it), the composite wrappers calling it.
    What a module's body ran while it was imported is not any one test's work; who
    depends on it is ``indexer.select.import_work``'s question.
 
@@ -33,12 +36,15 @@ from pathlib import Path
 from indexer.graph.vocabulary import NodeKind, edge_extractor
 from indexer.query.index import Index, Node
 from indexer.query.recorded import RecordedRuns, record_path_for
-from indexer.record.files import path_of_name
+from indexer.record.files import content_hash, path_of_name
+from indexer.record.model import Record
 from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
+from indexer.select.environment import current_environment, mismatch
 from indexer.select.import_work import import_uses
 from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason
 from indexer.select.native_reach import NATIVE, NativeReach, walk_native
+from indexer.select.op_family import Family, base_name, op_family
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.wording import age
 from indexer.workspace import Workspace
@@ -59,6 +65,7 @@ class RecordAnswer:
     # record decides: each runs only if `selected` holds it (or static evidence for an
     # entity the record does not answer selects it)
     decided: dict[str, set[str]] = field(default_factory=dict)
+    undecided: dict[str, int] = field(default_factory=dict)  # file -> tests held, not decided
     selected: dict[str, dict[str, Reason]] = field(default_factory=dict)
     answered: set[int] = field(default_factory=set)  # positions of the entities it answers
     notes: list[str] = field(default_factory=list)
@@ -98,18 +105,24 @@ def consult_record(
     why_not = _unusable(workspace, diff, runs)
     if why_not:
         return _unused(summary, why_not)
-    drift = _drift(workspace.source, record.meta["commit"], diff)
+    drift = _drift(workspace.source, record.meta["commit"], diff, record)
     if drift is None:
         return _unused(summary, "git cannot tell what changed since the record's commit")
-    trusted, untrusted = trusted_tests(runs, drift.to_base)
+    if drift.dirty:
+        summary["differs_from_its_commit"] = sorted(drift.dirty)[:20]
+    skips = skip_environment(runs)
+    trusted, untrusted = trusted_tests(runs, drift.to_base, skips)
     answer = RecordAnswer(summary={**summary, "used": True})
     for test in trusted:
         answer.decided.setdefault(test.file, set()).add(_parts(test.nodeid))
+    trusted_ids = {id(test) for test in trusted}
+    for test in record.tests:
+        if id(test) not in trusted_ids:
+            answer.undecided[test.file] = answer.undecided.get(test.file, 0) + 1
     answer.summary["trusted_tests"] = len(trusted)
     answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
     label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
     answer.summary["label"] = label
-    trusted_ids = {id(test) for test in trusted}
     trusted_indexes = {i for i, test in enumerate(record.tests) if id(test) in trusted_ids}
     chosen: set[int] = set()  # test indexes selected so far
     imported: list[tuple[Entity, Chains, dict[str, set[int]]]] = []
@@ -198,13 +211,16 @@ def _unusable(workspace: Workspace, diff: Diff, runs: RecordedRuns) -> str:
 
 @dataclass(frozen=True)
 class Drift:
-    """What changed after the record was made."""
+    """What differs between what the record ran and the base."""
 
-    to_base: frozenset[str]  # paths changed from the record's commit to the base
+    # paths changed from the record's commit to the base, and those whose content the
+    # record carries (or lists as dirty) that differ from the base's (``dirty``)
+    to_base: frozenset[str]
     changed_lines: dict[str, set[int]]  # path -> lines (new side) the change touches
+    dirty: frozenset[str] = frozenset()
 
 
-def _drift(source: Path, commit: str, diff: Diff) -> Drift | None:
+def _drift(source: Path, commit: str, diff: Diff, record: Record) -> Drift | None:
     out = git(source, "diff", "--name-only", "--no-renames", "--relative", "-z", commit,
               diff.base.merge_base, "--")  # fmt: skip
     if out is None:
@@ -215,11 +231,50 @@ def _drift(source: Path, commit: str, diff: Diff) -> Drift | None:
         lines = changed_lines.setdefault(change.path, set())
         for hunk in change.hunks:
             lines.update(range(hunk.new_start, hunk.new_start + max(hunk.new_count, 1)))
-    return Drift(to_base, changed_lines)
+    dirty = _content_drift(diff, record, to_base)
+    return Drift(to_base | dirty, changed_lines, dirty)
 
 
-def trusted_tests(runs: RecordedRuns, drifted: frozenset[str]) -> tuple[list, Counter]:
-    """(the tests the record can speak for, why the others cannot: reason -> count)."""
+def _content_drift(diff: Diff, record: Record, known: frozenset[str]) -> frozenset[str]:
+    """The paths whose content when recorded (the record's hashes of the files it ran,
+    and of the files its meta lists as dirty) is not the base's: a record made with
+    uncommitted edits is not its commit's record for those files (issue 36)."""
+    expected = dict(record.files)
+    dirty = record.meta.get("dirty")
+    if isinstance(dirty, dict):
+        for path, digest in dirty.items():
+            if isinstance(path, str):
+                expected[path] = digest if isinstance(digest, str) else ""  # "": deleted
+    changed = {p for change in diff.files for p in (change.path, change.old_path) if p}
+    differs = set()
+    for path, digest in expected.items():
+        if path in known:
+            continue
+        # The base's copy: the working tree's where the change leaves the file alone.
+        data = diff.old_bytes(path) if path in changed else diff.new_bytes(path)
+        if (content_hash(data) if data is not None else "") != digest:
+            differs.add(path)
+    return frozenset(differs)
+
+
+def skip_environment(runs: RecordedRuns) -> str | None:
+    """Why the record's skipped and xfailed tests cannot be decided here ('' when they
+    can: the environment their decisions read is this one's); None when it holds none."""
+    if not any(t.outcome in REPEATABLE for t in runs.record.tests):
+        return None
+    return mismatch(runs.record.meta.get("environment"), current_environment())
+
+
+# Outcomes that repeat where the environment and the code they ran are the same.
+REPEATABLE = frozenset({"skipped", "xfailed"})
+
+
+def trusted_tests(
+    runs: RecordedRuns, drifted: frozenset[str], skips: str | None = None
+) -> tuple[list, Counter]:
+    """(the tests the record can speak for, why the others cannot: reason -> count).
+    ``skips``: '' when the tests that skipped or xfailed when recorded would decide the
+    same here (:func:`skip_environment`), else why not."""
     record = runs.record
     stale_names = [
         name for name in record.names
@@ -234,7 +289,9 @@ def trusted_tests(runs: RecordedRuns, drifted: frozenset[str]) -> tuple[list, Co
     for index, test in enumerate(record.tests):
         if test.unrecorded:
             untrusted["not recorded whole (the recorder was disturbed)"] += 1
-        elif not test.complete:
+        elif test.outcome in REPEATABLE and skips != "":
+            untrusted[f"{test.outcome} when recorded" + (f": {skips}" if skips else "")] += 1
+        elif not test.complete and test.outcome not in REPEATABLE:
             untrusted[f"{test.outcome} when recorded"] += 1
         elif test.file in drifted:
             untrusted["its test file changed since the record"] += 1
@@ -270,9 +327,10 @@ def _recorded_names(
             # No op or binding reaches it through native code: the record cannot say who
             # runs it (the static walk, and its fallbacks, decide).
             return None, {}
-        if _unobservable(index.nodes(reach.ops), runs):
+        family = op_family(index, reach.ops)
+        if _unobservable(index.nodes(reach.ops), family, runs):
             return None, {}  # nobody seen running it would prove nothing
-        return _native_names(index, reach, runs)
+        return _native_names(index, reach, family, runs)
     # A function whose file changed since the record may be new, or called from new code.
     if len(nodes) == 1 and nodes[0].path not in drift.to_base and _in_function_body(nodes[0], diff):
         name = _function_name(index, nodes[0])
@@ -282,24 +340,26 @@ def _recorded_names(
 
 
 def _native_names(
-    index: Index, reach: NativeReach, runs: RecordedRuns
+    index: Index, reach: NativeReach, family: Family, runs: RecordedRuns
 ) -> tuple[list[tuple[str, str]], Chains]:
     """The recorded names of the ops and bindings ``reach`` found: each with the hops
     from the change out to it, and (kind, name, where it is defined)."""
-    ops = index.nodes(reach.ops + reach.bindings)
     names: list[tuple[str, str]] = []
     chains: Chains = {}
-    labels = {}
-    for node in ops:
-        kind = "op" if node.kind == NodeKind.OP.value else "binding"
-        if kind == "op":
-            matched = runs.matching_names("op", node.qualname.split(".", 1)[0])
-        else:
-            matched = runs.binding_names(node.qualname)
-        hops = _hops(index, reach.chain(node.id)[::-1], labels)
-        for name in matched:
+    labels: dict[int, Node] = {}
+    # An op's kernel runs under every name of its family (overloads, structured
+    # delegates, wrappers): the record's names are matched against all of them.
+    for base in family.names:
+        to_op = _hops(index, reach.chain(family.reached_from[base])[::-1], labels)
+        for name in runs.op_names(base):
+            member, extra = family.path_to(name[1])
             names.append(name)
-            chains.setdefault(name, (hops, (kind, name[1], f"{node.path}:{node.line}")))
+            chains.setdefault(name, (to_op + extra, ("op", name[1], member.evidence)))
+    for node in index.nodes(reach.bindings):
+        hops = _hops(index, reach.chain(node.id)[::-1], labels)
+        for name in runs.binding_names(node.qualname):
+            names.append(name)
+            chains.setdefault(name, (hops, ("binding", name[1], f"{node.path}:{node.line}")))
     for node in index.nodes(list(reach.backwards)):
         # The engine runs F::backward for F's node: torch::autograd::CppNode<ns::F>.
         function = reach.backwards[node.id]
@@ -310,15 +370,17 @@ def _native_names(
     return names, chains
 
 
-def _unobservable(ops: list[Node], runs: RecordedRuns) -> bool:
-    """Whether one of ``ops`` is one RecordFunction never reports (``aten::size``): the
-    record lists those of the torch it was made with; a record that does not cannot
-    vouch for an op it never saw."""
+def _unobservable(ops: list[Node], family: Family, runs: RecordedRuns) -> bool:
+    """Whether one of ``ops`` (or of their family) is one RecordFunction never reports
+    (``aten::size``): the record lists those of the torch it was made with; a record
+    that does not cannot vouch for an op it never saw."""
     unobserved = runs.record.meta.get("unobserved_ops")
+    if unobserved is not None and any(name in unobserved for name in family.names):
+        return True
     for node in ops:
-        name = node.qualname.split(".", 1)[0]
+        name = base_name(node.qualname)
         if unobserved is None:
-            if not runs.matching_names("op", name):
+            if not runs.op_names(name):
                 return True
         elif name in unobserved:
             return True

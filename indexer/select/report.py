@@ -43,16 +43,20 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
             | {"nodes": entity.nodes}
             for entity in selection.entities
         ],
-        "selected": [selected_to_dict(selected) for selected in selection.files.values()],
+        # A file is selected when a test of it runs; those the static walk reaches whose
+        # every recorded test the record decides, selecting none, are listed apart.
+        "selected": [selected_to_dict(selected) for selected in selection.running],
+        "decided_nothing_to_run": [selected_to_dict(f) for f in selection.nothing_to_run],
         "counts": {
             "changed_files": len(selection.changed_files),
             "changed_entities": len(selection.entities),
             "test_files_total": selection.test_files_total,
-            "test_files_selected": (
-                selection.test_files_total if selection.run_everything else len(selection.files)
+            "test_files_selected": files_selected(selection),
+            "test_files_decided_nothing_to_run": (
+                0 if selection.run_everything else len(selection.nothing_to_run)
             ),
             "test_files_narrowed": sum(
-                1 for f in selection.files.values() if f.tests is not None or f.devices
+                1 for f in selection.running if f.tests is not None or f.devices
             ),
             **(counts or {}),
         },
@@ -64,6 +68,11 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
         len(f.recorded) for f in selection.files.values()
     )
     return data
+
+
+def files_selected(selection: Selection) -> int:
+    """How many test files run a test."""
+    return selection.test_files_total if selection.run_everything else len(selection.running)
 
 
 def selected_to_dict(selected: SelectedFile) -> dict[str, Any]:
@@ -81,6 +90,14 @@ def selected_to_dict(selected: SelectedFile) -> dict[str, Any]:
             for parts, reason in selected.recorded.items()
         ],
         "decided_by_record": sorted(selected.decided),
+        "undecided_by_record": selected.undecided,
+        # tests that run: chosen by the record, and kept by the static evidence among the
+        # tests the record holds (null: it holds none, every test the evidence keeps runs)
+        "tests_run": {
+            "by_record": len(selected.recorded),
+            "by_static": selected.tests_run_by_static,
+        },
+        "runs": selected.runs,
     }
 
 
@@ -112,7 +129,7 @@ def selection_from_dict(data: dict) -> Selection:
         for e in data["changed_entities"]
     ]
     selection.everything = list(data["run_everything_reasons"])
-    for raw in data["selected"]:
+    for raw in [*data["selected"], *data.get("decided_nothing_to_run", ())]:
         selected = SelectedFile(
             raw["path"],
             [_reason_from_dict(r) for r in raw["reasons"]],
@@ -125,8 +142,10 @@ def selection_from_dict(data: dict) -> Selection:
                 t["nodeid"].split("::", 1)[1]: _reason_from_dict(t)
                 for t in raw.get("selected_tests") or ()
             },
+            int(raw.get("undecided_by_record") or 0),
         )
         selection.files[selected.path] = selected
+    selection.files = dict(sorted(selection.files.items()))
     selection.test_files_total = data["counts"]["test_files_total"]
     selection.notes = list(data["notes"])
     selection.timings = dict(data.get("timings", {}))
@@ -203,20 +222,35 @@ def summary_lines(selection: Selection, limit: int = 20, detail: bool = False) -
         lines.append(f"run everything: {reason}")
     lines += record_lines(selection)
     if not selection.run_everything:
+        running = selection.running
         lines.append(
-            f"selected {len(selection.files)} of {plural(selection.test_files_total, 'test file')}"
+            f"selected {len(running)} of {plural(selection.test_files_total, 'test file')}"
         )
         if detail:
-            for selected in selection.files.values():
+            for selected in running:
                 lines.extend(_detail_lines(selected))
-        for selected in [] if detail else list(selection.files.values())[:limit]:
+        for selected in [] if detail else running[:limit]:
             lines.append(f"  {selected.path}{_scope_text(selected)}: {_file_why(selected)}")
-        if not detail and len(selection.files) > limit:
-            lines.append(f"  ... {plural(len(selection.files) - limit, 'more test file')}")
+        if not detail and len(running) > limit:
+            lines.append(f"  ... {plural(len(running) - limit, 'more test file')}")
+        lines += nothing_to_run_lines(selection, limit)
     if selection.empty_reason:
         lines.append(f"nothing to run: {selection.empty_reason}")
     lines.extend(f"note: {note}" for note in selection.notes[:limit])
     return lines
+
+
+def nothing_to_run_lines(selection: Selection, limit: int = 20) -> list[str]:
+    """The files reached whose every recorded test the record decides and none runs."""
+    files = selection.nothing_to_run
+    if not files or selection.run_everything:
+        return []
+    names = ", ".join(f.path for f in files[:limit])
+    more = f" and {len(files) - limit} more" if len(files) > limit else ""
+    return [
+        f"decided by the record: nothing to run in {plural(len(files), 'test file')} the"
+        f" static walk reaches ({names}{more}): none of their recorded tests ran the change"
+    ]
 
 
 def record_lines(selection: Selection) -> list[str]:
@@ -291,7 +325,7 @@ def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -
     """A GitHub job-summary section: counts, run-everything reasons, selected files."""
     out = ["## TorchTalk test selection", ""]
     total = selection.test_files_total
-    chosen = total if selection.run_everything else len(selection.files)
+    chosen = files_selected(selection)
     line = f"Base `{selection.base['rev']}` ({selection.base['merge_base'][:12]}): "
     line += f"{plural(len(selection.changed_files), 'changed file')}, {chosen} of "
     line += f"{plural(total, 'test file')} selected"
@@ -302,11 +336,12 @@ def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -
     for reason in selection.everything:
         out.append(f"- **run everything**: {_md(reason)}")
     out += [f"- {_md(line)}" for line in record_lines(selection)]
+    out += [f"- {_md(line)}" for line in nothing_to_run_lines(selection)]
     if selection.empty_reason:
         out.append(f"- nothing to run: {_md(selection.empty_reason)}")
-    if selection.files and not selection.run_everything:
+    if selection.running and not selection.run_everything:
         out += ["", "| test file | scope | reason |", "| --- | --- | --- |"]
-        for selected in selection.files.values():
+        for selected in selection.running:
             scope = _scope_text(selected).strip(" ()") or "all"
             out.append(f"| `{selected.path}` | {_md(scope)} | {_md(_file_why(selected))} |")
     return "\n".join(out) + "\n"
