@@ -17,6 +17,7 @@ from pathlib import Path
 
 import platformdirs
 
+from indexer import durable
 from indexer.errors import UsageError
 
 INDEX_FILE = "index.sqlite"
@@ -111,7 +112,6 @@ def load_config() -> Config:
 
 def save_config(config: Config) -> Path:
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         f"{key} = {json.dumps(getattr(config, key))}\n"
         for key in CONFIG_KEYS
@@ -122,7 +122,5 @@ def save_config(config: Config) -> Path:
         lines.extend(
             f"{json.dumps(src)} = {json.dumps(h)}\n" for src, h in sorted(config.harnesses.items())
         )
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
+    durable.write_atomic(path, "".join(lines).encode("utf-8"))
     return path

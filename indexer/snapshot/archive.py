@@ -139,27 +139,19 @@ def _write_archive(
     output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, optional: list[Path],
     level: int,
 ) -> Path:  # fmt: skip
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     now = time.time()
-    try:
-        with (
-            open(tmp, "wb") as raw,
-            BlockGzipWriter(raw, level=level) as gz,
-            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
-        ):
-            tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
-            tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
-            with open(db_path, "rb") as db:
-                tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
-            for path in optional:
-                with open(path, "rb") as member:
-                    tar.addfile(_member(path.name, path.stat().st_size, now), member)
-        with open(tmp, "rb+") as written:
-            os.fsync(written.fileno())
-        durable.replace(tmp, output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with (
+        durable.atomic_output(output) as raw,
+        BlockGzipWriter(raw, level=level) as gz,
+        tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
+    ):
+        tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
+        tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
+        with open(db_path, "rb") as db:
+            tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
+        for path in optional:
+            with open(path, "rb") as member:
+                tar.addfile(_member(path.name, path.stat().st_size, now), member)
     return output
 
 
