@@ -33,6 +33,7 @@ from indexer.select.report import (
     markdown_table,
     selection_from_dict,
     selection_to_dict,
+    shown_lines,
     summary_lines,
 )
 from indexer.wording import plural
@@ -168,10 +169,10 @@ class AffectedSelection:
         head = (
             f"torchtalk: tests affected by changes since {base['rev']} ({base['merge_base'][:12]})"
         )
-        if selection.run_everything:
-            return [f"{head}: running everything: {selection.everything[0]}"]
+        if selection.run_everything:  # a reason may quote a file name: escaped
+            return shown_lines([f"{head}: running everything: {selection.everything[0]}"])
         if selection.empty_reason:
-            return [f"{head}: nothing affected: {selection.empty_reason}"]
+            return shown_lines([f"{head}: nothing affected: {selection.empty_reason}"])
         return [
             f"{head}: {len(selection.files)} of {plural(selection.test_files_total, 'test file')}"
             f", from {plural(len(selection.entities), 'changed entity', 'changed entities')}"

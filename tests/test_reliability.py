@@ -33,9 +33,9 @@ from indexer.query.index import Index
 from indexer.select import impact
 from indexer.select.engine import select_tests
 from indexer.workspace import Workspace
-from pytest_torchtalk.cli import main
 from tests.helpers import commit_all, git
 from tests.mcp_session import stdio_session, text_of
+from tests.reliability_support import build, index_files, one_line_error, run, run_pytest
 
 # A test file whose name is Latin-1, not UTF-8: b"caf\xe9".
 BAD_TEST = os.fsdecode(b"test/test_caf\xe9.py")
@@ -43,43 +43,6 @@ BAD_SHOWN = "test/test_caf\\xe9.py"
 BAD_TEST_TEXT = "def test_cafe():\n    assert True\n"
 LINALG = "minitorch/linalg.py"
 NEW_CPP = "aten/src/ATen/native/Generated.cpp"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> bool:
-    return err.startswith("torchtalk: error: ") and err.count("\n") == 1
-
-
-def build(repo: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
-    return run(capsys, "index", "build", "--source", str(repo), "-q", *extra)
-
-
-def run_pytest(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        encoding="utf-8",
-        errors="backslashreplace",  # pytest prints the Latin-1 name as its bytes
-        timeout=300,
-        check=False,
-    )
-
-
-def index_files(repo: Path, db_path: Path | None = None) -> dict[str, str]:
-    index = Index(db_path or Workspace.resolve(repo).db_path)
-    try:
-        return dict(index.conn.execute("SELECT path, sha FROM files"))
-    finally:
-        index.close()
 
 
 # --- 1. file names that are not UTF-8 --------------------------------------------------
