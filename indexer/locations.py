@@ -100,14 +100,18 @@ def load_config() -> Config:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: invalid configuration: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep
+        raise UsageError(f"{path}: invalid configuration: nested too deep") from None
+    for key in CONFIG_KEYS:
+        if key in data and not isinstance(data[key], str):
+            kind = type(data[key]).__name__
+            raise UsageError(f"{path}: {key} must be a string (got {kind}); see 'torchtalk init'")
     harnesses = data.get("harnesses", {})
-    return Config(
-        source=data.get("source"),
-        harness=data.get("harness"),
-        harnesses={str(k): str(v) for k, v in harnesses.items()}
-        if isinstance(harnesses, dict)
-        else {},
-    )
+    if not isinstance(harnesses, dict) or not all(
+        isinstance(value, str) for value in harnesses.values()
+    ):
+        raise UsageError(f"{path}: [harnesses] must map source paths to harness names")
+    return Config(source=data.get("source"), harness=data.get("harness"), harnesses=harnesses)
 
 
 def save_config(config: Config) -> Path:
