@@ -137,12 +137,24 @@ class TorchTalkServer(MCPServer):
     async def run_stdio_async(self) -> None:
         from mcp.server.stdio import stdio_server
 
-        async with stdio_server() as (read_stream, write_stream):
-            await self._lowlevel_server.run(
-                _AnsweringStream(read_stream, write_stream),
-                write_stream,
-                self._lowlevel_server.create_initialization_options(),
-            )
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                await self._lowlevel_server.run(
+                    _AnsweringStream(read_stream, write_stream),
+                    write_stream,
+                    self._lowlevel_server.create_initialization_options(),
+                )
+        except Exception as exc:
+            if not _client_gone(exc):
+                raise  # a client that left mid-answer ends the session quietly
+
+
+def _client_gone(error: BaseException) -> bool:
+    """Whether ``error`` (an exception group, maybe nested) holds only broken pipes."""
+    inner = getattr(error, "exceptions", None)
+    if inner is not None:
+        return all(_client_gone(each) for each in inner)
+    return isinstance(error, (BrokenPipeError, ConnectionResetError))
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
