@@ -1254,7 +1254,8 @@ def run_case(item: Case, scratch: Path) -> Outcome:
         observed, status = f"{type(exc).__name__}: {exc}"[:300], "did not hold"
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    outcome = Outcome(item, status, observed.replace("\n", " ")[:200], time.monotonic() - started)
+    observed = observed.replace(f"{base}/", "").replace("\n", " ")  # scratch paths, shortened
+    outcome = Outcome(item, status, observed[:200], time.monotonic() - started)
     print(f"[pass {item.number}] {status:12} {outcome.seconds:5.1f}s {item.area}: {item.name}: "
           f"{outcome.observed}", flush=True)  # fmt: skip
     return outcome
