@@ -77,6 +77,7 @@ def test_non_utf8_name_is_reported_by_build_update_select_and_status(
     assert BAD_SHOWN in [changed["path"] for changed in report["changed_files"]]
 
 
+@pytest.mark.slow
 def test_unchanged_non_utf8_test_file_is_kept_by_the_plugin(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,6 +120,7 @@ def test_freshness_never_names_an_unindexable_file_raw(
     note.encode("utf-8")  # what the MCP transport does
 
 
+@pytest.mark.slow
 def test_mcp_status_with_an_unindexable_file_in_the_tree(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,6 +176,7 @@ def walked_nodes(patch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tested", [False, True], ids=["reached-by-nothing", "reached-by-tests"])
 def test_new_cpp_file_selection_walks_linearly(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], tested: bool
@@ -473,6 +476,7 @@ def test_snapshot_export_to_an_unwritable_path(
     assert "README.md is not a directory" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("report", ["test", "README.md/report.json"], ids=["dir", "under-file"])
 def test_plugin_report_path_that_cannot_be_written(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], report: str
@@ -504,6 +508,7 @@ def test_cache_dir_naming_a_file(
 # --- 8. MCP arguments of any size ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mcp_huge_arguments_are_short_tool_errors(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -545,6 +550,7 @@ def damaged(minitorch_repo: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return minitorch_repo
 
 
+@pytest.mark.slow
 def test_damaged_index_runs_everything_in_select_and_the_plugin(
     damaged: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -561,6 +567,7 @@ def test_damaged_index_runs_everything_in_select_and_the_plugin(
     assert code == 1 and one_line_error(err) and "is not a TorchTalk index" in err
 
 
+@pytest.mark.slow
 def test_damaged_index_is_rebuilt_by_the_mcp_server(damaged: Path) -> None:
     from mcp_server.state import ServerState
 

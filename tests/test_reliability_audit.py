@@ -103,6 +103,7 @@ def test_baseline_that_hangs_ends_within_the_budget(
     assert git(auditext, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_each_mutation_run_has_a_time_limit(
     built_auditext: Path, capsys: pytest.CaptureFixture[str]

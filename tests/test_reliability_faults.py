@@ -89,6 +89,7 @@ def test_import_writer_on_a_full_disk_neither_hangs_nor_hides_it(size: int) -> N
     assert failure and isinstance(failure[0], OSError) and failure[0].errno == 28
 
 
+@pytest.mark.slow
 def test_snapshot_import_on_a_full_disk(
     minitorch_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,6 +129,7 @@ def test_the_next_command_removes_what_a_killed_import_left(
 # --- index build on a full disk ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_index_build_on_a_full_disk_keeps_the_old_index(
     minitorch_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,6 +178,7 @@ def test_git_missing_is_one_line_in_the_cli(
     assert "git is not installed" in done.stderr and "no git repository" not in done.stderr
 
 
+@pytest.mark.slow
 def test_git_missing_is_one_line_in_pytest(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], no_git: dict[str, str]
 ) -> None:

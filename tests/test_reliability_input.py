@@ -63,6 +63,7 @@ def test_plain_yaml_with_aliases_still_reads() -> None:
     ] * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("registry", [NATIVE, DERIVATIVES], ids=["native_functions", "derivatives"])
 def test_an_alias_bomb_registry_is_a_file_problem_not_a_hang(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], registry: str
@@ -114,6 +115,7 @@ def test_a_config_of_the_wrong_shape_is_one_line(
 # --- MCP -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mcp_stdio_answers_malformed_messages(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -141,6 +143,7 @@ def test_mcp_stdio_answers_malformed_messages(
     ], done.stdout + done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_mcp_serve_on_a_busy_port_fails_before_it_says_it_serves(minitorch_repo: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

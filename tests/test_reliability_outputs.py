@@ -143,6 +143,7 @@ def test_snapshot_export_output_is_never_a_special_file(
     assert unchanged(kind, out, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
 def test_plugin_report_is_never_a_special_file(
     minitorch_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
@@ -177,6 +178,7 @@ def test_a_name_with_a_newline_cannot_add_lines_to_a_report(
     assert "\x1b" not in out
 
 
+@pytest.mark.slow
 def test_a_change_of_thousands_of_files_prints_a_summary(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
