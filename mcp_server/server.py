@@ -148,14 +148,6 @@ class TorchTalkServer(MCPServer):
             if not _client_gone(exc):
                 raise  # a client that left mid-answer ends the session quietly
 
-
-def _client_gone(error: BaseException) -> bool:
-    """Whether ``error`` (an exception group, maybe nested) holds only broken pipes."""
-    inner = getattr(error, "exceptions", None)
-    if inner is not None:
-        return all(_client_gone(each) for each in inner)
-    return isinstance(error, (BrokenPipeError, ConnectionResetError))
-
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
             return await super().call_tool(name, arguments, context)
@@ -167,6 +159,14 @@ def _client_gone(error: BaseException) -> bool:
             # The SDK prefixes "Error executing tool NAME: "; our messages name the tool.
             message = str(exc).removeprefix(f"Error executing tool {name}: ")
             raise ToolError(message) from exc.__cause__
+
+
+def _client_gone(error: BaseException) -> bool:
+    """Whether ``error`` (an exception group, maybe nested) holds only broken pipes."""
+    inner = getattr(error, "exceptions", None)
+    if inner is not None:
+        return all(_client_gone(each) for each in inner)
+    return isinstance(error, (BrokenPipeError, ConnectionResetError))
 
 
 def build_server(state: ServerState) -> MCPServer:
