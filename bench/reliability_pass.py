@@ -1287,7 +1287,8 @@ def markdown(outcomes: list[Outcome]) -> str:
         lines += [f"### Pass {number}: the catalogue (`bench/reliability_pass.py`)", "",
                   "| # | area | case | expected | outcome | observed |",
                   "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-        for index, outcome in enumerate(o for o in outcomes if o.case.number == number):
+        ours = sorted((o for o in outcomes if o.case.number == number), key=lambda o: o.case.area)
+        for index, outcome in enumerate(ours):
             observed = outcome.observed.replace("|", "\\|").replace("`", "'")
             lines.append(
                 f"| {number}.{index + 1} | {outcome.case.area} | {outcome.case.name.replace('|', '/')} | "
