@@ -1,16 +1,29 @@
-"""Renames that survive a crash: the file's data and then the directory entry on disk.
+"""Files written whole, over nothing but what we write: temp file, sync, rename, sync.
 
 ``os.replace`` is atomic for readers, but the new directory entry lives in the page cache
 until the directory itself is synced: after a power loss the old file (or none) may be
-back. Every index, snapshot and archive is written to a private file, synced, renamed
-into place, and then its directory is synced.
+back. Every index, snapshot, archive, report and record is written to a private file,
+synced, renamed into place, and then its directory is synced.
+
+A rename replaces whatever the path names: a symlink (which becomes a regular file, its
+target untouched), a FIFO another program reads, ``/dev/full`` as root. So an output path
+must be absent or a regular file; anything else is refused with the reason
+(docs/reliability.md, "Outputs").
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+
+class UnsafeTarget(OSError):
+    """A path an output may not replace: a symlink, FIFO, device, socket or directory."""
 
 
 def fsync_directory(directory: Path) -> None:
@@ -36,32 +49,103 @@ def replace(source: Path, target: Path) -> None:
         fsync_directory(Path(source).parent)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: a private file in its directory, synced, renamed.
-    An existing file keeps its permission bits; a new one gets the umask's, as ``open``
+def target_problem(path: Path) -> str | None:
+    """Why ``path`` may not be replaced by an output (it is not absent or a regular
+    file), or None."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None  # reported by write_problem as the parent that is a file
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link (name its target instead)"
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device"
+    if stat.S_ISSOCK(mode):
+        return "is a socket"
+    return "is not a regular file"
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+def _install(tmp: Path, path: Path, before: tuple[int, int] | None) -> None:
+    """Put ``tmp`` at ``path`` when ``path`` is still what it was when we checked it
+    (absent, or the same regular file): never over what appeared meanwhile."""
+    if before is None:
+        # link() fails if anything took the name: no replacing what we did not check.
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise UnsafeTarget(f"{path}: appeared while it was being written") from None
+        except OSError:  # a file system without hard links: rename after a last look
+            if _identity(path) is not None:
+                raise UnsafeTarget(f"{path}: appeared while it was being written") from None
+            os.replace(tmp, path)
+        else:
+            os.unlink(tmp)
+    else:
+        if _identity(path) != before or target_problem(path):
+            raise UnsafeTarget(f"{path}: was replaced while it was being written")
+        os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path, *, follow_symlinks: bool = False) -> Iterator[BinaryIO]:
+    """A private file to write ``path``'s new content to; on a clean exit it is synced
+    and renamed over ``path``, on an exception removed. ``path`` must be absent or a
+    regular file (a symlink only with ``follow_symlinks``: its target is written). An
+    existing file keeps its permission bits; a new one gets the umask's, as ``open``
     would give it (a report is read by whoever reads the CI's artifacts)."""
+    path = Path(path)
+    if follow_symlinks and path.is_symlink():
+        path = path.resolve()
+    problem = target_problem(path)
+    if problem:
+        raise UnsafeTarget(f"{path}: {problem}; not replaced")
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    before = _identity(path)
+    mode = os.lstat(path).st_mode & 0o7777 if before is not None else None
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
     handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
-        replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        _install(tmp, path, before)
+    finally:
+        tmp.unlink(missing_ok=True)  # ours (O_EXCL): gone already after a clean install
+
+
+def write_atomic(path: Path, data: bytes, *, follow_symlinks: bool = False) -> None:
+    """Replace ``path`` with ``data`` whole (see :func:`atomic_output`)."""
+    with atomic_output(path, follow_symlinks=follow_symlinks) as out:
+        out.write(data)
 
 
 def write_problem(path: Path) -> str | None:
     """Why a file cannot be written at ``path`` (checked before the work that produces
-    it), or None: a directory there, a file where a directory must be, no permission."""
-    if path.is_dir():
-        return "is a directory"
+    it), or None: a directory, symlink, FIFO or device there, a file where a directory
+    must be, no permission."""
+    problem = target_problem(path)
+    if problem:
+        return problem
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():

@@ -6,8 +6,16 @@ tree's freshness, snapshots' ancestry): one tool, and no library to import at st
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
+
+GIT_MISSING = "git is not installed (or not on PATH): TorchTalk reads the tree's changes with it"
+
+
+def git_missing() -> bool:
+    """Whether no ``git`` command can be found on PATH."""
+    return shutil.which("git") is None
 
 
 def _git(directory: Path, *args: str) -> str | None:

@@ -143,6 +143,8 @@ def read_manifest_file(path: Path) -> dict[str, Any]:
         raise ManifestError(str(path), None, "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(str(path), None, f"invalid TOML: {exc}") from None
+    except RecursionError:  # arrays or tables nested thousands deep: no manifest's shape
+        raise ManifestError(str(path), None, "invalid TOML: nested too deep") from None
     _validate(data, str(path))
     return data
 

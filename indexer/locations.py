@@ -17,6 +17,7 @@ from pathlib import Path
 
 import platformdirs
 
+from indexer import durable
 from indexer.errors import UsageError
 
 INDEX_FILE = "index.sqlite"
@@ -99,19 +100,22 @@ def load_config() -> Config:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: invalid configuration: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep
+        raise UsageError(f"{path}: invalid configuration: nested too deep") from None
+    for key in CONFIG_KEYS:
+        if key in data and not isinstance(data[key], str):
+            kind = type(data[key]).__name__
+            raise UsageError(f"{path}: {key} must be a string (got {kind}); see 'torchtalk init'")
     harnesses = data.get("harnesses", {})
-    return Config(
-        source=data.get("source"),
-        harness=data.get("harness"),
-        harnesses={str(k): str(v) for k, v in harnesses.items()}
-        if isinstance(harnesses, dict)
-        else {},
-    )
+    if not isinstance(harnesses, dict) or not all(
+        isinstance(value, str) for value in harnesses.values()
+    ):
+        raise UsageError(f"{path}: [harnesses] must map source paths to harness names")
+    return Config(source=data.get("source"), harness=data.get("harness"), harnesses=harnesses)
 
 
 def save_config(config: Config) -> Path:
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         f"{key} = {json.dumps(getattr(config, key))}\n"
         for key in CONFIG_KEYS
@@ -122,7 +126,5 @@ def save_config(config: Config) -> Path:
         lines.extend(
             f"{json.dumps(src)} = {json.dumps(h)}\n" for src, h in sorted(config.harnesses.items())
         )
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
+    durable.write_atomic(path, "".join(lines).encode("utf-8"))
     return path

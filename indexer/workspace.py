@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.errors import UsageError
-from indexer.gitinfo import repo_root
+from indexer.gitinfo import GIT_MISSING, git_missing, repo_root
 from indexer.harness import Manifest, select_manifest
 from indexer.locations import index_path, load_config, require_source
 
@@ -52,6 +52,8 @@ CURRENT_REPOSITORY = "the git repository of the current directory"
 
 def _current_repository() -> Path:
     root = repo_root(Path.cwd())
+    if root is None and git_missing():
+        raise UsageError(f"no source tree given, and {GIT_MISSING}")
     if root is None:
         raise UsageError(
             "no source tree: the current directory is in no git repository; pass --source "

@@ -10,12 +10,12 @@ renamed into place.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from indexer import durable
 from indexer.errors import UsageError
 from indexer.locations import require_source
 
@@ -57,13 +57,7 @@ Answers keep to about 2,000 characters and say how many lines they left out; pas
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    durable.write_atomic(path, text.encode("utf-8"))
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -7,7 +7,8 @@ called, and a missing index is built in the background (see :mod:`mcp_server.sta
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,6 +17,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import ValidationError
 
+from indexer.errors import UsageError
 from mcp_server.state import ServerState
 from mcp_server.tools import Tools, annotations
 
@@ -56,8 +58,95 @@ def _friendly(tool: str, error: ValidationError) -> str:
     return f"{tool}: invalid arguments: " + "; ".join(problems)
 
 
+# JSON-RPC 2.0's codes, as the HTTP transport answers them.
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
+
+
+def malformed_reply(error: Exception) -> tuple[int, str, str | int | None] | None:
+    """(code, message, id) answering a line the stdio transport could not read as
+    JSON-RPC; None for a malformed notification (it gets no answer). The line itself is
+    gone: a message's fields are in the errors pydantic reports against its whole object."""
+    if not isinstance(error, ValidationError):
+        return INVALID_REQUEST, "Invalid Request", None
+    errors = error.errors()
+    if any(err["type"] == "json_invalid" for err in errors):
+        return PARSE_ERROR, "Parse error", None
+    whole = next((e["input"] for e in errors if isinstance(e.get("input"), dict)), None)
+    if whole is None:
+        return INVALID_REQUEST, "Invalid Request", None
+    ident = whole.get("id")
+    ident = ident if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
+    if "method" in whole and ident is None:
+        return None
+    if isinstance(whole.get("method"), str) and "params" in whole:
+        return INVALID_PARAMS, "Invalid params", ident
+    return INVALID_REQUEST, "Invalid Request", ident
+
+
+class _AnsweringStream:
+    """The stdio transport's read stream, answering each line that is not JSON-RPC with
+    its error (the SDK drops them there, and a client waits for ever) and passing the
+    rest on. Duck-typed as the dispatcher reads it: ``async with``, ``async for``,
+    ``last_context``."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def __aenter__(self) -> _AnsweringStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __aiter__(self) -> _AnsweringStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        from mcp.shared.message import SessionMessage
+        from mcp_types import ErrorData, JSONRPCError
+
+        while True:
+            item = await self._inner.__anext__()
+            if not isinstance(item, Exception):
+                return item
+            reply = malformed_reply(item)
+            if reply is not None:
+                code, message, ident = reply
+                error = JSONRPCError(
+                    jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message)
+                )
+                await self._write.send(SessionMessage(error))
+
+
 class TorchTalkServer(MCPServer):
-    """MCPServer whose argument errors read as one clear line per argument."""
+    """MCPServer whose argument errors read as one clear line per argument, and whose
+    stdio transport answers malformed messages as its HTTP transport does."""
+
+    async def run_stdio_async(self) -> None:
+        from mcp.server.stdio import stdio_server
+
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                await self._lowlevel_server.run(
+                    _AnsweringStream(read_stream, write_stream),
+                    write_stream,
+                    self._lowlevel_server.create_initialization_options(),
+                )
+        except Exception as exc:
+            if not _client_gone(exc):
+                raise  # a client that left mid-answer ends the session quietly
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -70,6 +159,14 @@ class TorchTalkServer(MCPServer):
             # The SDK prefixes "Error executing tool NAME: "; our messages name the tool.
             message = str(exc).removeprefix(f"Error executing tool {name}: ")
             raise ToolError(message) from exc.__cause__
+
+
+def _client_gone(error: BaseException) -> bool:
+    """Whether ``error`` (an exception group, maybe nested) holds only broken pipes."""
+    inner = getattr(error, "exceptions", None)
+    if inner is not None:
+        return all(_client_gone(each) for each in inner)
+    return isinstance(error, (BrokenPipeError, ConnectionResetError))
 
 
 def build_server(state: ServerState) -> MCPServer:
@@ -111,14 +208,45 @@ def build_server(state: ServerState) -> MCPServer:
     return server
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or a one-line error (a busy port, a host
+    that is not this machine's) before anything says it serves."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
 def serve(
-    state: ServerState, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000
+    state: ServerState,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    announce: Callable[[], None] | None = None,
 ) -> None:
+    """Serve until the client (stdio) or a signal (HTTP) ends it; ``announce`` is called
+    once the HTTP port is bound."""
     from mcp_server.sdk import start_up
 
     with start_up():
         server = build_server(state)
     if transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    import uvicorn
+
+    sock = bind(host, port)
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    if announce is not None:
+        announce()
+    anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))

@@ -34,6 +34,7 @@ from indexer.select.report import (
     markdown_table,
     selection_from_dict,
     selection_to_dict,
+    shown_lines,
     summary_lines,
 )
 from indexer.wording import plural
@@ -173,10 +174,10 @@ class AffectedSelection:
         head = (
             f"torchtalk: tests affected by changes since {base['rev']} ({base['merge_base'][:12]})"
         )
-        if selection.run_everything:
-            return [f"{head}: running everything: {selection.everything[0]}"]
+        if selection.run_everything:  # a reason may quote a file name: escaped
+            return shown_lines([f"{head}: running everything: {selection.everything[0]}"])
         if selection.empty_reason:
-            return [f"{head}: nothing affected: {selection.empty_reason}"]
+            return shown_lines([f"{head}: nothing affected: {selection.empty_reason}"])
         line = (
             f"{head}: {len(selection.running)} of "
             f"{plural(selection.test_files_total, 'test file')}"
@@ -184,7 +185,7 @@ class AffectedSelection:
         )
         if selection.nothing_to_run:
             line += f" ({len(selection.nothing_to_run)} more decided by the record: nothing to run)"
-        return [line]
+        return shown_lines([line])
 
     @cached_property
     def _explicit(self) -> list[_Explicit]:

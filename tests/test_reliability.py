@@ -33,9 +33,9 @@ from indexer.query.index import Index
 from indexer.select import impact
 from indexer.select.engine import select_tests
 from indexer.workspace import Workspace
-from pytest_torchtalk.cli import main
 from tests.helpers import commit_all, git
 from tests.mcp_session import stdio_session, text_of
+from tests.reliability_support import build, index_files, one_line_error, run, run_pytest
 
 # A test file whose name is Latin-1, not UTF-8: b"caf\xe9".
 BAD_TEST = os.fsdecode(b"test/test_caf\xe9.py")
@@ -43,43 +43,6 @@ BAD_SHOWN = "test/test_caf\\xe9.py"
 BAD_TEST_TEXT = "def test_cafe():\n    assert True\n"
 LINALG = "minitorch/linalg.py"
 NEW_CPP = "aten/src/ATen/native/Generated.cpp"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> bool:
-    return err.startswith("torchtalk: error: ") and err.count("\n") == 1
-
-
-def build(repo: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
-    return run(capsys, "index", "build", "--source", str(repo), "-q", *extra)
-
-
-def run_pytest(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        encoding="utf-8",
-        errors="backslashreplace",  # pytest prints the Latin-1 name as its bytes
-        timeout=300,
-        check=False,
-    )
-
-
-def index_files(repo: Path, db_path: Path | None = None) -> dict[str, str]:
-    index = Index(db_path or Workspace.resolve(repo).db_path)
-    try:
-        return dict(index.conn.execute("SELECT path, sha FROM files"))
-    finally:
-        index.close()
 
 
 # --- 1. file names that are not UTF-8 --------------------------------------------------
@@ -114,6 +77,7 @@ def test_non_utf8_name_is_reported_by_build_update_select_and_status(
     assert BAD_SHOWN in [changed["path"] for changed in report["changed_files"]]
 
 
+@pytest.mark.slow
 def test_unchanged_non_utf8_test_file_is_kept_by_the_plugin(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -156,6 +120,7 @@ def test_freshness_never_names_an_unindexable_file_raw(
     note.encode("utf-8")  # what the MCP transport does
 
 
+@pytest.mark.slow
 def test_mcp_status_with_an_unindexable_file_in_the_tree(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -211,6 +176,7 @@ def walked_nodes(patch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tested", [False, True], ids=["reached-by-nothing", "reached-by-tests"])
 def test_new_cpp_file_selection_walks_linearly(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], tested: bool
@@ -510,6 +476,7 @@ def test_snapshot_export_to_an_unwritable_path(
     assert "README.md is not a directory" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("report", ["test", "README.md/report.json"], ids=["dir", "under-file"])
 def test_plugin_report_path_that_cannot_be_written(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str], report: str
@@ -541,6 +508,7 @@ def test_cache_dir_naming_a_file(
 # --- 8. MCP arguments of any size ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mcp_huge_arguments_are_short_tool_errors(
     minitorch_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -582,6 +550,7 @@ def damaged(minitorch_repo: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return minitorch_repo
 
 
+@pytest.mark.slow
 def test_damaged_index_runs_everything_in_select_and_the_plugin(
     damaged: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -598,6 +567,7 @@ def test_damaged_index_runs_everything_in_select_and_the_plugin(
     assert code == 1 and one_line_error(err) and "is not a TorchTalk index" in err
 
 
+@pytest.mark.slow
 def test_damaged_index_is_rebuilt_by_the_mcp_server(damaged: Path) -> None:
     from mcp_server.state import ServerState
 

@@ -1,10 +1,13 @@
 """The journal that makes a mutation undoable after a crash or a kill.
 
 Before a file is rewritten, its original bytes are saved beside the journal and the
-journal names them (each written to a temporary file and renamed, so either the old or
-the new state is on disk, never half of one). Restoring writes the saved bytes back and
-checks their hash; only then is the entry dropped. The next audit repairs first: every
-entry still in the journal is a file some run left mutated.
+journal names them and the hash of the mutated bytes (each written to a temporary file
+and renamed, so either the old or the new state is on disk, never half of one). Restoring
+writes the saved bytes back only over exactly the mutated bytes, and checks their hash;
+only then is the entry dropped. A file that holds anything else was edited since the
+mutation: it is left as it is, with the original beside the journal, and the restore
+stops naming both (docs/reliability.md). The next audit repairs first: every entry still
+in the journal is a file some run left mutated.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.durable import write_atomic
+from indexer.errors import TorchTalkError
 
 JOURNAL = "journal.json"
 
@@ -29,6 +33,11 @@ class Pending:
     sha: str  # digest of the original bytes
     saved: str  # file name of the saved copy, beside the journal
     mutation: str  # the mutation's id, for the repair's message
+    mutated: str = ""  # digest of the bytes the mutation wrote ("" in older journals)
+
+
+class EditedSinceMutation(TorchTalkError):
+    """A journaled file holds neither its original nor the mutation: someone edited it."""
 
 
 class Journal:
@@ -55,7 +64,7 @@ class Journal:
         sha = digest(original)
         saved = f"original-{sha}"
         write_atomic(self.directory / saved, original)
-        self._write([*self.pending(), Pending(path, sha, saved, mutation)])
+        self._write([*self.pending(), Pending(path, sha, saved, mutation, digest(data))])
         write_atomic(target, data)
 
     def restore(self, entry: Pending) -> None:
@@ -65,7 +74,14 @@ class Journal:
                 f"the saved copy of {entry.path} is damaged ({self.directory / entry.saved})"
             )
         target = self.source / entry.path
-        if not target.exists() or target.read_bytes() != original:
+        current = digest(target.read_bytes()) if target.is_file() else None
+        if current != entry.sha:  # not restored yet, or killed before the mutation landed
+            if current is None or current != entry.mutated:
+                raise EditedSinceMutation(
+                    f"{entry.path} changed since the audit mutated it ({entry.mutation}); "
+                    f"it is left as it is and its original is {self.directory / entry.saved}: "
+                    f"keep the version you want, then delete {self.file}"
+                )
             write_atomic(target, original)
         if digest(target.read_bytes()) != entry.sha:
             raise OSError(f"{entry.path} could not be restored")

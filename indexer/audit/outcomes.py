@@ -28,6 +28,7 @@ class CommandResult:
     returncode: int
     seconds: float
     tail: str  # the last lines of its output, for the report
+    timed_out: bool = False  # killed at its time limit
 
     @property
     def ok(self) -> bool:
@@ -39,6 +40,7 @@ def run_command(
 ) -> CommandResult:
     """Run ``command`` in a shell of its own process group (all of which a timeout kills)."""
     started = time.perf_counter()
+    timed_out = False
     process = subprocess.Popen(
         command,
         shell=True,
@@ -56,13 +58,14 @@ def run_command(
         output, _ = process.communicate()
         code = -signal.SIGKILL
         output += f"\n(killed after {timeout:.0f} s)".encode()
+        timed_out = True
     except BaseException:
         _kill_session(process.pid)  # an interrupted audit leaves no build behind
         process.wait()
         raise
     text = output.decode("utf-8", "replace")
     tail = "\n".join(text.splitlines()[-15:])
-    return CommandResult(code, time.perf_counter() - started, tail)
+    return CommandResult(code, time.perf_counter() - started, tail, timed_out)
 
 
 def _kill_session(session: int) -> None:
@@ -90,6 +93,11 @@ class Outcomes:
     seconds: dict[str, float] = field(default_factory=dict)  # per test id
     command: CommandResult | None = None
     per_file: bool = False  # the suite crashed and was run a file at a time
+
+    @property
+    def timed_out(self) -> bool:
+        """The whole run was killed at its limit (no file was run on its own after it)."""
+        return self.command is not None and self.command.timed_out and not self.results
 
     def failing(self) -> set[str]:
         return {test for test, result in self.results.items() if result in ("failed", "error")}
@@ -177,9 +185,15 @@ def _addopts(xml: Path, extra: str = "") -> dict[str, str]:
 
 
 def run_suite(
-    command: str, source: Path, tests: list[str], timeout: float | None = None
+    command: str,
+    source: Path,
+    tests: list[str],
+    timeout: float | None = None,
+    *,
+    per_file_after_timeout: bool = True,
 ) -> Outcomes:
-    """Run the whole suite once; per file when it dies before writing its report."""
+    """Run the whole suite once; per file when it dies before writing its report (when
+    it was killed at ``timeout``, only with ``per_file_after_timeout``)."""
     with tempfile.TemporaryDirectory(prefix="torchtalk-audit-") as scratch:
         xml = Path(scratch) / "junit.xml"
         result = run_command(command, source, _addopts(xml), timeout)
@@ -187,6 +201,8 @@ def run_suite(
         if outcomes is not None:
             outcomes.command = result
             return outcomes
+        if result.timed_out and not per_file_after_timeout:
+            return Outcomes(command=result)
         outcomes = Outcomes(command=result, per_file=True)
         for test_file in tests:
             ignored = " ".join(f"--ignore={t}" for t in tests if t != test_file)

@@ -23,10 +23,10 @@ from pathlib import Path
 from indexer.audit.compare import compare, require_record, run_selection
 from indexer.audit.journal import Journal
 from indexer.audit.mutation import Mutation, mutation_sites, plan, rewrite
-from indexer.audit.outcomes import Outcomes, run_command, run_suite
+from indexer.audit.outcomes import CRASH, Outcomes, run_command, run_suite
 from indexer.audit.report import SCHEMA, markdown, totals
 from indexer.durable import write_atomic
-from indexer.errors import UsageError
+from indexer.errors import TorchTalkError, UsageError
 from indexer.paths import under_any
 from indexer.query.index import Index
 from indexer.select.engine import test_files
@@ -49,6 +49,7 @@ class AuditOptions:
     report: Path | None = None
     record: Path | None = None  # a recorded run for the selection, when the engine takes one
     baseline_runs: int = 2
+    run_limit_minutes: float | None = None  # each test run's limit (default: from the baseline)
 
     def plan_key(self) -> dict:
         """What must match for a run to resume another's plan and results."""
@@ -226,6 +227,18 @@ class Audit:
         budget = self.options.budget_minutes
         return budget is not None and time.monotonic() - self.started > budget * 60
 
+    def _limit(self, default: float | None, test_run: bool = True) -> float | None:
+        """Seconds one command may run: a mutation's test run --run-limit (else
+        ``default``), and any command never past what is left of --budget (a hanging
+        suite must not outlive the audit's budget)."""
+        limits = [default] if default is not None else []
+        if test_run and self.options.run_limit_minutes is not None:
+            limits = [self.options.run_limit_minutes * 60]
+        if self.options.budget_minutes is not None:
+            left = self.options.budget_minutes * 60 - (time.monotonic() - self.started)
+            limits.append(max(left, 1.0))
+        return min(limits) if limits else None
+
     def _new_report(self) -> dict:
         return {
             "schema": SCHEMA,
@@ -251,7 +264,9 @@ class Audit:
 
     def _baseline(self, tests: list[str]) -> dict:
         self.progress(f"baseline: building with `{self.options.build}`")
-        built = run_command(self.options.build, self.source)
+        built = run_command(self.options.build, self.source, timeout=self._limit(None, False))
+        if built.timed_out:
+            raise AuditStopped(f"the baseline build `{self.options.build}` {_limits(self)}")
         if not built.ok:
             raise UsageError(
                 f"the unmutated tree does not build with `{self.options.build}`:\n{built.tail}"
@@ -259,10 +274,26 @@ class Audit:
         runs = []
         for number in range(self.options.baseline_runs):
             self.progress(f"baseline: test run {number + 1} of {self.options.baseline_runs}")
-            runs.append(run_suite(self.options.test, self.source, tests))
+            run = run_suite(
+                self.options.test,
+                self.source,
+                tests,
+                self._limit(None, False),  # --budget's; its --run-limit default comes from it
+                per_file_after_timeout=False,
+            )
+            if run.timed_out:
+                raise AuditStopped(f"the baseline test run `{self.options.test}` {_limits(self)}")
+            runs.append(run)
         first = runs[0]
         if not first.results:
             raise UsageError(f"`{self.options.test}` reported no tests:\n{first.command.tail}")
+        if not any(result == "passed" for result in first.results.values()):
+            # Every test excluded: each mutation would measure nothing (issue 40).
+            raise UsageError(
+                f"no test passes in the unmutated tree with `{self.options.test}` "
+                f"({_outcome_counts(first.results)}): nothing to measure; "
+                f"last output: {_last_line(first.command.tail)}"
+            )
         failing = set().union(*(run.failing() for run in runs))
         flaky = {
             test
@@ -305,13 +336,13 @@ class Audit:
         target = self.source / mutation.path
         self.journal.change(mutation.path, rewrite(target.read_bytes(), mutation), mutation.id)
         try:
-            built = run_command(self.options.build, self.source)
+            built = run_command(self.options.build, self.source, timeout=self._limit(None, False))
             result["build_seconds"] = round(built.seconds, 1)
             if not built.ok:
                 result.update(status="not building", build_output=built.tail)
                 return _empty(result)
             selection = run_selection(self.workspace, self.options.record)
-            timeout = max(600.0, 10 * sum(baseline.seconds.values()))
+            timeout = self._limit(max(600.0, 10 * sum(baseline.seconds.values())))
             outcomes = run_suite(self.options.test, self.source, tests, timeout)
             comparison = compare(selection, outcomes, baseline, excluded)
             result.update(comparison.to_dict())
@@ -324,6 +355,31 @@ class Audit:
             for entry in self.journal.pending():
                 self.journal.restore(entry)
             result["seconds"] = round(time.monotonic() - started, 1)
+
+
+class AuditStopped(TorchTalkError):
+    """A command of the audit ran past its limit; the tree is restored."""
+
+
+def _limits(audit: Audit) -> str:
+    options = audit.options
+    given = [f"--budget {options.budget_minutes:g}"] if options.budget_minutes is not None else []
+    if options.run_limit_minutes is not None:
+        given.append(f"--run-limit {options.run_limit_minutes:g}")
+    return f"did not finish within its limit ({', '.join(given) or 'none given'} minutes)"
+
+
+def _outcome_counts(results: dict[str, str]) -> str:
+    counts: dict[str, int] = {}
+    for test, result in results.items():
+        kind = "crashed" if test.endswith(f"::{CRASH}") else result
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
+
+
+def _last_line(tail: str) -> str:
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "(none)"
 
 
 def mutable(path: str, manifest) -> bool:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
+from indexer import durable
 from indexer.precise.tu import TuFacts, TuJob
 
 # Bumped whenever what a TU yields changes, so old entries are not read as new ones.
@@ -112,10 +112,5 @@ class TuCache:
     def _write(self, path: Path, variants: list[dict]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         variants = variants[:VARIANTS]
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        try:
-            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as handle:
-                json.dump({"variants": variants}, handle)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        text = json.dumps({"variants": variants})
+        durable.write_atomic(path, gzip.compress(text.encode("utf-8"), compresslevel=3))

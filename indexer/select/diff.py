@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 from indexer.errors import UsageError
+from indexer.gitinfo import GIT_MISSING
 
 DEFAULT_BASES = ("origin/HEAD", "main", "master")
 
@@ -66,11 +67,14 @@ class FileChange:
 def run_git(source: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
     """``git -C source args...``; a UsageError naming the command when it fails (unless
     ``check`` is off)."""
-    result = subprocess.run(
-        ["git", "-c", "core.quotepath=off", "-C", str(source), *args],
-        capture_output=True,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["git", "-c", "core.quotepath=off", "-C", str(source), *args],
+            capture_output=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise UsageError(GIT_MISSING) from None
     if check and result.returncode != 0:
         message = result.stderr.decode(errors="replace").strip().splitlines()
         raise UsageError(f"git {args[0]} failed in {source}: {message[-1] if message else '?'}")

@@ -113,14 +113,19 @@ def select_tests(
 
 def _without_index(workspace: Workspace, diff: Diff, selection: Selection, why: str) -> None:
     """Everything runs, for ``why``; the changed files are still listed."""
+    _list_changes(workspace, diff, selection)
+    selection.index["problem"] = why
+    selection.everything.append(why)
+
+
+def _list_changes(workspace: Workspace, diff: Diff, selection: Selection) -> None:
+    """The changed files, by category, for a selection that runs everything unplaced."""
     for change in diff.files:
         category, _ = categorize(change.path, workspace.manifest)
         old = printable(change.old_path) if change.old_path else None
         selection.changed_files.append(
             ChangedFile(printable(change.path), old, change.status, category)
         )
-    selection.index["problem"] = why
-    selection.everything.append(why)
 
 
 def _ensure_fresh(
@@ -147,6 +152,7 @@ def _ensure_fresh(
             selection.everything.append(
                 f"the index is stale ({after.describe()}) and {how}: running everything"
             )
+            _list_changes(workspace, diff, selection)  # the header counts them, not "0 files"
     selection.timings["freshness_s"] = time.perf_counter() - phase
     return index
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from indexer import durable
 
 SUFFIX = ".judgments"
 MAX_ENTRIES = 200_000  # past this (~12 MB), only the last run's answers are kept
@@ -72,15 +73,10 @@ class Judgments:
         answers = {**self._answers, **self._new}
         if len(answers) > MAX_ENTRIES:
             answers = dict(self._new)
-        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        text = json.dumps({"code": CODE_VERSION, "answers": answers}, separators=(",", ":"))
         try:
-            tmp.write_text(
-                json.dumps({"code": CODE_VERSION, "answers": answers}, separators=(",", ":")),
-                encoding="utf-8",
-            )
-            os.replace(tmp, self.path)
+            durable.write_atomic(self.path, text.encode("utf-8"))
         except OSError:
-            tmp.unlink(missing_ok=True)
             return
         self._answers, self._new = answers, {}
 

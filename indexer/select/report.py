@@ -208,18 +208,21 @@ def summary_lines(selection: Selection, limit: int = 20, detail: bool = False) -
     tests and first chains (``torchtalk select``)."""
     lines = []
     base = selection.base
+    placed = (  # when everything runs before placing, no count of entities is known
+        "changed entities not placed"
+        if selection.run_everything and not selection.entities
+        else plural(len(selection.entities), "changed entity", "changed entities")
+    )
     lines.append(
         f"changes since {base['rev']} (merge-base {base['merge_base'][:12]}): "
-        f"{plural(len(selection.changed_files), 'file')}, "
-        f"{plural(len(selection.entities), 'changed entity', 'changed entities')}"
+        f"{plural(len(selection.changed_files), 'file')}, {placed}"
     )
     for entity in selection.entities[:limit]:
         lines.append(f"  changed: {entity.label} @ {entity.evidence} ({entity.reason})")
     if len(selection.entities) > limit:
         more = len(selection.entities) - limit
         lines.append(f"  ... {plural(more, 'more changed entity', 'more changed entities')}")
-    for reason in selection.everything:
-        lines.append(f"run everything: {reason}")
+    lines += [f"run everything: {reason}" for reason in _first(selection.everything, limit)]
     lines += record_lines(selection)
     if not selection.run_everything:
         running = selection.running
@@ -237,7 +240,7 @@ def summary_lines(selection: Selection, limit: int = 20, detail: bool = False) -
     if selection.empty_reason:
         lines.append(f"nothing to run: {selection.empty_reason}")
     lines.extend(f"note: {note}" for note in selection.notes[:limit])
-    return lines
+    return shown_lines(lines)
 
 
 def nothing_to_run_lines(selection: Selection, limit: int = 20) -> list[str]:
@@ -333,19 +336,53 @@ def markdown_table(selection: Selection, counts: dict[str, int] | None = None) -
         line += f", {plural(counts.get('selected', 0), 'test')} selected, "
         line += f"{counts.get('deselected', 0)} deselected"
     out += [line + ".", ""]
-    for reason in selection.everything:
-        out.append(f"- **run everything**: {_md(reason)}")
+    out += [f"- **run everything**: {_md(reason)}" for reason in _first(selection.everything)]
     out += [f"- {_md(line)}" for line in record_lines(selection)]
     out += [f"- {_md(line)}" for line in nothing_to_run_lines(selection)]
     if selection.empty_reason:
         out.append(f"- nothing to run: {_md(selection.empty_reason)}")
     if selection.running and not selection.run_everything:
         out += ["", "| test file | scope | reason |", "| --- | --- | --- |"]
-        for selected in selection.running:
+        for selected in _first(selection.running, SUMMARY_ROWS):
+            if isinstance(selected, str):  # how many more, and where they are
+                out.append(f"| {selected} | | |")
+                continue
             scope = _scope_text(selected).strip(" ()") or "all"
             out.append(f"| `{selected.path}` | {_md(scope)} | {_md(_file_why(selected))} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(shown_lines(out, SUMMARY_BYTES)) + "\n"
 
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+# Output at scale (docs/reliability.md): a change of thousands of files lists the first
+# reasons and says where the rest are; GitHub drops a job summary over 1 MiB, so ours
+# stays well under it; a file name cannot add lines (its control characters are escaped).
+SHOWN_REASONS = 10
+SUMMARY_ROWS = 500
+SUMMARY_BYTES = 512 * 1024
+_REST = "every one is in the JSON report (torchtalk select --json, --torchtalk-report)"
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROL.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+
+
+def _first(items: list, limit: int = SHOWN_REASONS) -> list:
+    """The first ``limit`` items, then a line saying how many more and where they are."""
+    if len(items) <= limit:
+        return list(items)
+    return [*items[:limit], f"... and {len(items) - limit:,} more: {_REST}"]
+
+
+def shown_lines(lines: list[str], max_bytes: int | None = None) -> list[str]:
+    """``lines`` as output may carry them: each line's control characters escaped
+    (``\\n``, ``\\x1b``); with ``max_bytes``, cut where the lines would pass it."""
+    shown, size = [], 0
+    for line in lines:
+        line = line.translate(_CONTROL)
+        size += len(line.encode("utf-8", "backslashreplace")) + 1
+        if max_bytes is not None and size > max_bytes:
+            shown.append(f"... cut at {max_bytes // 1024} KiB: {_REST}")
+            break
+        shown.append(line)
+    return shown

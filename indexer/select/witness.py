@@ -17,11 +17,11 @@ code (other rules, other chains), written to a temporary file and renamed.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer import durable
 from indexer.query.adjacency import index_key
 from indexer.select.judgments import CODE_VERSION
 
@@ -102,15 +102,12 @@ class Witnesses:
     def save(self) -> None:
         if not self._changed or not CODE_VERSION:
             return
-        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        data = {"code": CODE_VERSION, "chains": self._chains, "failed": self._failed}
+        if self._ids is not None:
+            data.update(index=self._key, ids=self._ids)
         try:
-            data = {"code": CODE_VERSION, "chains": self._chains, "failed": self._failed}
-            if self._ids is not None:
-                data.update(index=self._key, ids=self._ids)
-            tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
-            os.replace(tmp, self.path)
+            durable.write_atomic(self.path, json.dumps(data, separators=(",", ":")).encode())
         except OSError:
-            tmp.unlink(missing_ok=True)
             return
         self._changed = False
 

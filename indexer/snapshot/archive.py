@@ -139,27 +139,19 @@ def _write_archive(
     output: Path, sums: bytes, meta_bytes: bytes, db_path: Path, optional: list[Path],
     level: int,
 ) -> Path:  # fmt: skip
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     now = time.time()
-    try:
-        with (
-            open(tmp, "wb") as raw,
-            BlockGzipWriter(raw, level=level) as gz,
-            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
-        ):
-            tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
-            tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
-            with open(db_path, "rb") as db:
-                tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
-            for path in optional:
-                with open(path, "rb") as member:
-                    tar.addfile(_member(path.name, path.stat().st_size, now), member)
-        with open(tmp, "rb+") as written:
-            os.fsync(written.fileno())
-        durable.replace(tmp, output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with (
+        durable.atomic_output(output) as raw,
+        BlockGzipWriter(raw, level=level) as gz,
+        tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_CHUNK) as tar,
+    ):
+        tar.addfile(_member(SUMS_FILE, len(sums), now), io.BytesIO(sums))
+        tar.addfile(_member(META_FILE, len(meta_bytes), now), io.BytesIO(meta_bytes))
+        with open(db_path, "rb") as db:
+            tar.addfile(_member(DB_FILE, db_path.stat().st_size, now), db)
+        for path in optional:
+            with open(path, "rb") as member:
+                tar.addfile(_member(path.name, path.stat().st_size, now), member)
     return output
 
 
@@ -205,6 +197,8 @@ def _copy_hashed(source: BlockGzipReader, target: Path, size: int) -> str:
     chunks: queue.Queue[memoryview | None] = queue.Queue(maxsize=8)
     failure: list[BaseException] = []
 
+    ended = threading.Event()  # the reader's None was taken: nothing more will come
+
     def sink() -> None:
         try:
             with open(target, "wb") as out:
@@ -216,18 +210,21 @@ def _copy_hashed(source: BlockGzipReader, target: Path, size: int) -> str:
                         out.flush()
                         os.fdatasync(out.fileno())
                         unsynced = 0
-                out.flush()
+                ended.set()
+                out.flush()  # a full disk may fail here or on close, after the None
                 os.fsync(out.fileno())
         except BaseException as exc:  # reported by the reading thread
             failure.append(exc)
-            while chunks.get() is not None:  # drain so the reader never blocks
+            # Drain so the reader never blocks on a full queue, unless its None was
+            # already taken (waiting for another deadlocked the import on a full disk).
+            while not ended.is_set() and chunks.get() is not None:
                 pass
 
     writer = threading.Thread(target=sink, name="snapshot-import-writer", daemon=True)
     writer.start()
     left = size
     try:
-        while left and (chunk := source.read_view(left)):
+        while left and not failure and (chunk := source.read_view(left)):
             left -= len(chunk)
             chunks.put(chunk)
             digest.update(chunk)
@@ -326,6 +323,11 @@ def import_snapshot(archive: Path, name: str | None = None, *, force: bool = Fal
             ) from None
         except SnapshotError as exc:
             raise SnapshotError(f"{archive}: {exc}") from None
+        except OSError as exc:  # a full disk, a read-only store: nothing is installed
+            raise SnapshotError(
+                f"{archive}: cannot unpack into the snapshot store {staged.parent}: "
+                f"{exc.strerror or exc}"
+            ) from None
         info = SnapshotInfo.from_json(
             (staged / META_FILE).read_text(encoding="utf-8", errors="replace"),
             f"{archive}: {META_FILE}",

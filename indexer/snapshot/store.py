@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -209,6 +210,7 @@ def list_snapshots() -> list[SnapshotInfo]:
     found: list[SnapshotInfo] = []
     if not root.is_dir():
         return found
+    clean_leftovers()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel = Path(dirpath).relative_to(root).as_posix()
@@ -237,10 +239,64 @@ def check_name_free(name: str) -> None:
         raise UsageError(f"snapshot name {name!r} is a group of snapshots, not a snapshot")
 
 
-def staging_dir() -> Path:
+# Hidden work directories of the store, named with their process's id: one whose
+# process is gone was left by a kill (-9, a full disk's OOM) and is removed by the next
+# command that stages or lists (docs/reliability.md).
+LEFTOVER_PREFIXES = (".staging-", ".trash-")
+OLD_LEFTOVER_S = 3600  # names without a process id (older versions): removed after this
+
+
+def _work_dir(prefix: str) -> Path:
     root = store_root()
     root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def clean_leftovers() -> list[str]:
+    """Remove the work directories whose process is gone; the names removed."""
+    root = store_root()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        prefix = next((p for p in LEFTOVER_PREFIXES if entry.name.startswith(p)), None)
+        if prefix is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = entry.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and "-" in entry.name[len(prefix) :]:
+            if _process_alive(int(pid)):
+                continue
+        else:
+            try:
+                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if age < OLD_LEFTOVER_S:
+                continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
+
+
+def staging_dir() -> Path:
+    clean_leftovers()
+    return _work_dir(".staging-")
+
+
+def trash_dir() -> Path:
+    return _work_dir(".trash-")
 
 
 def install_dir(staged: Path, name: str, replace: bool) -> bool:
@@ -252,7 +308,7 @@ def install_dir(staged: Path, name: str, replace: bool) -> bool:
     if _is_snapshot(final):
         if not replace:
             raise UsageError(f"snapshot {name!r} exists; delete it first or pass --force")
-        trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=store_root()))
+        trash = trash_dir()
         os.replace(final, trash / "old")
         replaced = True
         try:
@@ -396,7 +452,7 @@ def delete_snapshot(name: str) -> None:
     with store_lock():
         read_info(name)
         final = snapshot_dir(name)
-        trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=store_root()))
+        trash = trash_dir()
         os.replace(final, trash / "old")
         shutil.rmtree(trash, ignore_errors=True)
         parent = final.parent

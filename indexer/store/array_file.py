@@ -10,11 +10,12 @@ all: to a temporary file, then renamed over the old one.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from array import array
 from pathlib import Path
 from typing import Any
+
+from indexer import durable
 
 
 def digest(arrays: dict[str, array]) -> str:
@@ -38,16 +39,13 @@ def write(
         "digest": digest(arrays),
         "arrays": [[name, values.typecode, len(values)] for name, values in arrays.items()],
     }
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as handle:
+        with durable.atomic_output(path) as handle:
             handle.write(magic)
             handle.write(json.dumps(full).encode() + b"\n")
             for values in arrays.values():
                 values.tofile(handle)
-        os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
         return False
     return True
 

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from indexer import durable
+from indexer.errors import TorchTalkError
 from indexer.graph.facts import FileFacts
 from indexer.store.db import (
     SCHEMA_VERSION,
@@ -78,3 +79,9 @@ class IndexWriter:
     ) -> None:
         if exc_type is not None:
             self.abort()
+            if isinstance(exc, (sqlite3.OperationalError, OSError)):  # a full disk, mostly
+                reason = getattr(exc, "strerror", None) or str(exc)
+                raise TorchTalkError(
+                    f"cannot write the index {self.final_path}: {reason}; the previous "
+                    "index is kept"
+                ) from None

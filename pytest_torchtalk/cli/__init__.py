@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sqlite3
 import sys
 from collections.abc import Sequence
 from importlib import import_module
@@ -89,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except OSError as exc:  # a path the file system refuses: unwritable, a file, full
         print(f"torchtalk: error: {exc}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:  # a full disk under an index update; the index is kept
+        print(f"torchtalk: error: the index database failed: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("torchtalk: interrupted", file=sys.stderr)

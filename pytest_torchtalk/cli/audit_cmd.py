@@ -67,7 +67,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "those lines of them",
     )
     parser.add_argument(
-        "--budget", type=float, metavar="MINUTES", help="start no mutation after this many minutes"
+        "--budget",
+        type=float,
+        metavar="MINUTES",
+        help="stop after this many minutes: no mutation starts after it, and no build or "
+        "test run (the baseline's included) runs past it",
+    )
+    parser.add_argument(
+        "--run-limit",
+        type=float,
+        metavar="MINUTES",
+        help="kill a mutation's test run after this many minutes (default: 10 times the "
+        "baseline's suite, at least 10); the baseline's runs are bounded by --budget",
     )
     parser.add_argument(
         "--resume", action="store_true", help="go on from the report of an interrupted run"
@@ -111,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.mutations < 1 or args.baseline_runs < 1:
         raise UsageError("--mutations and --baseline-runs must be at least 1")
+    for flag, value in (("--budget", args.budget), ("--run-limit", args.run_limit)):
+        if value is not None and not value > 0:  # also refuses nan
+            raise UsageError(f"{flag} must be a positive number of minutes (got {value})")
     path_filter(args.paths)  # a malformed line range, before the baseline's suite runs
     workspace = Workspace.resolve(args.source or ".", args.harness)
     options = AuditOptions(
@@ -124,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         report=args.report.resolve() if args.report else None,
         record=args.record,
         baseline_runs=args.baseline_runs,
+        run_limit_minutes=args.run_limit,
     )
     audit = Audit(workspace, options, tty_progress)
     report = audit.run()

@@ -61,13 +61,16 @@ def run_serve(args: argparse.Namespace) -> int:
         from mcp_server.state import ServerState
 
         state = ServerState(workspace, jobs=args.jobs)
-    if args.transport != "stdio":
+
+    def announce() -> None:  # once the port is bound: a busy one fails before this
         print(
             f"torchtalk: serving {workspace.source} ({workspace.harness}) on "
             f"http://{args.host}:{args.port}/mcp",
             file=sys.stderr,
+            flush=True,
         )
-    serve(state, args.transport, args.host, args.port)
+
+    serve(state, args.transport, args.host, args.port, announce)
     return 0
 
 

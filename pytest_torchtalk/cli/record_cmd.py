@@ -7,6 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
+from indexer import durable
 from indexer.errors import UsageError
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record import storage
@@ -63,8 +64,9 @@ def _open(args: argparse.Namespace) -> RecordedRuns:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    if args.output.is_dir():
-        raise UsageError(f"--output {args.output} is a directory")
+    problem = durable.write_problem(args.output)  # before the shards are read
+    if problem:
+        raise UsageError(f"--output {args.output}: {problem}")
     records = [storage.read(path) for path in args.inputs]
     merged = merge(records, allow_mixed_commits=args.allow_mixed_commits)
     storage.write(merged, args.output)
