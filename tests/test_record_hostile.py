@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import zlib
+from array import array
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,6 +46,7 @@ CASES = {
     "commit-a-number": ({"commit": 12345}, "'commit' is not a hexadecimal commit"),
     "commit-an-option": ({"commit": "--output=clobbered"}, "'commit' is not a hexadecimal"),
     "huge-array": ("huge", "truncated"),
+    "posting-past-the-segments": ("posting", "a posting names a segment that does not exist"),
     "deep-header": ("deep", TOO_DEEP),
 }
 
@@ -91,9 +93,19 @@ def rewrite(path: Path, header: dict, body: bytes, deep_in_meta: str = "") -> No
     fields = {k: header[k] for k in ("format", "meta", "reasons", "counts")}
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     header["header_digest"] = header_digest(text.replace(f'"{mark}"', deep))
-    assert header["digest"] == arrays_digest(body, header["arrays"])  # the arrays unchanged
+    assert header["digest"] == arrays_digest(body, header["arrays"])  # the arrays' own
     line = json.dumps(header).replace(f'"{mark}"', deep)
     path.write_bytes(storage.MAGIC + line.encode() + b"\n" + body)
+
+
+def span_end(header: dict, wanted: str) -> int:
+    """Where the array ``wanted`` ends in the file's body (arrays follow one another)."""
+    end = 0
+    for name, code, length in header["arrays"]:
+        end += length * array(code).itemsize
+        if name == wanted:
+            return end
+    raise KeyError(wanted)
 
 
 def make_hostile(path: Path, case: str) -> str:
@@ -108,6 +120,12 @@ def make_hostile(path: Path, case: str) -> str:
         rewrite(path, header, body)
     elif change == "deep":
         rewrite(path, header, body, deep_in_meta="problems")
+    elif change == "posting":  # the last posting names one segment past the last
+        end = span_end(header, "posting_segments")
+        past = header["counts"]["segments"].to_bytes(4, sys.byteorder)
+        body = body[: end - 4] + past + body[end:]
+        header["digest"] = arrays_digest(body, header["arrays"])
+        rewrite(path, header, body)
     else:
         header["meta"].update(change)
         rewrite(path, header, body)
