@@ -235,6 +235,7 @@ def _read_arrays(path: Path) -> tuple[dict, dict[str, array]]:
 
 
 COUNTS = ("names", "segments", "tests", "files")
+_PER_TEST = ("test_files", "test_outcomes", "test_durations", "test_unrecorded")
 
 
 def _header_problem(header: dict) -> str | None:
@@ -295,18 +296,21 @@ def _decode(header: dict, arrays: dict[str, array]) -> Record:
         raise ValueError("test segments do not match the tests")
     if not _all_below(test_segments, len(segments)):
         raise ValueError("a test names a segment that does not exist")
-    for index, nodeid in enumerate(nodeids):
-        own = list(test_segments[test_offsets[index] : test_offsets[index + 1]])
-        record.tests.append(
-            RecordedTest(
-                nodeid=nodeid,
-                file=files[arrays["test_files"][index]],
-                outcome=OUTCOMES[arrays["test_outcomes"][index]],
-                duration=arrays["test_durations"][index],
-                segments=own,
-                unrecorded=reasons[arrays["test_unrecorded"][index]],
-            )
+    # One pass over the tests' arrays together; zip(strict) refuses arrays of another
+    # length than the tests, indexing refuses an id out of range.
+    ends = iter(test_offsets)
+    next(ends)
+    record.tests = [
+        RecordedTest(nodeid, files[file], OUTCOMES[outcome], duration,
+                     test_segments[start:end].tolist(), reasons[reason])
+        for nodeid, file, outcome, duration, reason, start, end in zip(
+            nodeids, arrays["test_files"], arrays["test_outcomes"], arrays["test_durations"],
+            arrays["test_unrecorded"], test_offsets, ends, strict=False,
         )
+    ]  # fmt: skip
+    lengths = {len(arrays[key]) for key in _PER_TEST}
+    if lengths != {len(nodeids)}:
+        raise ValueError("the tests' arrays are not one per test")
     return record
 
 
