@@ -41,6 +41,7 @@ import zlib
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -228,14 +229,22 @@ def hash_of(text: str) -> int:
 _WRAPPER = (
     "import resource, subprocess, sys\n"
     "code = subprocess.run(sys.argv[1:]).returncode\n"
-    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-    "print(f'TTPEAK {peak}', file=sys.stderr)\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "cpu = usage.ru_utime + usage.ru_stime\n"
+    "print(f'TTPEAK {usage.ru_maxrss} {cpu:.3f}', file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
 
 
-def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """(wall seconds, peak resident KiB, stdout) of ``command`` in a fresh process."""
+class Timed(NamedTuple):
+    wall: float  # seconds
+    cpu: float  # seconds of CPU (user + system): what a shared machine does not inflate
+    peak: int  # resident KiB at most
+    stdout: str
+
+
+def timed_process(command: list[str], env: dict[str, str] | None = None) -> Timed:
+    """What ``command`` costs in a fresh process."""
     env = dict(os.environ if env is None else env)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # CI keeps compiled modules: so does the bench
     started = time.perf_counter()
@@ -244,17 +253,17 @@ def timed_process(command: list[str], env: dict[str, str] | None = None) -> tupl
     wall = time.perf_counter() - started
     if done.returncode:
         raise SystemExit(f"{' '.join(command[2:6])} failed: {done.stderr.strip()[-800:]}")
-    peaks = re.findall(r"^TTPEAK (\d+)$", done.stderr, re.M)
-    return wall, int(peaks[-1]) if peaks else 0, done.stdout
+    peak, cpu = re.findall(r"^TTPEAK (\d+) (\S+)$", done.stderr, re.M)[-1]
+    return Timed(wall, float(cpu), int(peak), done.stdout)
 
 
-def torchtalk(*args: str, env: dict[str, str] | None = None) -> tuple[float, int, str]:
+def torchtalk(*args: str, env: dict[str, str] | None = None) -> Timed:
     return timed_process([sys.executable, "-m", "pytest_torchtalk", *args], env)
 
 
-def select_seconds(source: Path) -> tuple[float, dict]:
-    wall, _, stdout = torchtalk("select", "--source", str(source), "--json")
-    return wall, json.loads(stdout)
+def select_seconds(source: Path) -> tuple[Timed, dict]:
+    timed = torchtalk("select", "--source", str(source), "--json")
+    return timed, json.loads(timed.stdout)
 
 
 def private_index(source: Path, out: Path) -> Path:
@@ -303,13 +312,14 @@ def select_over_changes(source: Path, picked: list, samples: int) -> list[dict]:
             continue
         try:
             select_seconds(source)  # updates the index for the edit: a PR job's first step
-            wall, report = select_seconds(source)  # the index up to date
+            timed, report = select_seconds(source)  # the index up to date
         finally:
             path.write_bytes(original)
         record = report.get("record") or {}
         row = {
             "change": qualname,
-            "select_s": round(wall, 2),
+            "select_s": round(timed.wall, 2),
+            "select_cpu_s": round(timed.cpu, 2),
             "engine": {k: round(v, 3) for k, v in report.get("timings", {}).items()},
             "run_everything": report["run_everything"],
             "files_selected": report["counts"]["test_files_selected"],
@@ -318,7 +328,8 @@ def select_over_changes(source: Path, picked: list, samples: int) -> list[dict]:
             "decided_by_record": record.get("trusted_tests"),
         }
         rows.append(row)
-        print(f"  {qualname}: select {wall:.2f} s, {row['files_selected']} files, "
+        print(f"  {qualname}: select {timed.wall:.2f} s ({timed.cpu:.2f} s CPU), "
+              f"{row['files_selected']} files, "
               f"record used: {row['record_used']} {row['record_why_not'] or ''}", flush=True)  # fmt: skip
     select_seconds(source)  # the index as it was
     return rows
@@ -354,13 +365,14 @@ def mcp_affected(source: Path, names: list[str]) -> dict:
     try:
         state.wait_until_idle(1800)
         tools = Tools(state)
-        times = []
+        times, cpu = [], []
         for name in names:
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             answer = tools.affected([name])
-            times.append(time.perf_counter() - started)
+            times.append(round(time.perf_counter() - started, 2))
+            cpu.append(round(time.process_time() - started_cpu, 2))
             assert not answer.is_error, answer
-        return {"first_s": round(times[0], 2), "later_s": [round(t, 2) for t in times[1:]]}
+        return {"calls": names, "wall_s": times, "cpu_s": cpu}
     finally:
         state.stop()
 
@@ -368,19 +380,22 @@ def mcp_affected(source: Path, names: list[str]) -> dict:
 def snapshot_round_trip(source: Path, out: Path) -> dict:
     archive = out / "scale.tar.gz"
     archive.unlink(missing_ok=True)
-    torchtalk("snapshot", "delete", "bench/scale") if (
-        cache_dir() / "snapshots" / "bench" / "scale"
-    ).is_dir() else None
-    saved, _, _ = torchtalk("snapshot", "save", "bench/scale", "--source", str(source))
-    exported, _, _ = torchtalk("snapshot", "export", "bench/scale", "-o", str(archive))
+    if (cache_dir() / "snapshots" / "bench" / "scale").is_dir():  # a run stopped before
+        torchtalk("snapshot", "delete", "bench/scale")
+    saved = torchtalk("snapshot", "save", "bench/scale", "--source", str(source))
+    exported = torchtalk("snapshot", "export", "bench/scale", "-o", str(archive))
     fresh = {**os.environ, "TORCHTALK_CACHE_DIR": str(out / "cache-import")}
     shutil.rmtree(out / "cache-import", ignore_errors=True)
-    imported, peak, _ = torchtalk("snapshot", "import", str(archive), env=fresh)
+    imported = torchtalk("snapshot", "import", str(archive), env=fresh)
     torchtalk("snapshot", "delete", "bench/scale")
     shutil.rmtree(out / "cache-import", ignore_errors=True)
-    return {"save_s": round(saved, 1), "export_s": round(exported, 1),
-            "import_s": round(imported, 1), "import_peak_mib": peak // 1024,
-            "archive_bytes": archive.stat().st_size}  # fmt: skip
+    return {
+        **{f"{what}_s": round(timed.wall, 1) for what, timed in
+           (("save", saved), ("export", exported), ("import", imported))},
+        **{f"{what}_cpu_s": round(timed.cpu, 1) for what, timed in
+           (("save", saved), ("export", exported), ("import", imported))},
+        "import_peak_mib": imported.peak // 1024, "archive_bytes": archive.stat().st_size,
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -435,14 +450,14 @@ def main() -> int:
           f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
 
     merged = args.out / "record.ttr"
-    wall, peak, _ = torchtalk("record", "merge", *map(str, shards), "-o", str(merged))
-    report["merge_s"] = round(wall, 1)
-    report["merge_peak_mib"] = peak // 1024
+    timed = torchtalk("record", "merge", *map(str, shards), "-o", str(merged))
+    report["merge_s"], report["merge_cpu_s"] = round(timed.wall, 1), round(timed.cpu, 1)
+    report["merge_peak_mib"] = timed.peak // 1024
     report["record_bytes"] = merged.stat().st_size
-    wall, peak, stats = torchtalk("record", "stats", "--record", str(merged), "--json")
-    report["read_and_stats_s"] = round(wall, 2)
-    report["read_and_stats_peak_mib"] = peak // 1024
-    report["record_tests"] = json.loads(stats).get("tests")
+    timed = torchtalk("record", "stats", "--record", str(merged), "--json")
+    report["stats_s"], report["stats_cpu_s"] = round(timed.wall, 2), round(timed.cpu, 2)
+    report["stats_peak_mib"] = timed.peak // 1024
+    report["record_tests"] = json.loads(timed.stdout).get("tests")
     print(json.dumps(report, indent=2), flush=True)
     if args.stop_after == "merge":
         return 0
@@ -455,6 +470,7 @@ def main() -> int:
     report["select"] = rows
     times = [r["select_s"] for r in rows]
     report["select_matmul_s"] = times[0]
+    report["select_matmul_cpu_s"] = rows[0]["select_cpu_s"]
     report["select_sampled_median_s"] = statistics.median(times[1:]) if len(times) > 1 else None
     report["select_sampled_max_s"] = max(times[1:], default=None)
     if args.profile:
