@@ -82,6 +82,22 @@ def _parts(value: Any) -> bool:
     return type(value) is int and value >= 1
 
 
+def _flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _dirty(value: Any) -> bool:
+    # repo path -> content hash (None: deleted); null where git could not say
+    return value is None or (
+        isinstance(value, dict)
+        and all(item is None or isinstance(item, str) for item in value.values())
+    )
+
+
+def _object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
 # What each key of Record.meta holds: (check, what it must be). A record comes from
 # elsewhere (a CI artifact, a snapshot), so its meta is checked against this when read
 # (``indexer.record.storage``); a key not listed here is kept but read by nothing.
@@ -99,6 +115,12 @@ META_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "parts": (_parts, "a whole number from 1"),
     "problems": (_texts, "a list of strings"),
     "unobserved_ops": (_texts, "a list of strings"),
+    # Keys the parallel work of issue 36 writes (a stopped run, a dirty tree, the
+    # selecting environment): their readers own their insides, these their shape.
+    "partial": (_flag, "true or false"),
+    "partial_reasons": (_texts, "a list of strings"),
+    "dirty": (_dirty, "an object of strings or nulls, or null"),
+    "environment": (_object, "an object"),
 }
 
 
