@@ -30,8 +30,11 @@ device      a device type whose memory it allocated, or whose kernels it launche
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 KINDS = ("op", "backward", "function", "module", "binding", "kernel", "device")  # by position
 SEGMENT_KINDS = ("test", "fixture", "file", "session", "module")  # stored by position
@@ -39,6 +42,97 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 # Outcomes whose record shows everything the test does: a test that failed or was skipped
 # stopped early, so what it did not reach is unknown.
 COMPLETE_OUTCOMES = frozenset({"passed", "xpassed"})
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _optional_text(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _text_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(item, str) for item in value.values())
+
+
+_OBJECT_NAME = re.compile(r"[0-9a-fA-F]{1,64}")
+
+
+def _commit(value: Any) -> bool:
+    # Handed to git as a revision: hexadecimal only, so that it is never read as an option.
+    return value is None or (isinstance(value, str) and _OBJECT_NAME.fullmatch(value) is not None)
+
+
+def _moment(value: Any) -> bool:
+    # Subtracted from the time now, which knows its zone: one without a zone cannot be.
+    if value == "":
+        return True  # a merge of records that did not say
+    try:
+        return isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _parts(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _dirty(value: Any) -> bool:
+    # repo path -> content hash (None: deleted); null where git could not say
+    return value is None or (
+        isinstance(value, dict)
+        and all(item is None or isinstance(item, str) for item in value.values())
+    )
+
+
+def _object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+# What each key of Record.meta holds: (check, what it must be). A record comes from
+# elsewhere (a CI artifact, a snapshot), so its meta is checked against this when read
+# (``indexer.record.storage``); a key not listed here is kept but read by nothing.
+META_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "commit": (_commit, "a hexadecimal commit or null"),
+    "commits": (_texts, "a list of strings"),
+    "started_at": (_moment, "a time with its zone (ISO 8601)"),
+    "created_at": (_moment, "a time with its zone (ISO 8601)"),
+    "harness": (_optional_text, "a string or null"),
+    "python": (_optional_text, "a string or null"),
+    "torch": (_optional_text, "a string or null"),
+    "devices": (_texts, "a list of strings"),
+    "devices_in_every_part": (_texts, "a list of strings"),
+    "mechanisms": (_text_map, "an object of strings"),
+    "parts": (_parts, "a whole number from 1"),
+    "problems": (_texts, "a list of strings"),
+    "unobserved_ops": (_texts, "a list of strings"),
+    # Keys the parallel work of issue 36 writes (a stopped run, a dirty tree, the
+    # selecting environment): their readers own their insides, these their shape.
+    "partial": (_flag, "true or false"),
+    "partial_reasons": (_texts, "a list of strings"),
+    "dirty": (_dirty, "an object of strings or nulls, or null"),
+    "environment": (_object, "an object"),
+}
+
+
+def meta_problem(meta: Any) -> str | None:
+    """What is wrong with a record's ``meta`` read from a file, in a few words; None
+    when every key holds what :data:`META_KEYS` says."""
+    if not isinstance(meta, dict):
+        return "its meta is not an object"
+    for key, (check, what) in META_KEYS.items():
+        if key in meta and not check(meta[key]):
+            return f"its meta {key!r} is not {what}"
+    return None
 
 
 class Segment:

@@ -35,6 +35,7 @@ from indexer.snapshot.store import (
     SnapshotError,
     SnapshotInfo,
     check_name_free,
+    check_sidecar,
     db_of,
     install_dir,
     read_info,
@@ -304,6 +305,8 @@ def _unpack(archive: Path, staged: Path) -> None:
             raise SnapshotError(f"checksum mismatch for {name}: the archive is corrupt")
     if RECORD_FILE in seen:
         record_summary(staged / RECORD_FILE)
+    for name in sorted(seen & set(SIDECAR_FILES)):
+        check_sidecar(staged / name)
     (staged / SUMS_FILE).unlink()
 
 

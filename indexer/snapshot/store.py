@@ -39,6 +39,7 @@ from indexer.snapshot.fingerprint import (
     source_fingerprint,
 )
 from indexer.snapshot.names import validate_name
+from indexer.store import array_file
 from indexer.store.db import SCHEMA_VERSION, connect_readonly, connect_writable, read_meta
 from indexer.workspace import Workspace
 
@@ -406,6 +407,23 @@ def record_summary(path: Path) -> dict[str, Any]:
         raise SnapshotError(str(exc)) from None
     keys = ("commit", "created_at", "tests", "test_files", "ops", "torch")
     return {key: summary[key] for key in keys}
+
+
+# Sidecars kept as arrays behind a header (indexer.store.array_file); the others are JSON.
+ARRAY_SIDECARS = (DB_FILE + ".adjacency", DB_FILE + ".hub")
+
+
+def check_sidecar(path: Path) -> None:
+    """SnapshotError when a sidecar carried in from elsewhere is not whole or not bounded
+    (a header or JSON nested past what we write, arrays longer than the file): its
+    reader would rebuild a damaged one, but must never be handed one that crashes it."""
+    try:
+        if path.name in ARRAY_SIDECARS:
+            array_file.check_whole(path)
+        else:
+            array_file.parse_json(path.read_bytes())
+    except array_file.DamagedFile as exc:
+        raise SnapshotError(f"{path.name} cannot be used: {exc}") from None
 
 
 def _stage_record(record: Path, staged: Path) -> dict[str, Any]:

@@ -5,6 +5,11 @@ both ways, the walk from the hub). Each names the key it was derived for, so one
 over from another index is never read as this one's; carries a digest of its arrays, so
 a file damaged in place is rebuilt rather than trusted; and is written whole or not at
 all: to a temporary file, then renamed over the old one.
+
+A file may also come from elsewhere (a snapshot archive, a record from CI), so nothing in
+it is trusted before it is checked: a header nested deeper than any we write is refused
+(never a RecursionError), and the arrays it lists must fill the file exactly before one
+byte is allocated for them (a length of 2**62 is refused, not attempted).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import zlib
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from indexer import durable
 
@@ -54,6 +59,84 @@ class DamagedFile(ValueError):
     """A sidecar that is not whole: wrong magic or key, truncated, or damaged in place."""
 
 
+# Deeper than any header we write (a record's meta is 3 levels down). The parser's own
+# guard against a deeper one is the interpreter's recursion limit: caught, and below it
+# the depth is checked here, so the bound is this one wherever the reader's stack stands.
+MAX_HEADER_DEPTH = 16
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            if depth > limit:
+                return False
+            pending.extend((item, depth + 1) for item in value)
+    return True
+
+
+def parse_json(text: bytes, depth: int = MAX_HEADER_DEPTH, what: str = "it") -> Any:
+    """``text`` parsed, nested at most ``depth`` deep; :class:`DamagedFile` otherwise."""
+    too_deep = DamagedFile(f"{what} nests deeper than {depth} levels")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:
+        raise DamagedFile(f"{what} is damaged ({exc})") from None
+    if not _depth_within(value, depth):
+        raise too_deep
+    return value
+
+
+def _header(line: bytes) -> dict[str, Any]:
+    header = parse_json(line, what="its header")
+    if not isinstance(header, dict):
+        raise DamagedFile("its header is not an object")
+    return header
+
+
+def _layout(
+    header: dict[str, Any], typecodes: dict[str, str], available: int
+) -> list[tuple[str, str, int]]:
+    """The arrays the header lists, checked against ``typecodes`` and against the bytes
+    the file holds after its header, before any is allocated."""
+    listed = header.get("arrays")
+    if not isinstance(listed, list):
+        raise DamagedFile("its header lists no arrays")
+    layout: list[tuple[str, str, int]] = []
+    needed = 0
+    for entry in listed:
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], str)
+            and type(entry[2]) is int
+            and entry[2] >= 0
+        ):
+            raise DamagedFile("its header lists an array as something else than name, type, length")
+        name, typecode, length = entry
+        if typecodes.get(name) != typecode:
+            raise DamagedFile(f"unexpected array {name!r}")
+        layout.append((name, typecode, length))
+        needed += length * array(typecode).itemsize
+    if len({name for name, _, _ in layout}) != len(layout):
+        raise DamagedFile("its header lists an array twice")
+    if {name for name, _, _ in layout} != set(typecodes):
+        raise DamagedFile("arrays are missing")
+    if needed > available:
+        raise DamagedFile(
+            f"truncated: its arrays take {needed} bytes, {available} follow its header"
+        )
+    if needed < available:
+        raise DamagedFile("bytes follow its last array")
+    return layout
+
+
 def read_checked(
     path: Path, magic: bytes, key: str, typecodes: dict[str, str]
 ) -> tuple[dict[str, Any], dict[str, array]]:
@@ -61,34 +144,59 @@ def read_checked(
     ``typecodes`` (name -> typecode); :class:`DamagedFile` saying why otherwise (OSError
     when it cannot be opened)."""
     with open(path, "rb") as handle:
-        if handle.readline() != magic:
+        if handle.readline(len(magic)) != magic:
             raise DamagedFile("not a file of this kind")
+        header = _header(handle.readline())
+        if header.get("key") != key:
+            raise DamagedFile(f"written as {header.get('key')!r}, not {key!r}")
+        return header, _arrays(handle, header, typecodes)
+
+
+def _arrays(
+    handle: BinaryIO, header: dict[str, Any], typecodes: dict[str, str]
+) -> dict[str, array]:
+    """The arrays that follow the header, whole and matching its digest."""
+    size = os.fstat(handle.fileno()).st_size
+    arrays: dict[str, array] = {}
+    for name, typecode, length in _layout(header, typecodes, size - handle.tell()):
+        values = array(typecode)
         try:
-            header = json.loads(handle.readline())
-            if not isinstance(header, dict):
-                raise DamagedFile("its header is not an object")
-            if header.get("key") != key:
-                raise DamagedFile(f"written as {header.get('key')!r}, not {key!r}")
-            arrays: dict[str, array] = {}
-            for name, typecode, length in header["arrays"]:
-                if typecodes.get(name) != typecode:
-                    raise DamagedFile(f"unexpected array {name!r}")
-                values = array(typecode)
-                values.fromfile(handle, length)
-                arrays[name] = values
-        except EOFError:
+            values.fromfile(handle, length)
+        except EOFError:  # shortened while we read it
             raise DamagedFile("truncated") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            if isinstance(exc, DamagedFile):
-                raise
-            raise DamagedFile(f"its header is damaged ({exc})") from None
-        if set(arrays) != set(typecodes):
-            raise DamagedFile("arrays are missing")
-        if handle.read(1):
-            raise DamagedFile("bytes follow its last array")
+        arrays[name] = values
+    if handle.read(1):
+        raise DamagedFile("bytes follow its last array")
     if header.get("digest") != digest(arrays):
         raise DamagedFile("its checksum does not match (damaged in place)")
-    return header, arrays
+    return arrays
+
+
+_ANY_TYPECODE = frozenset("bBhHiIlLqQfd")
+_MAGIC_PREFIX = b"torchtalk-"
+
+
+def check_whole(path: Path) -> None:
+    """Refuse (:class:`DamagedFile`) a file that is not an array file of some kind, whole:
+    its header bounded, its arrays filling it and matching its digest. For a file that
+    comes from elsewhere (a snapshot's sidecar), before it is installed; its own reader
+    still checks its key and its arrays when it reads it."""
+    with open(path, "rb") as handle:
+        first = handle.readline(256)
+        if not (first.startswith(_MAGIC_PREFIX) and first.endswith(b"\n")):
+            raise DamagedFile("not a file of this kind")
+        header = _header(handle.readline())
+        listed = header.get("arrays")
+        typecodes = {
+            entry[0]: entry[1]
+            for entry in (listed if isinstance(listed, list) else [])
+            if isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], str)
+            and entry[1] in _ANY_TYPECODE
+        }
+        _arrays(handle, header, typecodes)
 
 
 def read(
