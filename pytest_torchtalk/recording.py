@@ -66,7 +66,7 @@ def refuse_record_path(path: Path) -> str | None:
     Its journal directory is made here (which also shows that it can be written)."""
     if path.is_dir():
         return f"the record path {path} is a directory"
-    if (path.exists() or path.is_symlink()) and not (path.is_file() and _written_by_us(path)):
+    if (path.exists() or path.is_symlink()) and not (path.is_file() and journal.is_record(path)):
         return f"{path} exists and is not a TorchTalk record: not overwriting it"
     directory = journal.journal_dir(path)
     left = journal.journals_in(directory)
@@ -87,14 +87,6 @@ def refuse_record_path(path: Path) -> str | None:
     return None
 
 
-def _written_by_us(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(len(storage.MAGIC)) == storage.MAGIC
-    except OSError:
-        return False
-
-
 class _Terminated(pytest.exit.Exception):
     """SIGTERM, turned into pytest's own way of stopping a session, so that it ends with
     the record of the tests that finished."""
@@ -102,7 +94,7 @@ class _Terminated(pytest.exit.Exception):
 
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-    raise _Terminated("SIGTERM", returncode=128 + signal.SIGTERM)
+    raise _Terminated("SIGTERM")  # exit status 2, interrupted, as for SIGINT
 
 
 def _interruption(exc: BaseException) -> str:

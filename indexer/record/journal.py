@@ -26,6 +26,7 @@ from pathlib import Path
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.merge import merge
 from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, RecordedTest
+from indexer.record.storage import MAGIC as STORAGE_MAGIC
 from indexer.record.storage import RecordError
 
 MAGIC = b"torchtalk-journal 1\n"
@@ -60,6 +61,15 @@ def is_journal(path: Path) -> bool:
     try:
         with open(path, "rb") as handle:
             return handle.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def is_record(path: Path) -> bool:
+    """Whether ``path`` starts as a record TorchTalk writes (one it may write over)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(STORAGE_MAGIC)) == STORAGE_MAGIC
     except OSError:
         return False
 
@@ -300,8 +310,19 @@ def running_pid(path: Path) -> int | None:
     except ProcessLookupError:
         return None
     except PermissionError:
-        return pid
-    return None if _ended(path) else pid
+        pass
+    if _zombie(pid) or _ended(path):
+        return None
+    return pid
+
+
+def _zombie(pid: int) -> bool:
+    """A killed process nobody has reaped yet (a container's init may never reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 def _ended(path: Path) -> bool:
