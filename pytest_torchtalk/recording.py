@@ -87,14 +87,19 @@ def refuse_record_path(path: Path) -> str | None:
     return None
 
 
-class _Terminated(pytest.exit.Exception):
-    """SIGTERM, turned into pytest's own way of stopping a session, so that it ends with
-    the record of the tests that finished."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, stopping the session as Ctrl-C does (exit status 2, interrupted), so that
+    it ends with the record of the tests that finished. A KeyboardInterrupt, not pytest's
+    Exit: test code's ``except Exception`` (PyTorch has many) would swallow an Exit."""
+
+
+_terminated: list[bool] = []  # set by the handler: raised again before the next test
 
 
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-    raise _Terminated("SIGTERM")  # exit status 2, interrupted, as for SIGINT
+    _terminated.append(True)
+    raise _Terminated("SIGTERM")
 
 
 def _interruption(exc: BaseException) -> str:
@@ -206,6 +211,7 @@ class RecordRun:
 
     def _watch_sigterm(self) -> None:
         # Only where nobody else handles SIGTERM: a suite's own handler stays.
+        _terminated.clear()
         try:
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 self._sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -276,6 +282,8 @@ class RecordRun:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        if _terminated:  # the handler's exception was swallowed (`except BaseException`)
+            raise _Terminated("SIGTERM")
         observer = self.observer
         if observer is not None:
             if not self._outcomes:
@@ -341,7 +349,7 @@ class RecordRun:
         outcome = self._outcomes[item.nodeid]
         # Stopped before its end (docs/recording.md#honest-records): what it did not reach
         # is unknown, whatever pytest had reported for it so far.
-        interrupted = interrupted or outcome.interrupted
+        interrupted = interrupted or outcome.interrupted or ("SIGTERM" if _terminated else "")
         if interrupted:
             problems.append(f"interrupted: {interrupted}")
         test = RecordedTest(
@@ -426,6 +434,8 @@ class RecordRun:
             self.kernels.close()
         if self.journal is None:
             return
+        if _terminated and not self._interrupted:
+            self._interrupted = "SIGTERM"
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         end = {"meta": {"created_at": created}, "interrupted": self._interrupted or None}
         try:

@@ -58,7 +58,10 @@ def test_fourth():
     flag = os.environ.get("STOP_FLAG")
     if flag:
         pathlib.Path(flag).write_text("waiting")
-        time.sleep(300)  # stopped from outside while here
+        try:
+            time.sleep(300)  # stopped from outside while here
+        except Exception:  # as test code often does: it must not swallow the stop
+            pass
     torch.atan2(torch.ones(1), torch.ones(1))
 
 
