@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from indexer.record import storage
-from indexer.record.model import Record
+from indexer.record.merge import merge
+from indexer.record.model import Record, RecordedTest
+from indexer.record.storage import RecordError
 from tests.helpers import commit_all
 from tests.record_support import build_recext_library, make_recext_repo, recext_env, run_pytest
 
@@ -280,3 +282,30 @@ def test_record_paths_that_cannot_take_a_record_are_refused_before_tests_run(
         assert "torchtalk: " in done.stderr and problem in done.stderr, done.stderr
         assert "passed" not in done.stdout
     assert target.read_bytes() == before
+
+
+def a_part(nodeid: str, **meta: object) -> Record:
+    record = Record(meta={"commit": "c" * 40, "created_at": "2026-12-07T00:00:00+00:00", **meta})
+    segment = record.add_segment("test", nodeid)
+    record.segments[segment].names = {record.name_id("op", "aten::mm")}
+    record.tests.append(RecordedTest(nodeid, "tests/test_a.py", "passed", 0.1, [segment]))
+    return record
+
+
+def test_a_merge_is_partial_when_any_part_is() -> None:
+    stopped = a_part("tests/test_a.py::one", partial=True, partial_reasons=["interrupted: SIGTERM"])
+    whole = a_part("tests/test_a.py::two", partial=False, partial_reasons=[])
+    for parts in ([stopped, whole], [whole, stopped]):
+        merged = merge(parts)
+        assert merged.meta["partial"] is True
+        assert merged.meta["partial_reasons"] == ["interrupted: SIGTERM"]
+
+
+def test_records_of_one_commit_with_different_uncommitted_files_are_not_merged() -> None:
+    clean = a_part("tests/test_a.py::one", dirty={})
+    edited = a_part("tests/test_a.py::two", dirty={"pkg/mod.py": "0" * 24})
+    with pytest.raises(RecordError, match="different tree states"):
+        merge([clean, edited])
+    mixed = merge([clean, edited], allow_mixed_commits=True)
+    assert mixed.meta["commit"] is None and "dirty" not in mixed.meta
+    assert merge([edited, a_part("tests/test_a.py::three", dirty=dict(edited.meta["dirty"]))])

@@ -33,8 +33,8 @@ MAGIC = b"torchtalk-journal 1\n"
 SUFFIX = ".ttj"
 DIR_SUFFIX = ".journal"
 KILLED = (
-    "the run stopped before its end (killed: SIGKILL, an OOM kill, or a crash); "
-    "the tests that finished are kept"
+    "the run stopped before its end (killed: SIGKILL, an OOM kill, a crash, or os._exit "
+    "as pytest-timeout's thread method does); the tests that finished are kept"
 )
 
 
