@@ -27,7 +27,7 @@ from indexer.record.files import content_hash, path_of_name
 from indexer.record.merge import merge
 from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, RecordedTest
 from indexer.record.storage import MAGIC as STORAGE_MAGIC
-from indexer.record.storage import RecordError
+from indexer.record.storage import RecordError, canonical
 
 MAGIC = b"torchtalk-journal 1\n"
 SUFFIX = ".ttj"
@@ -291,7 +291,9 @@ def finalize(paths: list[Path]) -> Record:
             "the journals hold no run: "
             + (", ".join(str(p) for p in paths) if paths else "no journal given")
         )
-    return merge(records)
+    # One process's journal is that run's record as it always was; several (xdist
+    # workers) are parts, as they always were.
+    return canonical(records[0]) if len(records) == 1 else merge(records)
 
 
 def running_pid(path: Path) -> int | None:
