@@ -115,7 +115,7 @@ def main() -> int:
     results_dir = args.out / "results"
     results_dir.mkdir(exist_ok=True)
     # Builds the recorder for this torch (cached) outside the measured runs.
-    warm_record = f"--torchtalk-record={args.out / 'warm-up.ttr'}"
+    warm_record = f"--torchtalk-record-to={args.out / 'warm-up.ttr'}"
     warm = run(args.python, args.source, candidates[0], ["--co", warm_record], args.timeout)
     print(f"warm-up (recorder build, caches): {warm['wall']:.1f} s", flush=True)
 
@@ -130,7 +130,7 @@ def main() -> int:
             order = ("recorded",)
         runs = {}
         for which in order:
-            extra = [f"--torchtalk-record={record_path}"] if which == "recorded" else []
+            extra = [f"--torchtalk-record-to={record_path}"] if which == "recorded" else []
             runs[which] = run(args.python, args.source, file, extra, args.timeout)
         result = {"file": file, "plain": runs.get("plain"), "recorded": runs["recorded"]}
         result["kept"] = all(r["code"] in (0, 1, 5) for r in runs.values())

@@ -52,14 +52,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="harness manifest (default: detected; ini: torchtalk_harness)",
     )
+    # A flag that takes no value, and the path apart: an optional value would take the
+    # test path that follows it (docs/recording.md#the-options).
     group.addoption(
         "--torchtalk-record",
-        metavar="PATH",
-        nargs="?",
-        const="",
+        action="store_true",
         default=None,
-        help="record the ops, Python functions and bindings each test executes, to PATH "
-        "(default: beside the index; ini: torchtalk_record = true or a path)",
+        help="record the ops, Python functions and bindings each test executes, beside "
+        "the index (ini: torchtalk_record = true or a path)",
+    )
+    group.addoption(
+        "--torchtalk-record-to",
+        metavar="PATH",
+        default=None,
+        help="record, to PATH instead (a record TorchTalk wrote, or a new file)",
     )
     parser.addini("torchtalk_affected", "turn test selection on", type="bool", default=False)
     parser.addini("torchtalk_base", "base revision for the diff", default="")
@@ -89,7 +95,12 @@ def workspace_of(config: pytest.Config):
 
 def _configure_recording(config: pytest.Config) -> None:
     from indexer.errors import TorchTalkError
-    from pytest_torchtalk.recording import RecordRun, default_record_path, record_path_option
+    from pytest_torchtalk.recording import (
+        RecordRun,
+        default_record_path,
+        record_path_option,
+        refuse_record_path,
+    )
 
     wanted = record_path_option(config)
     if wanted is None or config.getoption("collectonly"):
@@ -99,6 +110,10 @@ def _configure_recording(config: pytest.Config) -> None:
     except TorchTalkError as exc:
         raise pytest.UsageError(f"torchtalk: {exc}") from None
     path = config.invocation_params.dir / wanted if wanted else default_record_path(workspace)
+    if not hasattr(config, "workerinput"):  # an xdist worker records where it is told
+        problem = refuse_record_path(path)
+        if problem:
+            raise pytest.UsageError(f"torchtalk: {problem}")
     plugin = RecordRun(config, workspace, path)
     config.stash[RECORD_KEY] = plugin
     config.pluginmanager.register(plugin, RECORD_PLUGIN)

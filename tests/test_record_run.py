@@ -42,7 +42,7 @@ def recext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
 @pytest.fixture(scope="module")
 def serial(recext) -> Record:
     repo, env = recext
-    run_pytest(repo, "--torchtalk-record=serial.ttr", env=env)
+    run_pytest(repo, "--torchtalk-record-to=serial.ttr", env=env)
     return storage.read(repo / "serial.ttr")
 
 
@@ -173,12 +173,12 @@ def _as_compared(record: Record) -> dict[str, tuple]:
 
 def test_xdist_and_merged_shards_give_the_serial_record(recext, serial: Record) -> None:
     repo, env = recext
-    run_pytest(repo, "-n", "2", "--torchtalk-record=xdist.ttr", env=env)
+    run_pytest(repo, "-n", "2", "--torchtalk-record-to=xdist.ttr", env=env)
     distributed = storage.read(repo / "xdist.ttr")
     assert _as_compared(distributed) == _as_compared(serial)
-    run_pytest(repo, "--torchtalk-record=a.ttr", "tests/test_scale.py", env=env)
+    run_pytest(repo, "--torchtalk-record-to=a.ttr", "tests/test_scale.py", env=env)
     run_pytest(
-        repo, "--torchtalk-record=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py",
+        repo, "--torchtalk-record-to=b.ttr", "tests/test_shift.py", "tests/test_outcomes.py",
         "tests/test_square.py", env=env,
     )  # fmt: skip
     shards = [storage.read(repo / "b.ttr"), storage.read(repo / "a.ttr")]
@@ -189,15 +189,18 @@ def test_xdist_and_merged_shards_give_the_serial_record(recext, serial: Record) 
     assert one.read_bytes() == other.read_bytes()  # order-independent, byte for byte
 
 
-def test_a_record_that_cannot_be_written_fails_the_run(recext, tmp_path: Path) -> None:
+def test_a_record_that_cannot_be_written_is_refused_before_tests_run(
+    recext, tmp_path: Path
+) -> None:
     repo, env = recext
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     done = run_pytest(
-        repo, f"--torchtalk-record={blocker}/record.ttr", "tests/test_shift.py", env=env,
-        check_codes=(3,),
+        repo, f"--torchtalk-record-to={blocker}/record.ttr", "tests/test_shift.py", env=env,
+        check_codes=(4,),
     )  # fmt: skip
-    assert "torchtalk: record not written: cannot write the record" in done.stdout
+    assert f"torchtalk: cannot write the record {blocker}/record.ttr" in done.stderr
+    assert "passed" not in done.stdout
 
 
 def test_cuda_kernels_switch_off_without_a_gpu_and_stats_say_why(recext, serial: Record) -> None:

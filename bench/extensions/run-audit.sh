@@ -40,7 +40,7 @@ record_args=()
 if [ "$mode" = record ]; then
   record=$ext/reports/$name.record.ttr
   if [ ! -e "$record" ]; then   # the suite's own record, at HEAD, in the built tree
-    $test_cmd --torchtalk-record="$record" > "$ext/reports/$name.record.log" 2>&1
+    $test_cmd --torchtalk-record-to="$record" > "$ext/reports/$name.record.log" 2>&1
   fi
   record_args=(--record "$record")
 fi

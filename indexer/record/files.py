@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from indexer.paths import language_of
 from indexer.record.model import Record
+from indexer.snapshot.fingerprint import git
 
 
 def content_hash(data: bytes) -> str:
@@ -45,3 +47,25 @@ def content_hashes(root: Path, record: Record) -> dict[str, str]:
         except OSError:
             continue  # generated into the wheel only, or outside the tree: nothing to compare
     return hashes
+
+
+def dirty_files(root: Path) -> dict[str, str | None] | None:
+    """The tree's uncommitted state: repo path -> content hash of each file of an indexed
+    language that differs from HEAD (modified, added, untracked), None for one deleted;
+    {} for a clean tree, None where git cannot say (not a repository, no commit)."""
+    changed = git(root, "diff", "--name-only", "-z", "--relative", "--no-renames", "HEAD")
+    untracked = git(root, "ls-files", "--others", "--exclude-standard", "-z")
+    if changed is None or untracked is None:
+        return None
+    paths = {
+        p.decode("utf-8", "surrogateescape") for p in (changed + b"\0" + untracked).split(b"\0")
+    }
+    dirty: dict[str, str | None] = {}
+    for path in sorted(p for p in paths if p and language_of(p) != "other"):
+        try:
+            dirty[path] = content_hash((root / path).read_bytes())
+        except FileNotFoundError:
+            dirty[path] = None  # deleted
+        except OSError:
+            dirty[path] = "unreadable"  # matches no content: never taken for the commit's
+    return dirty

@@ -10,6 +10,8 @@ bytes in any order.
 
 from __future__ import annotations
 
+import json
+
 from indexer.record.model import OUTCOMES, Record, RecordedTest
 from indexer.record.storage import RecordError, canonical
 
@@ -31,7 +33,14 @@ def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record
             f"records of different commits ({', '.join(c[:12] for c in commits)}); "
             "pass --allow-mixed-commits to merge them anyway"
         )
-    meta = _merged_meta(records, mixed=len(commits) > 1)
+    # A dirty tree is another tree than its commit's (docs/recording.md#whose-record-it-is).
+    trees = {json.dumps(r.meta.get("dirty") or {}, sort_keys=True) for r in records}
+    if len(trees) > 1 and not allow_mixed_commits:
+        raise RecordError(
+            "records of different tree states (the same commit with different uncommitted "
+            "changes); pass --allow-mixed-commits to merge them anyway"
+        )
+    meta = _merged_meta(records, mixed=len(commits) > 1 or len(trees) > 1)
     out = Record(meta=meta)
     by_nodeid: dict[str, RecordedTest] = {}
     for record in records:
@@ -84,6 +93,12 @@ def _merged_meta(records: list[Record], *, mixed: bool) -> dict:
     if mixed:
         meta["commit"] = None
         meta["commits"] = sorted({str(m.get("commit")) for m in metas})
+        meta.pop("dirty", None)  # no single tree: the merged record names none
+    # A part cut short (a killed shard or worker) makes the whole record partial.
+    reasons = {str(r) for m in metas for r in m.get("partial_reasons") or ()}
+    if reasons or any("partial" in m for m in metas):
+        meta["partial"] = any(bool(m.get("partial")) for m in metas)
+        meta["partial_reasons"] = sorted(reasons)
     meta["problems"] = sorted({p for m in metas for p in m.get("problems", [])})
     # Shards may differ in how they observed (a GPU shard captures kernels, a CPU shard
     # says why not): the merged record says each way, not only the latest shard's.

@@ -15,6 +15,7 @@ byte is allocated for them (a length of 2**62 is refused, not attempted).
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from array import array
 from pathlib import Path

@@ -1,8 +1,10 @@
-"""`torchtalk record ...`: merge records of CI shards, show what tests executed, stats."""
+"""`torchtalk record ...`: finalize a stopped run's journals, merge records of CI shards,
+show what tests executed, stats."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 from pathlib import Path
@@ -10,8 +12,9 @@ from pathlib import Path
 from indexer import durable
 from indexer.errors import UsageError
 from indexer.query.recorded import RecordedRuns, record_path_for
-from indexer.record import storage
+from indexer.record import journal, storage
 from indexer.record.merge import merge
+from indexer.record.model import Record
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import add_source_arguments
 
@@ -23,7 +26,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="record_command", metavar="ACTION")
     actions.required = True
 
-    merging = actions.add_parser("merge", help="merge records (xdist parts, CI shards) into one")
+    finalizing = actions.add_parser(
+        "finalize", help="make the record of a run that stopped before its end, from its journals"
+    )
+    finalizing.add_argument(
+        "journals", nargs="*", metavar="JOURNAL", type=Path,
+        help="journal files or directories (default: the journals of the record beside "
+        "the index, <record>.journal/)",
+    )  # fmt: skip
+    finalizing.add_argument(
+        "-o", "--output", type=Path, metavar="OUT",
+        help="the record to write (default: the record the journal directory belongs to)",
+    )  # fmt: skip
+    add_source_arguments(finalizing)
+    finalizing.set_defaults(handler=run_finalize)
+
+    merging = actions.add_parser(
+        "merge", help="merge records (CI shards, journals of stopped runs) into one"
+    )
     merging.add_argument("inputs", nargs="+", metavar="RECORD", type=Path)
     merging.add_argument("-o", "--output", required=True, type=Path, metavar="OUT")
     merging.add_argument(
@@ -63,11 +83,33 @@ def _open(args: argparse.Namespace) -> RecordedRuns:
     return RecordedRuns.open(path)
 
 
-def run_merge(args: argparse.Namespace) -> int:
-    problem = durable.write_problem(args.output)  # before the shards are read
+def _refuse_output(path: Path) -> None:
+    problem = durable.write_problem(path)  # a symlink, FIFO, device or directory
     if problem:
-        raise UsageError(f"--output {args.output}: {problem}")
-    records = [storage.read(path) for path in args.inputs]
+        raise UsageError(f"--output {path}: {problem}")
+    if (path.exists() or path.is_symlink()) and not (path.is_file() and journal.is_record(path)):
+        raise UsageError(f"{path} exists and is not a TorchTalk record: not overwriting it")
+
+
+def _read_input(path: Path) -> Record:
+    """A record, a journal, or a journal directory (its journals finalized as one)."""
+    if path.is_dir():
+        return journal.finalize(_journals_of(path))
+    if journal.is_journal(path):
+        return journal.finalize([path])
+    return storage.read(path)
+
+
+def _journals_of(directory: Path) -> list[Path]:
+    found = journal.journals_in(directory)
+    if not found:
+        raise UsageError(f"no journal ({journal.SUFFIX}) in {directory}")
+    return found
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    _refuse_output(args.output)  # before the shards are read
+    records = [_read_input(path) for path in args.inputs]
     merged = merge(records, allow_mixed_commits=args.allow_mixed_commits)
     storage.write(merged, args.output)
     print(
@@ -75,6 +117,50 @@ def run_merge(args: argparse.Namespace) -> int:
         f"{len(merged.names)} names -> {args.output}"
     )
     return 0
+
+
+def run_finalize(args: argparse.Namespace) -> int:
+    given = args.journals
+    if not given:
+        record = record_path_for(Workspace.resolve(args.source, args.harness).db_path)
+        given = [journal.journal_dir(record)]
+    paths: list[Path] = []
+    for path in given:
+        if path.is_dir():
+            paths.extend(_journals_of(path))
+        elif not path.exists():
+            raise UsageError(f"no journal at {path}")
+        elif not journal.is_journal(path):
+            raise UsageError(f"{path} is not a TorchTalk journal")
+        else:
+            paths.append(path)
+    output = args.output or _record_of(given)
+    _refuse_output(output)
+    for path in paths:
+        pid = journal.running_pid(path)
+        if pid is not None:
+            raise UsageError(f"{path} is still being written by a running test run (pid {pid})")
+    record = journal.finalize(paths)
+    storage.write(record, output)
+    for path in paths:  # in the record now
+        path.unlink(missing_ok=True)
+    for directory in {p.parent for p in paths}:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+    reasons = record.meta.get("partial_reasons") or []
+    print(
+        f"finalized {_count(len(paths), 'journal')}: {_count(len(record.tests), 'test')} "
+        f"-> {output}" + (f" (partial: {'; '.join(reasons)})" if reasons else "")
+    )
+    return 0
+
+
+def _record_of(given: list[Path]) -> Path:
+    """The record journals belong to: ``<record>.journal/`` names it."""
+    owners = {journal.record_path_of(path if path.is_dir() else path.parent) for path in given}
+    if len(owners) != 1 or None in owners:
+        raise UsageError("name the record to write with --output")
+    return owners.pop()  # type: ignore[return-value]
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -130,6 +216,10 @@ def run_show(args: argparse.Namespace) -> int:
 def run_stats(args: argparse.Namespace) -> int:
     runs = _open(args)
     summary = runs.summary()
+    meta = runs.record.meta
+    summary["dirty"] = meta.get("dirty")  # whose record: the commit and uncommitted files
+    summary["partial"] = bool(meta.get("partial"))
+    summary["partial_reasons"] = list(meta.get("partial_reasons") or [])
     ops = runs.per_test_counts("op")
     summary["ops_per_test"] = {
         "median": statistics.median(ops) if ops else 0, "max": max(ops, default=0),
@@ -139,6 +229,17 @@ def run_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"record:   {summary['path']} ({summary['bytes']} bytes)")
     print(f"commit:   {summary['commit'] or '-'}, made {summary['created_at']}")
+    dirty = summary["dirty"]
+    if dirty is None:
+        print("tree:     unknown: the record does not say whether it was clean")
+    elif dirty:
+        print(f"tree:     dirty, {_count(len(dirty), 'file')} differ from the commit:")
+        for path, digest in dirty.items():
+            print(f"            {path} {digest or '(deleted)'}")
+    else:
+        print("tree:     clean at the commit")
+    if summary["partial"]:
+        print(f"partial:  {'; '.join(summary['partial_reasons']) or 'yes'}")
     print(
         f"tests:    {summary['tests']} in {_count(summary['test_files'], 'file')}; "
         f"{summary['complete_tests']} complete, {summary['unrecorded_tests']} unrecorded"
