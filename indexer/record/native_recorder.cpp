@@ -98,8 +98,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   } else {
     std::string overload;
     if (kind == 'o') {
+      // Only dispatcher operators, which have a schema: other RecordFunction scopes of
+      // FUNCTION kind ("Torch-Compiled Region: 0/0", RECORD_FUNCTION labels, the autograd
+      // engine's "evaluate_function") name no op. They are never cached, so a name
+      // pointer a label once had cannot hide an op later.
       auto op = fn.operator_name();  // copies: only when a name is first seen here
-      if (op.has_value()) overload = op->overload_name;
+      if (!op.has_value()) return nullptr;
+      overload = op->overload_name;
     }
     id = intern(kind, name, overload.c_str());
     if (id >= kCapacity) return nullptr;
@@ -268,6 +273,24 @@ void tt_observe_thread(PyObject* token) {
 }
 
 void tt_stop_thread() { PyEval_SetProfile(nullptr, nullptr); }
+
+// Removes the profile function from every thread that has it, as torch's Python tracer
+// swaps thread states to install its own (profiler_python.cpp): a C call the tracer's
+// start runs inside would otherwise report its return to the tracer, which saw no call
+// ("Python replay stack is empty"). Returns how many threads had it.
+int tt_step_aside() {
+  PyThreadState* self = PyThreadState_Get();
+  int removed = 0;
+  for (PyThreadState* thread = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(self));
+       thread != nullptr; thread = PyThreadState_Next(thread)) {
+    if (thread->c_profilefunc != on_python_event) continue;
+    PyThreadState_Swap(thread);
+    PyEval_SetProfile(nullptr, nullptr);
+    ++removed;
+  }
+  PyThreadState_Swap(self);
+  return removed;
+}
 
 // Sets what is called when a module body starts or ends: callable(code, entering,
 // globals); None stops the calls.
