@@ -243,6 +243,8 @@ class Follower:
         become_child(self.dir, self.stretch, self.observer)
 
     def stop(self) -> None:
+        if not self._active:
+            return  # stopped already, or a fork of the recording process
         self._active = False
         os.environ.pop(ENV, None)
         if self._pth is not None:
@@ -261,8 +263,14 @@ def _install_startup_hook() -> Path | str:
         os.replace(tmp, target)
     except OSError as exc:
         return f"the start-up hook cannot be put in {site}: {exc.strerror or exc}"
-    atexit.register(target.unlink, missing_ok=True)
+    atexit.register(_remove_hook, target, os.getpid())
     return target
+
+
+def _remove_hook(target: Path, owner: int) -> None:
+    # atexit handlers run in a forked child that exits through sys.exit too.
+    if os.getpid() == owner:
+        target.unlink(missing_ok=True)
 
 
 class Report:
