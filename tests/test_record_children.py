@@ -36,7 +36,7 @@ FOLLOWED = [
     "test_torch_multiprocessing", "test_dataloader_workers",
 ]  # fmt: skip
 NOT_FOLLOWABLE = {
-    "test_a_program_that_is_not_python": "(sh)",
+    "test_a_shell_that_is_not_python": "(sh)",
     "test_python_without_the_start_up_hook": "(python",
     "test_a_child_without_the_environment": "(python",
 }
@@ -187,3 +187,33 @@ def test_a_change_to_python_only_a_child_ran_selects_the_test(repo: Path) -> Non
     selected = kept(repo)
     for name in ["test_in_process", *FOLLOWED]:
         assert selected.get(name) == "record", (name, selected)
+
+
+def test_children_of_xdist_workers_are_followed(recorded) -> None:
+    # Each worker records its own tests, and follows their children, on its own.
+    repo, env, _ = recorded
+    run_pytest(
+        repo, "-n", "2", "tests/test_children.py", "-k", "subprocess or fork or shell or dataloader",
+        "--torchtalk-record=xdist.ttr", "-p", "no:randomly", env=env,
+    )  # fmt: skip
+    record = storage.read(repo / "xdist.ttr")
+    assert {t.nodeid.split("::")[1] for t in record.tests} == {
+        "test_subprocess", "test_fork_pool", "test_fork", "test_dataloader_workers",
+        "test_a_shell_that_is_not_python",
+    }  # fmt: skip
+    for test in record.tests:
+        ran = {record.names[n] for n in record.names_of(test)}
+        if test.nodeid.endswith("test_a_shell_that_is_not_python"):
+            assert test.unrecorded.startswith(NOT_FOLLOWED)
+        else:
+            assert not test.unrecorded and ("op", "childext::work") in ran, test.nodeid
+
+
+def test_recording_keeps_no_object_of_a_test_alive(recorded) -> None:
+    # The profile function is handed a bound method (holding its object) for each C
+    # method call; a record keeps what names it, never the method.
+    _, _, record = recorded
+    test = recorded_test(
+        record, "test_an_object_whose_c_method_ran_is_freed", "tests/test_lifetimes.py"
+    )
+    assert test.outcome == "passed"

@@ -140,8 +140,12 @@ CountingAllocator* g_cpu_counter = nullptr;
 
 // The interpreter's side. Every structure below is touched only with the GIL held.
 std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (strong refs)
-// C functions called, one object per method definition: a bound builtin method is a new
-// object at every attribute access, its PyMethodDef is not.
+// C functions called, one per method definition (a bound builtin method is a new object at
+// every attribute access, its PyMethodDef is not), each described as (module, type of its
+// self or None, qualified name). Never the function itself: a bound method holds its self,
+// and CPython hands the profile function a bound method for every method-descriptor call
+// (`storage._share_filename_cpu_()`), which kept the object alive until the test ended (a
+// tensor's shared-memory file outlived it: test_multiprocessing.py's test_fs failed).
 std::unordered_map<const void*, PyObject*>* g_cfuncs = nullptr;
 PyObject* g_profile_token = nullptr;  // what sys.getprofile() returns while we observe
 PyObject* g_module_callback = nullptr;  // callable(code, entering, globals), or none
@@ -174,6 +178,25 @@ void module_boundary(PyFrameObject* frame, int entering) {
   PyErr_Restore(type, value, traceback);
 }
 
+// (module, type of self or None, __qualname__) of a builtin function, a new reference; no
+// reference to its self. Whatever error the lookups raise is dropped.
+PyObject* describe_cfunction(PyObject* function) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* self = PyCFunction_GET_SELF(function);
+  PyObject* module = reinterpret_cast<PyCFunctionObject*>(function)->m_module;
+  PyObject* owner = self != nullptr && !PyModule_Check(self)
+      ? reinterpret_cast<PyObject*>(Py_TYPE(self)) : Py_None;
+  PyObject* qualname = PyObject_GetAttrString(function, "__qualname__");
+  PyObject* about = Py_BuildValue(
+      "(OOO)", module != nullptr ? module : Py_None, owner,
+      qualname != nullptr ? qualname : Py_None);
+  Py_XDECREF(qualname);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+  return about;
+}
+
 int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   if (what == PyTrace_CALL) {
     PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
@@ -197,7 +220,10 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     }
   } else if (what == PyTrace_C_CALL && PyCFunction_Check(arg)) {
     const void* definition = reinterpret_cast<PyCFunctionObject*>(arg)->m_ml;
-    if (g_cfuncs->emplace(definition, arg).second) Py_INCREF(arg);
+    if (g_cfuncs->find(definition) == g_cfuncs->end()) {
+      PyObject* about = describe_cfunction(arg);
+      if (about != nullptr) g_cfuncs->emplace(definition, about);
+    }
   }
   return 0;
 }

@@ -332,14 +332,15 @@ class Observer:
             by_line = self._source_qualnames[code.co_filename] = qualnames_by_line(source)
         return by_line.get((code.co_firstlineno, code.co_name)) or code.co_name
 
-    def _binding_name(self, function) -> str | None:
-        module = getattr(function, "__module__", None)
-        owner = getattr(function, "__self__", None)
-        if module is None and owner is not None and not isinstance(owner, ModuleType):
-            module = getattr(type(owner), "__module__", None)
+    def _binding_name(self, about: tuple) -> str | None:
+        """The binding name of a C function the compiled recorder described as (its
+        ``__module__``, the type of its ``__self__`` unless that is a module, its
+        ``__qualname__``): it keeps no reference to the function's self."""
+        module, owner_type, qualname = about
+        if module is None and owner_type is not None:
+            module = getattr(owner_type, "__module__", None)
         if not isinstance(module, str) or module.split(".", 1)[0] not in self.packages:
             return None
-        qualname = getattr(function, "__qualname__", None) or getattr(function, "__name__", "")
         if not isinstance(qualname, str) or not qualname or qualname.startswith("pybind11_"):
             return None
         return f"{module}.{qualname}"
