@@ -106,6 +106,7 @@ def load() -> ctypes.PyDLL:
         library.tt_observe_thread.argtypes = [ctypes.py_object]
         library.tt_observe_thread.restype = None
         library.tt_stop_thread.restype = None
+        library.tt_step_aside.restype = ctypes.c_int
         library.tt_start_devices.restype = ctypes.c_int
         library.tt_set_module_callback.argtypes = [ctypes.py_object]
         library.tt_set_module_callback.restype = None

@@ -98,8 +98,13 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   } else {
     std::string overload;
     if (kind == 'o') {
+      // Only dispatcher operators, which have a schema: other RecordFunction scopes of
+      // FUNCTION kind ("Torch-Compiled Region: 0/0", RECORD_FUNCTION labels, the autograd
+      // engine's "evaluate_function") name no op. They are never cached, so a name
+      // pointer a label once had cannot hide an op later.
       auto op = fn.operator_name();  // copies: only when a name is first seen here
-      if (op.has_value()) overload = op->overload_name;
+      if (!op.has_value()) return nullptr;
+      overload = op->overload_name;
     }
     id = intern(kind, name, overload.c_str());
     if (id >= kCapacity) return nullptr;
@@ -135,8 +140,12 @@ CountingAllocator* g_cpu_counter = nullptr;
 
 // The interpreter's side. Every structure below is touched only with the GIL held.
 std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (strong refs)
-// C functions called, one object per method definition: a bound builtin method is a new
-// object at every attribute access, its PyMethodDef is not.
+// C functions called, one per method definition (a bound builtin method is a new object at
+// every attribute access, its PyMethodDef is not), each described as (module, type of its
+// self or None, qualified name). Never the function itself: a bound method holds its self,
+// and CPython hands the profile function a bound method for every method-descriptor call
+// (`storage._share_filename_cpu_()`), which kept the object alive until the test ended (a
+// tensor's shared-memory file outlived it: test_multiprocessing.py's test_fs failed).
 std::unordered_map<const void*, PyObject*>* g_cfuncs = nullptr;
 PyObject* g_profile_token = nullptr;  // what sys.getprofile() returns while we observe
 PyObject* g_module_callback = nullptr;  // callable(code, entering, globals), or none
@@ -169,6 +178,25 @@ void module_boundary(PyFrameObject* frame, int entering) {
   PyErr_Restore(type, value, traceback);
 }
 
+// (module, type of self or None, __qualname__) of a builtin function, a new reference; no
+// reference to its self. Whatever error the lookups raise is dropped.
+PyObject* describe_cfunction(PyObject* function) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* self = PyCFunction_GET_SELF(function);
+  PyObject* module = reinterpret_cast<PyCFunctionObject*>(function)->m_module;
+  PyObject* owner = self != nullptr && !PyModule_Check(self)
+      ? reinterpret_cast<PyObject*>(Py_TYPE(self)) : Py_None;
+  PyObject* qualname = PyObject_GetAttrString(function, "__qualname__");
+  PyObject* about = Py_BuildValue(
+      "(OOO)", module != nullptr ? module : Py_None, owner,
+      qualname != nullptr ? qualname : Py_None);
+  Py_XDECREF(qualname);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+  return about;
+}
+
 int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   if (what == PyTrace_CALL) {
     PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
@@ -192,7 +220,10 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     }
   } else if (what == PyTrace_C_CALL && PyCFunction_Check(arg)) {
     const void* definition = reinterpret_cast<PyCFunctionObject*>(arg)->m_ml;
-    if (g_cfuncs->emplace(definition, arg).second) Py_INCREF(arg);
+    if (g_cfuncs->find(definition) == g_cfuncs->end()) {
+      PyObject* about = describe_cfunction(arg);
+      if (about != nullptr) g_cfuncs->emplace(definition, about);
+    }
   }
   return 0;
 }
@@ -268,6 +299,24 @@ void tt_observe_thread(PyObject* token) {
 }
 
 void tt_stop_thread() { PyEval_SetProfile(nullptr, nullptr); }
+
+// Removes the profile function from every thread that has it, as torch's Python tracer
+// swaps thread states to install its own (profiler_python.cpp): a C call the tracer's
+// start runs inside would otherwise report its return to the tracer, which saw no call
+// ("Python replay stack is empty"). Returns how many threads had it.
+int tt_step_aside() {
+  PyThreadState* self = PyThreadState_Get();
+  int removed = 0;
+  for (PyThreadState* thread = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(self));
+       thread != nullptr; thread = PyThreadState_Next(thread)) {
+    if (thread->c_profilefunc != on_python_event) continue;
+    PyThreadState_Swap(thread);
+    PyEval_SetProfile(nullptr, nullptr);
+    ++removed;
+  }
+  PyThreadState_Swap(self);
+  return removed;
+}
 
 // Sets what is called when a module body starts or ends: callable(code, entering,
 // globals); None stops the calls.

@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, ModuleType
 
-from indexer.record import native
+from indexer.record import children, native
 from indexer.record.qualnames import qualnames_by_line
 
 # RecordFunction names the autograd engine gives the nodes it evaluates; the node itself
 # is recorded (as a backward name) from its own RecordFunction.
 _ENGINE_PREFIX = "autograd::engine::evaluate_function: "
 CANARY_OP = "aten::empty.memory_format"  # what torch.empty(0) dispatches
+STOOD_ASIDE = (
+    "a profiler tracing Python (with_stack) ran: the recorder's profile function stood aside for it"
+)
 DEVICES_HOW = (
     "allocations: the CPU allocator (counted), the CUDA caching allocator's count, "
     "CUDA kernels launched"
@@ -74,7 +77,7 @@ class Observer:
     """The process's observation of ops and Python; one per process (the compiled
     recorder's state is process-wide)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, follow_children: bool = True) -> None:
         self.root = root.resolve()
         self._prefix = str(self.root) + "/"
         self.packages = tree_packages(self.root)
@@ -106,12 +109,18 @@ class Observer:
         self._lib.tt_observe_thread(self._token)
         threading.setprofile(self._observe_new_thread)
         self._torch = sys.modules.get("torch")
+        self._aside = False  # stood aside for a profiler that traces Python
+        self._guard_profilers()
+        # The Python processes a test starts report what they ran (children.py).
+        self.children = children.Follower(self.root, self) if follow_children else None
 
     def _observe_new_thread(self, frame, event, arg) -> None:
         # Called once in each new thread: hand the thread to the compiled profile function.
         self._lib.tt_observe_thread(self._token)
 
     def stop(self) -> None:
+        if self.children is not None:
+            self.children.stop()
         threading.setprofile(None)
         self._lib.tt_stop_thread()
         self._lib.tt_set_module_callback(None)
@@ -123,6 +132,12 @@ class Observer:
         observed.add(self._drain())
         if self._cuda_allocated_since():
             observed.names.add(("device", "cuda"))
+        if self.children is not None:
+            names, problems, imports = self.children.close()
+            observed.names |= names
+            observed.problems.extend(problems)
+            for path, executed in imports.items():
+                self._imports.setdefault(path, Observed()).names |= executed
         return observed
 
     def _cuda_allocated_since(self) -> bool:
@@ -183,6 +198,10 @@ class Observer:
 
     def _drain(self) -> Observed:
         """Everything the recorder saw since the last drain, whoever ran it."""
+        with children.QUIET:  # a signal's report waits until the drain is whole
+            return self._drain_now()
+
+    def _drain_now(self) -> Observed:
         observed = Observed()
         ops = self._lib.tt_close_epoch()
         for text in ops:
@@ -203,10 +222,41 @@ class Observer:
                 observed.names.add(("binding", binding))
         if self._lib.tt_overflowed():
             observed.problems.append("more distinct op names than the recorder holds")
-        if sys.getprofile() is not self._token:
-            observed.problems.append("the profile function was replaced (sys.setprofile)")
+        profile = sys.getprofile()
+        if profile is not self._token:
+            if type(profile).__name__ == "TraceContext":  # torch's tracer, still on
+                observed.problems.append(STOOD_ASIDE)
+                return observed
+            replaced = "the profile function was replaced (sys.setprofile)"
+            observed.problems.append(STOOD_ASIDE if self._aside else replaced)
+            self._aside = False
             self._lib.tt_observe_thread(self._token)
         return observed
+
+    def _guard_profilers(self) -> None:
+        """Stand aside when a test starts a torch profiler that traces Python: its tracer
+        installs its own profile function on every thread, and one already there breaks
+        its trace (docs/recording.md#profilers). The test is then unrecorded."""
+        try:
+            import torch._C._autograd as autograd
+            import torch.autograd.profiler as profiler
+        except ImportError:
+            return
+        enable = profiler._enable_profiler
+        if getattr(enable, "_torchtalk_guard", False):
+            return
+
+        def _enable_profiler(*args, **kwargs):
+            # The caller is the profile object; without one, assume it traces Python.
+            caller = sys._getframe(1).f_locals.get("self")
+            if getattr(caller, "with_stack", True):
+                self._aside = True
+                self._lib.tt_step_aside()
+            return enable(*args, **kwargs)
+
+        _enable_profiler._torchtalk_guard = True
+        profiler._enable_profiler = _enable_profiler
+        autograd._enable_profiler = _enable_profiler
 
     def check_ops(self) -> str:
         """'' when ops are still observed; else why not (and observation restarts).
@@ -240,6 +290,11 @@ class Observer:
             if relative is not None and relative.endswith(".py"):
                 names.add(("module", relative))
         return names
+
+    def tree_path(self, filename: str) -> str | None:
+        """The path in the tree of a file the interpreter runs (the tree's, or its
+        installed copy's), or None."""
+        return self._relative(filename)
 
     def _relative(self, filename: str) -> str | None:
         if filename.startswith(self._prefix):
@@ -277,14 +332,15 @@ class Observer:
             by_line = self._source_qualnames[code.co_filename] = qualnames_by_line(source)
         return by_line.get((code.co_firstlineno, code.co_name)) or code.co_name
 
-    def _binding_name(self, function) -> str | None:
-        module = getattr(function, "__module__", None)
-        owner = getattr(function, "__self__", None)
-        if module is None and owner is not None and not isinstance(owner, ModuleType):
-            module = getattr(type(owner), "__module__", None)
+    def _binding_name(self, about: tuple) -> str | None:
+        """The binding name of a C function the compiled recorder described as (its
+        ``__module__``, the type of its ``__self__`` unless that is a module, its
+        ``__qualname__``): it keeps no reference to the function's self."""
+        module, owner_type, qualname = about
+        if module is None and owner_type is not None:
+            module = getattr(owner_type, "__module__", None)
         if not isinstance(module, str) or module.split(".", 1)[0] not in self.packages:
             return None
-        qualname = getattr(function, "__qualname__", None) or getattr(function, "__name__", "")
         if not isinstance(qualname, str) or not qualname or qualname.startswith("pybind11_"):
             return None
         return f"{module}.{qualname}"
