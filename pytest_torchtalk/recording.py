@@ -95,10 +95,16 @@ class _Terminated(KeyboardInterrupt):
 
 
 _terminated: list[bool] = []  # set by the handler: raised again before the next test
+_watching: list[int] = []  # the pid of the pytest process whose SIGTERM is ours
 
 
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+    if os.getpid() not in _watching:
+        # A forked child (a fork pool's worker, a test's os.fork) inherits the handler:
+        # SIGTERM ends it as it would have, never runs pytest's session on in the child.
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     _terminated.append(True)
     raise _Terminated("SIGTERM")
 
@@ -216,6 +222,7 @@ class RecordRun:
         try:
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 self._sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+                _watching[:] = [os.getpid()]
         except ValueError:  # not the main thread
             pass
 

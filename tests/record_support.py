@@ -32,13 +32,19 @@ def require_torch():
 
 
 def build_recext_library(cache: Path) -> Path:
-    """The fixture extension's op library, compiled once per content of its source."""
+    """The recext fixture's op library, compiled once per content of its source."""
+    return build_fixture_library(cache, "recext")
+
+
+def build_fixture_library(cache: Path, fixture: str) -> Path:
+    """A fixture extension's op library (``tests/fixtures/<fixture>/csrc/ops.cpp``),
+    compiled once per content of its source."""
     from indexer.record.native import NativeUnavailable, compile_against_torch
 
     torch = require_torch()
-    source = FIXTURES / "recext" / "csrc" / "ops.cpp"
+    source = FIXTURES / fixture / "csrc" / "ops.cpp"
     key = hashlib.blake2b(source.read_bytes() + torch.__version__.encode(), digest_size=8)
-    target = cache / f"recext-{key.hexdigest()}.so"
+    target = cache / f"{fixture}-{key.hexdigest()}.so"
     if not target.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         try:

@@ -11,7 +11,6 @@ in a child process, the selection reads the index built from the sources.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -26,7 +25,7 @@ from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.workspace import Workspace
 from tests.helpers import FIXTURES, commit_all, git
-from tests.record_support import require_torch, run_pytest
+from tests.record_support import build_fixture_library, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 CHILDREN = "tests/test_children.py"
@@ -43,19 +42,7 @@ ALL_TESTS = ["test_in_process", *FOLLOWED, *NOT_FOLLOWABLE, "test_a_labelled_reg
 
 
 def build_library(cache: Path) -> Path:
-    from indexer.record.native import NativeUnavailable, compile_against_torch
-
-    torch = require_torch()
-    source = FIXTURES / "childext" / "csrc" / "ops.cpp"
-    key = hashlib.blake2b(source.read_bytes() + torch.__version__.encode(), digest_size=8)
-    target = cache / f"childext-{key.hexdigest()}.so"
-    if not target.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        try:
-            compile_against_torch(torch, source, target)
-        except NativeUnavailable as exc:
-            pytest.skip(f"the fixture extension does not build here: {exc}")
-    return target
+    return build_fixture_library(cache, "childext")
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +178,7 @@ def test_children_of_xdist_workers_are_followed(recorded) -> None:
     repo, env, _ = recorded
     run_pytest(
         repo, "-n", "2", "tests/test_children.py", "-k", "subprocess or fork or shell or dataloader",
-        "--torchtalk-record=xdist.ttr", "-p", "no:randomly", env=env,
+        "--torchtalk-record-to=xdist.ttr", "-p", "no:randomly", env=env,
     )  # fmt: skip
     record = storage.read(repo / "xdist.ttr")
     assert {t.nodeid.split("::")[1] for t in record.tests} == {

@@ -100,10 +100,13 @@ class JournalWriter:
         self._hashed: set[str] = set()
         self._entries = 0
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
-        start = {"t": "start", "meta": meta, "pid": os.getpid(), "host": os.uname().nodename}
+        self._pid = os.getpid()
+        start = {"t": "start", "meta": meta, "pid": self._pid, "host": os.uname().nodename}
         self._write(MAGIC + _line(start))
 
     def _write(self, data: bytes) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked child that ran on into pytest's code: the journal is not its
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
