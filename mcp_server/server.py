@@ -83,13 +83,16 @@ def malformed_reply(error: Exception) -> tuple[int, str, str | int | None] | Non
     return INVALID_REQUEST, "Invalid Request", ident
 
 
+DRAIN_SECONDS = 60.0  # at end of input, how long answers still owed are waited for
+
+
 class _AnsweringStream:
     """The stdio transport's read stream, answering each line that is not JSON-RPC with
     its error (the SDK drops them there, and a client waits for ever) and passing the
     rest on. Duck-typed as the dispatcher reads it: ``async with``, ``async for``,
     ``last_context``."""
 
-    def __init__(self, inner: Any, write_stream: Any) -> None:
+    def __init__(self, inner: Any, write_stream: _AnsweredWrites) -> None:
         self._inner = inner
         self._write = write_stream
 
@@ -118,8 +121,16 @@ class _AnsweringStream:
         from mcp_types import ErrorData, JSONRPCError
 
         while True:
-            item = await self._inner.__anext__()
+            try:
+                item = await self._inner.__anext__()
+            except StopAsyncIteration:
+                # The SDK cancels what is in flight at end of input; a client that wrote
+                # its requests and closed stdin (`printf ... | torchtalk mcp-serve`) is
+                # answered first.
+                await self._write.drained(DRAIN_SECONDS)
+                raise
             if not isinstance(item, Exception):
+                self._write.expect(item)
                 return item
             reply = malformed_reply(item)
             if reply is not None:
@@ -128,6 +139,47 @@ class _AnsweringStream:
                     jsonrpc="2.0", id=ident, error=ErrorData(code=code, message=message)
                 )
                 await self._write.send(SessionMessage(error))
+
+
+class _AnsweredWrites:
+    """The stdio transport's write stream, noting which requests have been answered, so
+    that the end of input waits for the answers still owed."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._owed: set[Any] = set()
+        self._settled = anyio.Event()
+
+    def expect(self, item: Any) -> None:
+        message = getattr(item.message, "root", item.message)
+        if (
+            getattr(message, "method", None) is not None
+            and getattr(message, "id", None) is not None
+        ):
+            self._owed.add(message.id)
+
+    async def drained(self, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            while self._owed:
+                self._settled = anyio.Event()
+                await self._settled.wait()
+
+    async def send(self, item: Any) -> None:
+        await self._inner.send(item)
+        message = getattr(item.message, "root", item.message)
+        if getattr(message, "method", None) is None and getattr(message, "id", None) in self._owed:
+            self._owed.discard(message.id)
+            self._settled.set()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _AnsweredWrites:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)
 
 
 class TorchTalkServer(MCPServer):
@@ -139,9 +191,10 @@ class TorchTalkServer(MCPServer):
 
         try:
             async with stdio_server() as (read_stream, write_stream):
+                writes = _AnsweredWrites(write_stream)
                 await self._lowlevel_server.run(
-                    _AnsweringStream(read_stream, write_stream),
-                    write_stream,
+                    _AnsweringStream(read_stream, writes),
+                    writes,
                     self._lowlevel_server.create_initialization_options(),
                 )
         except Exception as exc:
