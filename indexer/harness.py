@@ -92,6 +92,11 @@ def check_harness_name(name: object, where: str, key: str | None = None) -> str:
     raise UsageError(f"{where}: {problem}")
 
 
+def _type_name(expected: Any) -> str:
+    """``int`` for the type int, the spelling itself for the others (``list[str]``)."""
+    return expected.__name__ if isinstance(expected, type) else str(expected)
+
+
 def _type_ok(value: Any, expected: Any) -> bool:
     if expected is _STR:
         return isinstance(value, str)
@@ -127,7 +132,7 @@ def _validate(data: dict[str, Any], path: str) -> None:
             if key not in spec:
                 raise ManifestError(path, where, "unknown key")
             if not _type_ok(value, spec[key]):
-                raise ManifestError(path, where, f"must be {spec[key]}")
+                raise ManifestError(path, where, f"must be {_type_name(spec[key])}")
             least = MINIMUMS.get((section, key))
             if least is not None and value < least:
                 raise ManifestError(path, where, f"must be at least {least} (got {value})")
