@@ -159,3 +159,15 @@ def test_mcp_serve_on_a_busy_port_fails_before_it_says_it_serves(minitorch_repo:
     assert done.returncode == 2 and one_line_error(done.stderr), done.stderr[-2000:]
     assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in done.stderr
     assert "serving" not in done.stderr
+
+
+def test_deeply_nested_selection_caches_read_as_a_miss(tmp_path: Path) -> None:
+    """The judgments and witnesses sidecars beside the index are JSON a selection reads;
+    one nested 100,000 deep (crafted, or damaged) was a RecursionError in every
+    selection, where any other unreadable cache is a miss."""
+    from indexer.select import judgments, witness
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert judgments._read(deep) == {}
+    assert witness._read(deep, "key") == ([], [], None)

@@ -84,7 +84,7 @@ class Judgments:
 def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a cache that does not parse is a miss
         return {}
     if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
         return {}

@@ -163,7 +163,7 @@ def _read(path: Path, key: str) -> tuple[list[Chain], list[Chain], list[Ids] | N
     """(chains, failed chains, the chains' ids if resolved in the index of ``key``)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a cache that does not parse is a miss
         return [], [], None
     if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
         return [], [], None
