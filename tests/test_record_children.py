@@ -201,3 +201,18 @@ def test_recording_keeps_no_object_of_a_test_alive(recorded) -> None:
         record, "test_an_object_whose_c_method_ran_is_freed", "tests/test_lifetimes.py"
     )
     assert test.outcome == "passed"
+
+
+def test_hooks_left_by_killed_recordings_are_removed(tmp_path: Path) -> None:
+    """A recording killed before its end (SIGKILL, an OOM kill) leaves its start-up hook
+    in site-packages; the next recording removes those whose process is gone, and leaves
+    a running one's alone."""
+    from indexer.record.children import remove_stale_hooks
+
+    gone = tmp_path / "torchtalk-record-children-999999999.pth"  # above any pid_max
+    running = tmp_path / f"torchtalk-record-children-{os.getpid()}.pth"
+    other = tmp_path / "someone-elses.pth"
+    for hook in (gone, running, other):
+        hook.write_text("import os\n")
+    assert remove_stale_hooks(tmp_path) == [gone]
+    assert not gone.exists() and running.exists() and other.exists()

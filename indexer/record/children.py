@@ -256,7 +256,8 @@ def _install_startup_hook() -> Path | str:
     """Puts the start-up hook in this environment's site-packages for the run (one file
     per recording process, removed at its end); else why it cannot."""
     site = Path(sysconfig.get_paths()["purelib"])
-    target = site / f"torchtalk-record-children-{os.getpid()}.pth"
+    remove_stale_hooks(site)
+    target = site / f"{_HOOK_PREFIX}{os.getpid()}.pth"
     try:
         tmp = site / f".{target.name}.tmp"
         tmp.write_text(_PTH_LINE.format(env=ENV))
@@ -265,6 +266,33 @@ def _install_startup_hook() -> Path | str:
         return f"the start-up hook cannot be put in {site}: {exc.strerror or exc}"
     atexit.register(_remove_hook, target, os.getpid())
     return target
+
+
+_HOOK_PREFIX = "torchtalk-record-children-"
+
+
+def remove_stale_hooks(site: Path) -> list[Path]:
+    """Removes the hooks that recordings killed before their end left in ``site`` (their
+    process is gone); returns them. Inert without the variable, but not ours to leave."""
+    removed = []
+    for hook in site.glob(f"{_HOOK_PREFIX}*.pth"):
+        pid = hook.name[len(_HOOK_PREFIX) : -len(".pth")]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            hook.unlink()
+            removed.append(hook)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def _remove_hook(target: Path, owner: int) -> None:
