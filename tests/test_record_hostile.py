@@ -30,8 +30,8 @@ from indexer.record import storage
 from indexer.record.model import Record, RecordedTest
 from indexer.store import array_file
 from indexer.workspace import Workspace
-from pytest_torchtalk.cli import main
 from tests.helpers import git
+from tests.reliability_support import one_line_error, run
 
 BINARY_OPS = "aten/src/ATen/native/BinaryOps.cpp"
 TEST_FILE = "test/test_binary_ufuncs.py"
@@ -49,17 +49,6 @@ CASES = {
     "posting-past-the-segments": ("posting", "a posting names a segment that does not exist"),
     "deep-header": ("deep", TOO_DEEP),
 }
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> bool:
-    return err.startswith("torchtalk: error: ") and err.count("\n") == 1
 
 
 # --- writing a record wrong, with its checksums right ------------------------------------
