@@ -40,6 +40,7 @@ from indexer.record.merge import merge
 # (../shared/corpora/README.md).
 EXCLUDED_DIRS = {"cpp", "cpp_extensions", "custom_operator", "custom_backend", "distributed"}
 DEVICE_WORDS = ("cuda", "mps", "xpu", "vulkan")
+GRACE_S = 15.0  # between a timeout's SIGTERM and its SIGKILL
 OPS = ("matmul", "mm", "addmm", "sigmoid", "sort", "embedding_dense_backward")
 
 
@@ -82,11 +83,32 @@ def run(python: str, source: Path, file: str, extra: list[str], timeout: float) 
         found = re.findall(r"^TTCPU (\S+)$", stderr, re.M)
         cpu = float(found[-1]) if found else 0.0
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        # As a CI job limit stops a job: SIGTERM, a grace period, then SIGKILL.
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
         code, tail = None, "timeout"
     wall = time.perf_counter() - start
     return {"code": code, "wall": wall, "cpu": cpu, "tail": tail}
+
+
+def finalize(python: str, source: Path, record_path: Path) -> bool:
+    """Turns what a stopped recording journaled into its record; True when one was written.
+
+    A run the limit stopped may have written its record in the grace period (SIGTERM ends
+    the session) or left only its journal (SIGKILL): either way the tests that finished count.
+    """
+    journal = Path(f"{record_path}.journal")
+    if journal.is_dir() and any(journal.iterdir()):
+        subprocess.run(
+            [str(Path(python).parent / "torchtalk"), "record", "finalize", "--source",
+             str(source), "-o", str(record_path), str(journal)],
+            cwd=source, capture_output=True, text=True,
+        )  # fmt: skip
+    return record_path.is_file()
 
 
 def main() -> int:
@@ -134,6 +156,9 @@ def main() -> int:
             runs[which] = run(args.python, args.source, file, extra, args.timeout)
         result = {"file": file, "plain": runs.get("plain"), "recorded": runs["recorded"]}
         result["kept"] = all(r["code"] in (0, 1, 5) for r in runs.values())
+        if runs["recorded"]["code"] is None:  # the limit struck: keep what finished, partial
+            result["partial"] = finalize(args.python, args.source, record_path)
+            result["kept"] = result["partial"] and args.record_only
         saved.write_text(json.dumps(result))
         return result
 
@@ -221,6 +246,7 @@ def main() -> int:
         "files_importing_a_module_whose_import_executes": per_op_import,
         "outcomes": summary["outcomes"],
         "unrecorded_tests": summary["unrecorded_tests"],
+        "partial_files": [r["file"] for r in results if r.get("partial")],
         "files_without_ops": no_ops,
         "per_file": results,
     }
