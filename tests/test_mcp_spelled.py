@@ -214,3 +214,17 @@ def test_tests_named_for_it_are_listed_after_those_that_call_it(built) -> None:
     assert "named for it" in answer.items[named].detail
     assert at(repo, "test/test_named_only.py", "def test_nms_through") in answer.to_text()
     assert not any("test_nmsx" in label for label in labels), answer.to_text()
+
+
+def test_affected_lists_files_of_tests_named_for_it_and_says_no_path_reaches_them(built) -> None:
+    # `tests` and `affected` agree: a test named for the function whose call the index cannot
+    # follow is a file a change may break, listed after those a path reaches, and said so.
+    repo, index = built
+    answer = affected(index, ["minitorch.vision.ops.nms"])
+    labels = [item.label for item in answer.items if not item.data.get("minor")]
+    assert labels.index("test/test_vision_ops.py") < labels.index("test/test_named_only.py")
+    named = next(item for item in answer.items if item.label == "test/test_named_only.py")
+    assert "named for it" in named.detail and "test_nms_through_a_harness" in named.detail
+    assert named.evidence == at(repo, "test/test_named_only.py", "def test_nms_through")
+    assert "1 more holds a test named for it" in answer.title, answer.title
+    assert "test/test_named_only.py" in answer.data["named_only_files"]
