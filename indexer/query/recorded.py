@@ -47,11 +47,17 @@ class _InMemory:
             groups[(test.file, test.outcome, test.unrecorded)].append(index)
             by_file[test.file].append(index)
         self._tests_of = dict(tests_of)
-        self._groups = dict(groups)
+        self._groups: dict[tuple[str, str, str], Sequence[int]] = dict(groups)
         self._by_file = dict(by_file)
 
     def segments_executing(self, name: int) -> Sequence[int]:
         return self._executed_by.get(name, ())
+
+    # In memory each segment is a work set of its own.
+    worksets_executing = segments_executing
+
+    def segments_of_workset(self, workset: int) -> Sequence[int]:
+        return (workset,)
 
     def tests_of_segment(self, segment: int) -> Sequence[int]:
         return self._tests_of.get(segment, ())
@@ -62,7 +68,7 @@ class _InMemory:
     def segment_label(self, segment: int) -> str:
         return self.record.segments[segment].label
 
-    def test_groups(self) -> dict[tuple[str, str, str], list[int]]:
+    def test_groups(self) -> dict[tuple[str, str, str], Sequence[int]]:
         return self._groups
 
     def tests_of_file(self, file: str) -> Sequence[int]:
@@ -137,15 +143,27 @@ class RecordedRuns:
         """Test index -> the ids of ``names`` it executed through its own segments (setup,
         call, teardown, fixtures, its file's collection, the session): import work is
         no test's own (``import_work``, ``importers``)."""
-        view = self._lookups()
         found: dict[int, set[int]] = defaultdict(set)
-        for name in set(self.name_ids(names)):
-            for segment in view.segments_executing(name):
-                for test in view.tests_of_segment(segment):
-                    found[test].add(name)
+        for segment, hit in self._segments_hit(names):
+            for test in self._lookups().tests_of_segment(segment):
+                found[test] |= hit
         return found
 
-    def test_groups(self) -> dict[tuple[str, str, str], list[int]]:
+    def _segments_hit(self, names: Iterable[tuple[str, str]]) -> list[tuple[int, set[int]]]:
+        """(segment, the ids of ``names`` it executed): each work set followed to its
+        segments once, however many of the names it executed."""
+        view = self._lookups()
+        by_workset: dict[int, set[int]] = defaultdict(set)
+        for name in set(self.name_ids(names)):
+            for workset in view.worksets_executing(name):
+                by_workset[workset].add(name)
+        return [
+            (segment, hit)
+            for workset, hit in by_workset.items()
+            for segment in view.segments_of_workset(workset)
+        ]
+
+    def test_groups(self) -> dict[tuple[str, str, str], Sequence[int]]:
         """(test file, outcome, why unrecorded ('' when recorded whole)) -> the indexes of
         the tests that share them: what deciding which tests to trust reads, without
         making each test's object."""
@@ -154,6 +172,25 @@ class RecordedRuns:
     def tests_of_file(self, file: str) -> Sequence[int]:
         """The indexes of the recorded tests of ``file`` (a repo path)."""
         return self._lookups().tests_of_file(file)
+
+    def nodeid(self, test: int) -> str:
+        """The node id of the test at index ``test``, without its object."""
+        if isinstance(self.record, storage.StoredRecord):
+            return self.record.nodeid(test)
+        return self.record.tests[test].nodeid
+
+    def file_of(self, test: int) -> str:
+        """The test file of the test at index ``test``, without its object."""
+        if isinstance(self.record, storage.StoredRecord):
+            return self.record.file_of(test)
+        return self.record.tests[test].file
+
+    def nodeids_of_file(self, file: str) -> list[tuple[int, str]]:
+        """(index, node id) of each recorded test of ``file``, without the tests' objects."""
+        tests = self.tests_of_file(file)
+        if isinstance(self.record, storage.StoredRecord) and tests:
+            return list(zip(tests, self.record.nodeids(tests[0], tests[-1] + 1), strict=True))
+        return [(i, self.record.tests[i].nodeid) for i in tests]
 
     def test_files(self) -> set[str]:
         """The test files the record holds tests of."""
@@ -177,10 +214,9 @@ class RecordedRuns:
         """Module path -> the ids of ``names`` its body ran while it was imported."""
         view = self._lookups()
         found: dict[str, set[int]] = defaultdict(set)
-        for name in set(self.name_ids(names)):
-            for segment in view.segments_executing(name):
-                if view.segment_kind(segment) == "module":
-                    found[view.segment_label(segment)].add(name)
+        for segment, hit in self._segments_hit(names):
+            if view.segment_kind(segment) == "module":
+                found[view.segment_label(segment)] |= hit
         return dict(found)
 
     def importers(self, modules: Iterable[str]) -> set[int]:

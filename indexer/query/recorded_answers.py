@@ -105,8 +105,8 @@ def _evidence(
 ) -> RecordEvidence:
     names = recorded_names(index, runs, nodes, native)
     hits = runs.tests_executing(names)
-    tests = sorted(runs.record.tests[i].nodeid for i in hits)
-    files = sorted({runs.record.tests[i].file for i in hits})
+    tests = sorted(runs.nodeid(i) for i in hits)
+    files = sorted({runs.file_of(i) for i in hits})
     label = (
         f"record of {short_commit(runs.record.meta.get('commit')) or '?'}, "
         f"{age(runs.age_seconds())} old, {len(runs.record.tests)} tests"

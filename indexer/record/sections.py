@@ -158,6 +158,19 @@ class Sections:
         out.frombytes(memoryview(data)[skip : skip + (stop - start) * size])
         return out
 
+    def raw(self, name: str, start: int, stop: int) -> bytes:
+        """Bytes ``start:stop`` of a section of bytes (typecode B), their blocks checked."""
+        typecode, offset, nbytes = self._layout[name]
+        if typecode != "B" or not 0 <= start <= stop <= nbytes:
+            raise ValueError(f"{name}[{start}:{stop}] lies outside its {nbytes} bytes")
+        first, last = start // BLOCK, _blocks(stop)
+        if last - first == 1:
+            return self._block(name, offset, nbytes, first)[
+                start - first * BLOCK : stop - first * BLOCK
+            ]
+        data = b"".join(self._block(name, offset, nbytes, b) for b in range(first, last))
+        return data[start - first * BLOCK : stop - first * BLOCK]
+
     def _block(self, name: str, offset: int, nbytes: int, block: int) -> bytes:
         """Block ``block`` of section ``name``, checked once and kept (a lookup reads a
         few items at a time, often from the same blocks)."""

@@ -439,7 +439,7 @@ class StoredRecord:
         self._files: dict[str, str] | None = None
         self._file_paths: list[str] | None = None
         self._offsets: dict[str, array] = {}
-        self._groups: dict[tuple[str, str, str], list[int]] | None = None
+        self._groups: dict[tuple[str, str, str], Sequence[int]] | None = None
         self._workset_of: list[int] | None = None
         self._whole_checked_once = False
 
@@ -531,20 +531,40 @@ class StoredRecord:
 
     def make_test(self, index: int) -> RecordedTest:
         """Test ``index``, decoded from its columns."""
+        segments = self._run("test_segment_offsets", "test_segments", index)
         try:
-            nodeid = bytes(self._delimited("test_nodeid_offsets", "test_nodeids", index))
-            segments = self._delimited("test_segment_offsets", "test_segments", index)
             _below(segments, self.segment_count, "a test names a segment that does not exist")
             outcomes, reasons, durations = self._columns()
             return RecordedTest(
-                nodeid.decode("utf-8", "surrogateescape"),
+                self.nodeid(index),
                 self.file_of(index),
                 OUTCOMES[outcomes[index]],
                 durations[index],
                 segments.tolist(),
                 self.reasons[reasons[index]],
             )
-        except (ValueError, IndexError, OSError) as exc:
+        except (ValueError, IndexError) as exc:
+            raise self._fail(exc) from None
+
+    def nodeid(self, index: int) -> str:
+        return self.nodeids(index, index + 1)[0]
+
+    def nodeids(self, start: int, stop: int) -> list[str]:
+        """The node ids of tests ``start:stop``, read in one piece."""
+        try:
+            bounds = self._s.whole("test_nodeid_offsets")
+            if not 0 <= start <= stop < len(bounds):
+                raise ValueError(f"tests {start}:{stop} of {len(bounds) - 1}")
+            base = bounds[start]
+            data = self._s.raw("test_nodeids", base, bounds[stop])
+            runs = bounds[start : stop + 1]
+            texts = []
+            for a, b in pairwise(runs):
+                if a > b:
+                    raise ValueError("test_nodeid_offsets go backwards")
+                texts.append(data[a - base : b - base].decode("utf-8", "surrogateescape"))
+            return texts
+        except (ValueError, OSError) as exc:
             raise self._fail(exc) from None
 
     def _columns(self) -> tuple[array, array, array]:
@@ -571,15 +591,20 @@ class StoredRecord:
 
     def segments_executing(self, name: int) -> list[int]:
         """The segments that executed the name with id ``name``."""
-        worksets = self._delimited("posting_offsets", "posting_worksets", name)
-        try:
-            _below(worksets, self.workset_count, "a posting names a work set that does not exist")
-        except ValueError as exc:
-            raise self._fail(exc) from None
         found: list[int] = []
-        for workset in worksets:
+        for workset in self.worksets_executing(name):
             found.extend(self.segments_of_workset(workset))
         return found
+
+    def worksets_executing(self, name: int) -> array:
+        """The work sets that executed the name with id ``name``: its postings."""
+        worksets = self._delimited("posting_offsets", "posting_worksets", name)
+        try:
+            return _below(
+                worksets, self.workset_count, "a posting names a work set that does not exist"
+            )  # type: ignore[return-value]
+        except ValueError as exc:
+            raise self._fail(exc) from None
 
     def segments_of_workset(self, workset: int) -> array:
         segments = self._run("workset_offsets", "workset_segments", workset)
@@ -615,15 +640,26 @@ class StoredRecord:
                 raise self._fail(exc) from None
         return self._offsets[name]
 
-    def test_groups(self) -> dict[tuple[str, str, str], list[int]]:
+    def test_groups(self) -> dict[tuple[str, str, str], Sequence[int]]:
         """(file, outcome, why unrecorded) -> the tests that share them: what deciding
         which tests to trust reads, without a test's object."""
         if self._groups is None:
             outcomes, reasons, _ = self._columns()
             offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
             paths = self.file_paths()
-            groups: dict[tuple[str, str, str], list[int]] = {}
+            groups: dict[tuple[str, str, str], Sequence[int]] = {}
             for file, start, stop in zip(paths, offsets, offsets[1:], strict=False):
+                if start == stop:
+                    continue
+                first = outcomes[start]
+                if (
+                    outcomes[start:stop].count(first) == stop - start
+                    and reasons[start:stop].count(reasons[start]) == stop - start
+                ):  # the common case, counted in C: one group for the whole file
+                    groups[(file, OUTCOMES[first], self.reasons[reasons[start]])] = range(
+                        start, stop
+                    )
+                    continue
                 keys: dict[tuple[int, int], list[int]] = {}
                 for index, outcome, reason in zip(
                     range(start, stop), outcomes[start:stop], reasons[start:stop], strict=True
@@ -772,13 +808,14 @@ def _decode_old(header: dict, arrays: dict[str, array]) -> Record:
     if len(offsets) != len(names) + 1 or offsets[-1] != len(flat):
         raise ValueError("posting lists do not match the names")
     _below(flat, len(labels), "a posting names a work set that does not exist")
-    names_of: list[set[int]] = [set() for _ in labels]
+    names_of: list[list[int]] = [[] for _ in labels]
     for name in range(len(names)):
         for segment in flat[offsets[name] : offsets[name + 1]]:
-            names_of[segment].add(name)
+            names_of[segment].append(name)
+    interned: dict[frozenset[int], frozenset[int]] = {}  # segments that ran the same share
     segments = [
-        Segment(SEGMENT_KINDS[k], label, names)
-        for k, label, names in zip(arrays["segment_kinds"], labels, names_of, strict=True)
+        Segment(SEGMENT_KINDS[k], label, interned.setdefault(frozenset(ids), frozenset(ids)))  # type: ignore[arg-type]
+        for k, label, ids in zip(arrays["segment_kinds"], labels, names_of, strict=True)
     ]
     files = _texts(arrays["file_paths"], counts["files"])
     hashes = _texts(arrays["file_hashes"], counts["files"])

@@ -132,7 +132,7 @@ def _consult(
     # Each file's decided tests are named only when the selection asks for that file.
     answer.decided = _Decided(runs, trusted_indexes)
     for (file, _, _), tests in runs.test_groups().items():
-        held = len(tests) - sum(1 for test in tests if test in trusted_indexes)
+        held = len(tests) - len(trusted_indexes.intersection(tests))
         if held:
             answer.undecided[file] = answer.undecided.get(file, 0) + held
     answer.summary["trusted_tests"] = len(trusted_indexes)
@@ -143,9 +143,9 @@ def _consult(
     imported: list[tuple[Entity, Chains, dict[str, set[int]]]] = []
 
     def select(test_index: int, entity: Entity, chain: list[Hop]) -> None:
-        test = record.tests[test_index]
         reason = Reason(entity.label, entity.evidence, chain, label, "record")
-        answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
+        selected = answer.selected.setdefault(runs.file_of(test_index), {})
+        selected.setdefault(_parts(runs.nodeid(test_index)), reason)
         chosen.add(test_index)
 
     cuda_users = runs.tests_using_device("cuda")
@@ -164,7 +164,7 @@ def _consult(
                 used_no_cuda.add(test_index)
                 continue
             hops, (kind, text, where) = _chain_to(chains, record.names[min(hits)])
-            executed = Hop(EXECUTED, record.tests[test_index].nodeid, text, where or "record",
+            executed = Hop(EXECUTED, runs.nodeid(test_index), text, where or "record",
                            "test", kind, "record")  # fmt: skip
             select(test_index, entity, [*hops, executed])
         work = runs.import_work(names)
@@ -177,7 +177,7 @@ def _consult(
         for use in import_uses(runs, work, trusted_indexes, chosen):
             hops, (kind, text, where) = _chain_to(chains, record.names[use.name])
             ran = Hop(IMPORT_WORK, use.module, text, where or "record", "module", kind, "record")
-            nodeid = record.tests[use.test].nodeid
+            nodeid = runs.nodeid(use.test)
             how = Hop(use.role, nodeid, use.module, use.entered or "record", "test", "module",
                       "record")  # fmt: skip
             select(use.test, entity, [*hops, ran, how])
@@ -194,10 +194,9 @@ class _Decided(Mapping[str, set[str]]):
 
     def __getitem__(self, file: str) -> set[str]:
         if file not in self._files:
-            tests = self._runs.record.tests
             found = {
-                _parts(tests[i].nodeid)
-                for i in self._runs.tests_of_file(file)
+                _parts(nodeid)
+                for i, nodeid in self._runs.nodeids_of_file(file)
                 if i in self._trusted
             }
             if not found:
@@ -354,7 +353,8 @@ def trusted_test_indexes(
             stale = ran_stale.intersection(tests)
             if stale:
                 untrusted["it ran code changed since the record"] += len(stale)
-            trusted.update(test for test in tests if test not in stale)
+            trusted.update(tests)
+            trusted -= stale
     return trusted, untrusted
 
 
