@@ -116,8 +116,9 @@ def _texts(blob: array | bytes, count: int) -> list[str]:
 
 
 def _packed(texts: Sequence[str]) -> tuple[array, array]:
-    """(offsets, bytes) of ``texts``: each readable alone."""
-    encoded = [t.encode("utf-8", "surrogateescape") for t in texts]
+    """(offsets, bytes) of ``texts``, each followed by a NUL: one is read alone between
+    its offset and the next's (less its NUL), a run of them decoded and split at once."""
+    encoded = [t.encode("utf-8", "surrogateescape") + b"\0" for t in texts]
     offsets, at = array("I", [0]), 0
     for data in encoded:
         at += len(data)
@@ -489,7 +490,9 @@ class StoredRecord:
             blob = bytes(self._s.whole(data))
         except (ValueError, OSError) as exc:
             raise self._fail(exc) from None
-        return [blob[a:b].decode("utf-8", "surrogateescape") for a, b in pairwise(bounds)]
+        if any(a >= b or blob[b - 1] != 0 for a, b in pairwise(bounds)):
+            raise self._fail(ValueError(f"{data} are not NUL-terminated"))
+        return [blob[a : b - 1].decode("utf-8", "surrogateescape") for a, b in pairwise(bounds)]
 
     # --- what Record holds ---------------------------------------------------------------
 
@@ -547,22 +550,27 @@ class StoredRecord:
             raise self._fail(exc) from None
 
     def nodeid(self, index: int) -> str:
-        return self.nodeids(index, index + 1)[0]
-
-    def nodeids(self, start: int, stop: int) -> list[str]:
-        """The node ids of tests ``start:stop``, read in one piece."""
         try:
             bounds = self._s.whole("test_nodeid_offsets")
-            if not 0 <= start <= stop < len(bounds):
+            start, stop = bounds[index], bounds[index + 1]
+            if start >= stop:
+                raise ValueError("test_nodeid_offsets do not rise")
+            return self._s.raw("test_nodeids", start, stop - 1).decode("utf-8", "surrogateescape")
+        except (ValueError, IndexError, OSError) as exc:
+            raise self._fail(exc) from None
+
+    def nodeids(self, start: int, stop: int) -> list[str]:
+        """The node ids of tests ``start:stop``, read and decoded in one piece."""
+        if start == stop:
+            return []
+        try:
+            bounds = self._s.whole("test_nodeid_offsets")
+            if not 0 <= start < stop < len(bounds) or bounds[start] >= bounds[stop]:
                 raise ValueError(f"tests {start}:{stop} of {len(bounds) - 1}")
-            base = bounds[start]
-            data = self._s.raw("test_nodeids", base, bounds[stop])
-            runs = bounds[start : stop + 1]
-            texts = []
-            for a, b in pairwise(runs):
-                if a > b:
-                    raise ValueError("test_nodeid_offsets go backwards")
-                texts.append(data[a - base : b - base].decode("utf-8", "surrogateescape"))
+            data = self._s.raw("test_nodeids", bounds[start], bounds[stop] - 1)
+            texts = data.decode("utf-8", "surrogateescape").split("\0")
+            if len(texts) != stop - start:
+                raise ValueError("test_nodeids do not match their offsets")
             return texts
         except (ValueError, OSError) as exc:
             raise self._fail(exc) from None
@@ -629,8 +637,10 @@ class StoredRecord:
         return SEGMENT_KINDS[kinds[segment]]
 
     def segment_label(self, segment: int) -> str:
-        label = self._delimited("segment_label_offsets", "segment_labels", segment)
-        return bytes(label).decode("utf-8", "surrogateescape")
+        label = bytes(self._delimited("segment_label_offsets", "segment_labels", segment))
+        if not label.endswith(b"\0"):
+            raise self._fail(ValueError("segment_labels are not NUL-terminated"))
+        return label[:-1].decode("utf-8", "surrogateescape")
 
     def _whole_checked(self, name: str, bound: int, what: str) -> array:
         if name not in self._offsets:
