@@ -143,10 +143,12 @@ class RecordedRuns:
         """Test index -> the ids of ``names`` it executed through its own segments (setup,
         call, teardown, fixtures, its file's collection, the session): import work is
         no test's own (``import_work``, ``importers``)."""
-        found: dict[int, set[int]] = defaultdict(set)
+        view = self._lookups()
+        found: dict[int, set[int]] = {}
         for segment, hit in self._segments_hit(names):
-            for test in self._lookups().tests_of_segment(segment):
-                found[test] |= hit
+            for test in view.tests_of_segment(segment):
+                known = found.get(test)
+                found[test] = hit if known is None else known | hit  # hit is shared: not |=
         return found
 
     def _segments_hit(self, names: Iterable[tuple[str, str]]) -> list[tuple[int, set[int]]]:
@@ -188,8 +190,8 @@ class RecordedRuns:
     def nodeids_of_file(self, file: str) -> list[tuple[int, str]]:
         """(index, node id) of each recorded test of ``file``, without the tests' objects."""
         tests = self.tests_of_file(file)
-        if isinstance(self.record, storage.StoredRecord) and tests:
-            return list(zip(tests, self.record.nodeids(tests[0], tests[-1] + 1), strict=True))
+        if isinstance(self.record, storage.StoredRecord):
+            return list(zip(tests, self.record.nodeids_in(file), strict=True))
         return [(i, self.record.tests[i].nodeid) for i in tests]
 
     def test_files(self) -> set[str]:

@@ -442,6 +442,7 @@ class StoredRecord:
         self._offsets: dict[str, array] = {}
         self._groups: dict[tuple[str, str, str], Sequence[int]] | None = None
         self._workset_of: list[int] | None = None
+        self._nodeids_by_file: dict[int, list[str]] = {}
         self._whole_checked_once = False
 
     # --- reading checked values ----------------------------------------------------------
@@ -550,14 +551,26 @@ class StoredRecord:
             raise self._fail(exc) from None
 
     def nodeid(self, index: int) -> str:
-        try:
-            bounds = self._s.whole("test_nodeid_offsets")
-            start, stop = bounds[index], bounds[index + 1]
-            if start >= stop:
-                raise ValueError("test_nodeid_offsets do not rise")
-            return self._s.raw("test_nodeids", start, stop - 1).decode("utf-8", "surrogateescape")
-        except (ValueError, IndexError, OSError) as exc:
-            raise self._fail(exc) from None
+        """The node id of test ``index``: its file's node ids are decoded together, once
+        (a selection names many tests of the files it reaches)."""
+        if not 0 <= index < self.test_count:
+            raise self._fail(ValueError(f"no test {index} of {self.test_count}"))
+        offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
+        file = bisect.bisect_right(offsets, index) - 1
+        return self._nodeids_of(file)[index - offsets[file]]
+
+    def nodeids_in(self, file: str) -> list[str]:
+        """The node ids of the tests of ``file``, in the order of their indexes."""
+        paths = self.file_paths()
+        at = bisect.bisect_left(paths, file)
+        return self._nodeids_of(at) if at < len(paths) and paths[at] == file else []
+
+    def _nodeids_of(self, file: int) -> list[str]:
+        found = self._nodeids_by_file.get(file)
+        if found is None:
+            offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
+            found = self._nodeids_by_file[file] = self.nodeids(offsets[file], offsets[file + 1])
+        return found
 
     def nodeids(self, start: int, stop: int) -> list[str]:
         """The node ids of tests ``start:stop``, read and decoded in one piece."""
