@@ -194,6 +194,18 @@ class RecordedRuns:
             return list(zip(tests, self.record.nodeids_in(file), strict=True))
         return [(i, self.record.tests[i].nodeid) for i in tests]
 
+    def parts_of_file(self, file: str) -> list[str]:
+        """What follows ``FILE::`` in each node id of the tests of ``file`` ('' for one
+        that names no part), in the order of :meth:`tests_of_file`."""
+        if isinstance(self.record, storage.StoredRecord):
+            parts = self.record.parts_in(file)
+            if parts is not None:
+                return parts
+        return [
+            nodeid.split("::", 1)[1] if "::" in nodeid else ""
+            for _, nodeid in self.nodeids_of_file(file)
+        ]
+
     def test_files(self) -> set[str]:
         """The test files the record holds tests of."""
         return {file for file, _, _ in self.test_groups()}

@@ -565,6 +565,34 @@ class StoredRecord:
         at = bisect.bisect_left(paths, file)
         return self._nodeids_of(at) if at < len(paths) and paths[at] == file else []
 
+    def parts_in(self, file: str) -> list[str] | None:
+        """What follows ``FILE::`` in the node id of each test of ``file`` (a test's name
+        within its file), cut from the file's node ids at once; None when one of them does
+        not start with it."""
+        paths = self.file_paths()
+        at = bisect.bisect_left(paths, file)
+        if at == len(paths) or paths[at] != file:
+            return []
+        offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
+        start, stop = offsets[at], offsets[at + 1]
+        if start == stop:
+            return []
+        bounds = self._s.whole("test_nodeid_offsets")
+        try:
+            if not bounds[start] < bounds[stop] <= self._s.length("test_nodeids"):
+                raise ValueError("test_nodeid_offsets do not rise")
+            text = self._s.raw("test_nodeids", bounds[start], bounds[stop] - 1)
+        except (ValueError, OSError) as exc:
+            raise self._fail(exc) from None
+        chunk = text.decode("utf-8", "surrogateescape")
+        prefix = file + "::"
+        if not chunk.startswith(prefix) or chunk.count("\0" + prefix) != stop - start - 1:
+            return None
+        parts = chunk.replace("\0" + prefix, "\0")[len(prefix) :].split("\0")
+        if len(parts) != stop - start:
+            raise self._fail(ValueError("test_nodeids do not match their offsets"))
+        return parts
+
     def _nodeids_of(self, file: int) -> list[str]:
         found = self._nodeids_by_file.get(file)
         if found is None:

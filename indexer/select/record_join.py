@@ -194,11 +194,12 @@ class _Decided(Mapping[str, set[str]]):
 
     def __getitem__(self, file: str) -> set[str]:
         if file not in self._files:
-            found = {
-                _parts(nodeid)
-                for i, nodeid in self._runs.nodeids_of_file(file)
-                if i in self._trusted
-            }
+            tests = self._runs.tests_of_file(file)
+            parts = self._runs.parts_of_file(file)
+            if len(self._trusted.intersection(tests)) == len(tests):
+                found = set(parts)  # the common case: every test of the file decided
+            else:
+                found = {part for i, part in zip(tests, parts, strict=True) if i in self._trusted}
             if not found:
                 raise KeyError(file)
             self._files[file] = found
