@@ -3,14 +3,15 @@
 Three steps, each with its own source of truth:
 
 1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
-   (it passed, nothing disturbed the recorder; or it skipped or xfailed in the selecting
-   environment, ``indexer.select.environment``), whose test file and every file of the
-   tree it ran are as the base has them: unchanged since the record's commit, and with
-   the content the record carries for them (a record made with uncommitted edits).
-   The rest are left to the static walk: tests that failed or errored when recorded,
-   skipped elsewhere (a CUDA test skipped on a CPU recorder ran nothing, it was not shown
-   to run nothing), tests of changed files, tests that ran code changed since, and tests
-   the record does not hold at all (new tests, new parametrizations, unrecorded files).
+   (it passed, nothing disturbed the recorder; or it skipped, xfailed, failed or errored
+   in the selecting environment, ``indexer.select.environment``), whose test file and
+   every file of the tree it ran are as the base has them: unchanged since the record's
+   commit, and with the content the record carries for them (a record made with
+   uncommitted edits). The rest are left to the static walk: tests the recorder did not
+   see whole (interrupted, timed out, disturbed), skipped or failed elsewhere (a CUDA
+   test skipped on a CPU recorder ran nothing, it was not shown to run nothing), tests of
+   changed files, tests that ran code changed since, and tests the record does not hold
+   at all (new tests, new parametrizations, unrecorded files).
 2. **Which ops and functions reach the change?** (``indexer.select.native_reach``) For a
    C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
    for a change inside a Python function's body, that function itself. Module-level and
@@ -131,10 +132,13 @@ def _consult(
     answer = RecordAnswer(summary={**summary, "used": True})
     # Each file's decided tests are named only when the selection asks for that file.
     answer.decided = _Decided(runs, trusted_indexes)
-    for (file, _, _), tests in runs.test_groups().items():
+    failing: list[int] = []  # trusted tests that failed or errored when recorded
+    for (file, outcome, _), tests in runs.test_groups().items():
         held = len(tests) - len(trusted_indexes.intersection(tests))
         if held:
             answer.undecided[file] = answer.undecided.get(file, 0) + held
+        if outcome in FAILURES:
+            failing.extend(i for i in tests if i in trusted_indexes)
     answer.summary["trusted_tests"] = len(trusted_indexes)
     answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
     label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
@@ -172,6 +176,12 @@ def _consult(
             imported.append((entity, chains, work))
     if used_no_cuda:
         answer.summary["used_no_cuda"] = len(used_no_cuda - chosen)
+    not_run = [runs.nodeid(i) for i in failing if i not in chosen]
+    if not_run:
+        # Not run, and said: they fail as on the base (docs/selection.md, "Failed tests").
+        answer.summary["failed_when_recorded_not_run"] = {
+            "tests": len(not_run), "first": sorted(not_run)[:20]
+        }  # fmt: skip
     # After every change's own executors: an importer already chosen stands for the rest.
     for entity, chains, work in imported:
         for use in import_uses(runs, work, trusted_indexes, chosen):
@@ -301,23 +311,27 @@ def _content_drift(diff: Diff, record: Record, known: frozenset[str]) -> frozens
 
 
 def skip_environment(runs: RecordedRuns) -> str | None:
-    """Why the record's skipped and xfailed tests cannot be decided here ('' when they
-    can: the environment their decisions read is this one's); None when it holds none."""
+    """Why the record's skipped, xfailed, failed and errored tests cannot be decided here
+    ('' when they can: the environment their outcomes read is this one's); None when it
+    holds none."""
     if not any(outcome in REPEATABLE for _, outcome, _ in runs.test_groups()):
         return None
     return mismatch(runs.record.meta.get("environment"), current_environment())
 
 
-# Outcomes that repeat where the environment and the code they ran are the same.
-REPEATABLE = frozenset({"skipped", "xfailed"})
+# Outcomes that repeat where the environment and the code they ran are the same: a test
+# that stopped early ran the same code up to the same stop (docs/selection.md).
+FAILURES = frozenset({"failed", "error"})
+REPEATABLE = frozenset({"skipped", "xfailed"}) | FAILURES
 
 
 def trusted_tests(
     runs: RecordedRuns, drifted: frozenset[str], skips: str | None = None
 ) -> tuple[list, Counter]:
     """(the tests the record can speak for, why the others cannot: reason -> count).
-    ``skips``: '' when the tests that skipped or xfailed when recorded would decide the
-    same here (:func:`skip_environment`), else why not."""
+    ``skips``: '' when the tests that stopped early when recorded (skipped, xfailed,
+    failed, errored) would stop the same way here (:func:`skip_environment`), else why
+    not."""
     indexes, untrusted = trusted_test_indexes(runs, drifted, skips)
     tests = runs.record.tests
     return [tests[i] for i in sorted(indexes)], untrusted
