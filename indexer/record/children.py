@@ -517,7 +517,6 @@ class Reporter:
         self.observer = observer
         self.pid = os.getpid()
         self.ppid = os.getppid()
-        self.program = _program(sys.argv or ["python"]) or "python"
         self.sequence = 0
         self.names: Names = set()  # seen before the observer started (modules loaded)
         self.problems: list[str] = []
@@ -568,7 +567,7 @@ class Reporter:
             problems.append(self.disturbed)
         started, unfollowable = Spawns.get().take()
         data = {
-            "pid": self.pid, "ppid": self.ppid, "stretch": stretch, "program": self.program,
+            "pid": self.pid, "ppid": self.ppid, "stretch": stretch, "program": _this_program(),
             "first": self.sequence == 0, "final": final,
             "names": sorted(names), "problems": problems, "imports": imports,
             "started": started, "unfollowable": unfollowable,
@@ -586,6 +585,17 @@ class Reporter:
                 self.listener.close()
         else:
             self.stretch = max(self.stretch, closing + 1)
+
+
+def _this_program() -> str:
+    """What this process runs, as a reason names it: ``python -m MODULE`` or its script."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name:
+        return f"python -m {name.removesuffix('.__main__')}"
+    argv = getattr(sys, "argv", None) or ["python"]
+    program = _program(argv)
+    return f"python {program}" if program in ("-c", "-") else program or "python"
 
 
 def _observe_this_thread(observer) -> None:
