@@ -8,13 +8,15 @@ the work since the observer's last close, which the next close gives to a segmen
 Python child of the same environment loads a start-up hook (a ``.pth`` file put in
 site-packages for the run, as coverage.py's ``patch = subprocess`` does), starts its own
 observer once torch is imported, counts what *it* starts, and writes what it executed to
-that directory before it exits (atexit, ``os._exit``, SIGTERM). A forked child keeps the
-observer it was forked with and writes the same way.
+that directory: for each stretch the root asks it to report while it lives (its channel,
+``child_channel``), and before it exits (atexit, ``os._exit``, SIGTERM). A forked child
+keeps the observer it was forked with and reports the same way.
 
-When a stretch closes, the root reads the reports written for it and checks the process
-tree: every process (the root, each child that reported) must have as many reporting
-children as it started. One that did not report (a non-Python program, an interpreter
-that does not load the hook, a child still running, one killed) makes the stretch's
+When a stretch closes, the root asks its live children for the stretch, reads the
+reports and checks the process tree: every process (the root, each child that reported)
+must have as many newly reporting children as it started, and every child still live
+must have reported. One that did not (a non-Python program, an interpreter that does not
+load the hook, a live child that did not answer in time, one killed) makes the stretch's
 segment unrecorded, saying which program: never recorded as running only what the
 parent did.
 """
