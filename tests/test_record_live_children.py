@@ -5,7 +5,8 @@ at module import, a fork pool made by a session fixture, a DataLoader with
 persistent_workers=True. When the recording closes a test's stretch it asks each live
 child to report it (docs/recording.md#child-processes): each test is recorded with its
 own op, and a change to one op's kernel selects exactly the tests that ran it. A worker
-that does not answer (stopped) leaves its test unrecorded, saying why. Everything runs
+that does not answer (stopped), or whose Python is no longer observed (its task replaced
+the profile function), leaves its test unrecorded, saying why. Everything runs
 for real: the op library and the recorder are compiled, pytest records in a child
 process, the selection reads the index built from the sources.
 """
@@ -107,6 +108,18 @@ def test_a_worker_that_does_not_answer_leaves_its_test_unrecorded(recorded) -> N
     assert test.unrecorded.startswith(NOT_FOLLOWED), test.unrecorded
     assert "did not report this stretch within 3 s" in test.unrecorded
     assert not test.complete
+
+
+@pytest.mark.parametrize(
+    "name", ["test_worker_replaces_its_profile_function", "test_after_the_worker_replaced_it"]
+)
+def test_a_live_worker_that_replaces_its_profile_function_is_unrecorded(recorded, name) -> None:
+    # Its report thread sees only its own profile function: the replacement is noticed
+    # where it is made, and every later stretch of that worker is unrecorded too.
+    _, _, record = recorded
+    test = recorded_test(record, "tests/test_profile.py", name)
+    assert test.outcome == "passed"
+    assert "replaced its profile function (sys.setprofile)" in test.unrecorded, test.unrecorded
 
 
 def kept(repo: Path) -> dict[tuple[str, str], str]:

@@ -289,7 +289,7 @@ class Follower:
             if pid in reports:
                 self.silent.discard(pid)
                 continue
-            if not _alive(pid):
+            if not _running(pid):
                 problems.append(
                     f"{NOT_FOLLOWED}: {program} (pid {pid}), running since an earlier "
                     "stretch, ended without reporting"
@@ -526,6 +526,7 @@ class Reporter:
         self.listener: child_channel.Listener | None = None
         self.disturbed = ""  # why this process's Python is no longer observed whole
         self.lock = threading.RLock()  # one report at a time, whichever thread writes it
+        self._thread_observed = False  # the channel thread has the profile function
 
     def listen(self) -> None:
         """Opens the channel through which the root asks for each stretch's report."""
@@ -551,8 +552,16 @@ class Reporter:
         self.names = set()
         imports: dict[str, list] = {}
         if self.observer is not None:
-            if not final and threading.current_thread() is not threading.main_thread():
+            in_channel = threading.current_thread() is not threading.main_thread()
+            if not final and in_channel and not self._thread_observed:
+                self._thread_observed = True
                 _observe_this_thread(self.observer)
+            if not final and getattr(self.observer, "_aside", False) and not self.disturbed:
+                # A tracing profiler took every thread's profile function: the channel
+                # thread's drain would see its own thread only.
+                from indexer.record.observer import STOOD_ASIDE  # observer imports this module
+
+                self.disturbed = f"a live child's Python is no longer observed: {STOOD_ASIDE}"
             observed = self.observer.close()
             names |= observed.names
             problems.extend(observed.problems)
@@ -603,7 +612,7 @@ def _this_program() -> str:
 def _observe_this_thread(observer) -> None:
     # The channel's thread may have started before the observer did (a child observes
     # once torch is imported): without the profile function, its drain would read as a
-    # test having replaced it.
+    # test having replaced it. Once only: after that, a change is the drain's to see.
     if sys.getprofile() is None:
         observer._observe_new_thread(None, "call", None)
 
