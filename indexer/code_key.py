@@ -19,6 +19,7 @@ _READERS = (
     "indexer/snapshot",
     "indexer/record",
     "indexer/audit",
+    "indexer/anchors",
 )
 
 
