@@ -188,3 +188,18 @@ def test_an_update_that_makes_a_macro_an_attribute_equals_a_rebuild(tmp_path: Pa
     finally:
         index.close()
     assert_same_graph(workspace.db_path, rebuild_copy(repo, tmp_path / "rebuilt"), "macro edit")
+
+
+def test_uses_in_continued_directives_and_calls_are_left_alone() -> None:
+    """PyTorch's ``#if defined(A) && \\`` / ``defined(CUDART_SUPPORTS_MULTICAST)`` and
+    ``C10_DEFINE_DEPRECATED_USING(...)`` (a name also defined function-like)."""
+    shared = SharedMacros({"export.h": header_macros(EXPORT_H.encode())})
+    text = (
+        "#if defined(_WIN32) && \\\n    defined(MX_PUBLIC)\nint x;\n#endif\n"
+        "MX_PUBLIC(Alias, Target)\n"
+        "MX_PUBLIC int f();\n"
+    )
+    data = prepare(text.encode(), shared).data
+    assert b"    defined(MX_PUBLIC)" in data
+    assert b"MX_PUBLIC(Alias, Target)" in data
+    assert b"\n          int f();" in data

@@ -235,7 +235,9 @@ _IDENTIFIER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 def uses(data: bytes, names: Mapping[str, str]) -> list[tuple[int, int, str]]:
     """(start, end, mark) of each whole-word use of an attribute macro in ``data``,
-    outside preprocessor lines. Names are looked for one by one (a project has few)."""
+    outside preprocessor lines, and not called: a name followed by '(' is some other
+    macro of that name (``C10_DEFINE_DEPRECATED_USING`` is both). Names are looked for
+    one by one (a project has few)."""
     found = []
     for name, mark in names.items():
         needle = name.encode()
@@ -245,9 +247,21 @@ def uses(data: bytes, names: Mapping[str, str]) -> list[tuple[int, int, str]]:
             if (
                 (not start or data[start - 1] not in _IDENTIFIER)
                 and (end >= len(data) or data[end] not in _IDENTIFIER)
-                and not data[data.rfind(b"\n", 0, start) + 1 : start].lstrip().startswith(b"#")
+                and not data[end : end + 64].lstrip().startswith(b"(")
+                and not _in_directive(data, start)
             ):
                 found.append((start, end, mark))
             start = data.find(needle, end)
     found.sort()
     return found
+
+
+def _in_directive(data: bytes, start: int) -> bool:
+    """Whether ``start`` is on a preprocessor line, continued lines included
+    (``#if defined(A) && \\`` then ``defined(B)``)."""
+    line_start = data.rfind(b"\n", 0, start) + 1
+    while line_start > 1 and (
+        data.endswith(b"\\", 0, line_start - 1) or data.endswith(b"\\\r", 0, line_start - 1)
+    ):
+        line_start = data.rfind(b"\n", 0, line_start - 1) + 1
+    return data[line_start:start].lstrip().startswith(b"#")
