@@ -33,3 +33,8 @@ def test_torchvision_anchors_hold(capsys, monkeypatch) -> None:
 
 def test_torch_extension_anchors_hold_on_pytorch_sparse(capsys, monkeypatch) -> None:
     _verify(capsys, monkeypatch, "torch-extension", "pytorch_sparse")
+
+
+@pytest.mark.xdist_group("vllm-index")
+def test_vllm_anchors_hold(vllm_index, capsys, monkeypatch) -> None:
+    _verify(capsys, monkeypatch, "vllm", "vllm")
