@@ -94,7 +94,7 @@ WRONG = {
     "covers": ("test/test_other.py", "covers torchvision::nms in test/test_other.py"),
     "affected": ("test/test_other.py", "affected vision::ops::nms_kernel in test/test_other.py"),
     "end": ("vision::cuda_version", "torchvision::nms -> vision::cuda_version: torchvision::nms"),
-    "ops": ("50", "minimum op: 2 < 50"),  # torchvision::nms and _cuda_version
+    "ops": ("50", "minimum op: 3 < 50"),  # torchvision::nms and _cuda_version
     "detected": ("true", "detected: the tree is detected as"),
 }
 
