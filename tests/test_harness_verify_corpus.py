@@ -15,9 +15,7 @@ pytestmark = pytest.mark.corpus
 def _verify(capsys, monkeypatch, harness: str, corpus: str) -> None:
     source, cache = corpus_index(corpus, harness)
     monkeypatch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-    code, out, err = run(
-        capsys, "harness", "verify", "--harness", harness, "--source", str(source)
-    )
+    code, out, err = run(capsys, "harness", "verify", "--harness", harness, "--source", str(source))
     assert code == 0, out + err
     assert "all " in out and " checks hold" in out, out
 

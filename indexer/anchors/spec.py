@@ -95,15 +95,15 @@ def _anchor(path: Path, node: yaml.Node) -> Anchor:
     keys = [str(key.value) for key, _ in node.value]
     kind = keys[0]
     if kind not in KINDS:
-        raise _fail(
-            path, _line(node), f"unknown anchor kind {kind!r} (known: {', '.join(KINDS)})"
-        )
+        raise _fail(path, _line(node), f"unknown anchor kind {kind!r} (known: {', '.join(KINDS)})")
     spec = KINDS[kind]
     values: dict[str, Any] = {}
     for key_node, value_node in node.value:
         key = str(key_node.value)
         if key not in spec:
-            raise _fail(path, _line(key_node), f"{kind} anchor takes {', '.join(spec)}, not {key!r}")
+            raise _fail(
+                path, _line(key_node), f"{kind} anchor takes {', '.join(spec)}, not {key!r}"
+            )
         values[key] = _scalar(path, value_node, key, spec[key])
     missing = [key for key in spec if key not in values]
     if missing:
