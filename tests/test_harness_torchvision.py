@@ -79,3 +79,25 @@ def test_each_dispatch_key_registers_its_kernel(index: Index) -> None:
         ),
         "MPS": ("vision::ops::(anonymous)::nms_kernel", "torchvision/csrc/ops/mps/nms_kernel.mm"),
     }
+
+
+def test_a_function_its_package_re_exports_over_its_submodule_reaches_its_tests(
+    index: Index,
+) -> None:
+    """``from torchvision.ops.roi_align import roi_align`` in torchvision/ops/__init__.py
+    binds ``ops.roi_align`` to the function, over the submodule of the same name: a test
+    calling ``ops.roi_align(...)`` runs the function (issue 38: `tests roi_align` missed
+    TestRoIAlign), and the agent's questions about it find that test."""
+    from indexer.query.tests import tests
+    from indexer.query.trace import trace
+
+    function = "torchvision.ops.roi_align.roi_align"
+    test = "test/test_ops.py::TestRoIAlign::test_forward"
+    (node,) = index.find(test, ["test_function"])
+    targets = {index.node(edge.dst).qualname for edge in index.out_edges(node.id)}
+    assert function in targets
+    assert "torchvision.ops.roi_align" not in targets  # the module, as before
+    found = tests(index, "roi_align")
+    assert test in [item.label for item in found.items]
+    traced = trace(index, "torchvision.ops.roi_align")
+    assert traced.found and traced.items[0].label == function
