@@ -7,13 +7,10 @@ extraction code) is built again. ``force`` always builds again.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.build import BuildResult, build_index
-from indexer.code_key import extraction_code_key
-from indexer.store.db import read_meta
 from indexer.update import UpdateResult, full_build_reason, update_index
 from indexer.workspace import Workspace
 
@@ -28,17 +25,7 @@ class Refresh:
 
 def rebuild_reason(workspace: Workspace, compile_commands: Path | None = None) -> str | None:
     """Why the index must be built again rather than updated, or None."""
-    reason = full_build_reason(workspace, workspace.db_path, compile_commands)
-    if reason is not None:
-        return reason
-    conn = sqlite3.connect(f"file:{workspace.db_path}?mode=ro&immutable=1", uri=True)
-    try:
-        made_by = read_meta(conn).get("extraction_code")
-    finally:
-        conn.close()
-    if made_by != extraction_code_key():
-        return "it was built by another version of TorchTalk's indexer"
-    return None
+    return full_build_reason(workspace, workspace.db_path, compile_commands)
 
 
 def refresh_index(
