@@ -67,6 +67,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="record, to PATH instead (a record TorchTalk wrote, or a new file)",
     )
+    group.addoption(
+        "--torchtalk-record-missing",
+        metavar="BASE",
+        default=None,
+        help="with recording: run and record only the tests the record BASE lacks "
+        "(after a timeout); merge them with 'torchtalk record merge BASE NEW'",
+    )
     parser.addini("torchtalk_affected", "turn test selection on", type="bool", default=False)
     parser.addini("torchtalk_base", "base revision for the diff", default="")
     parser.addini("torchtalk_report", "path of the JSON selection report", default="")
@@ -77,6 +84,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 SELECTION_PLUGIN = "torchtalk-affected"
 RECORD_PLUGIN = "torchtalk-record"
+MISSING_PLUGIN = "torchtalk-record-missing"
 
 
 def workspace_of(config: pytest.Config):
@@ -103,6 +111,11 @@ def _configure_recording(config: pytest.Config) -> None:
     )
 
     wanted = record_path_option(config)
+    if wanted is None and config.getoption("--torchtalk-record-missing"):
+        raise pytest.UsageError(
+            "torchtalk: --torchtalk-record-missing needs --torchtalk-record or "
+            "--torchtalk-record-to=PATH (the run records what BASE lacks)"
+        )
     if wanted is None or config.getoption("collectonly"):
         return
     try:
@@ -110,6 +123,15 @@ def _configure_recording(config: pytest.Config) -> None:
     except TorchTalkError as exc:
         raise pytest.UsageError(f"torchtalk: {exc}") from None
     path = config.invocation_params.dir / wanted if wanted else default_record_path(workspace)
+    base = config.getoption("--torchtalk-record-missing")
+    if base:
+        from pytest_torchtalk.record_missing import load_missing
+
+        try:
+            missing = load_missing(config.invocation_params.dir / base, workspace.source, path)
+        except TorchTalkError as exc:
+            raise pytest.UsageError(f"torchtalk: {exc}") from None
+        config.pluginmanager.register(missing, MISSING_PLUGIN)
     if not hasattr(config, "workerinput"):  # an xdist worker records where it is told
         problem = refuse_record_path(path)
         if problem:

@@ -34,7 +34,7 @@ from indexer.query.recorded import record_path_for
 from indexer.record import journal, native, storage
 from indexer.record.cuda_capture import KernelCapture, capture_off_reason
 from indexer.record.files import dirty_files
-from indexer.record.model import Record, RecordedTest
+from indexer.record.model import INTERRUPTED, Record, RecordedTest
 from indexer.record.observer import Observed, Observer
 from indexer.select.environment import current_environment
 from indexer.snapshot.fingerprint import full_commit
@@ -359,7 +359,7 @@ class RecordRun:
         # is unknown, whatever pytest had reported for it so far.
         interrupted = interrupted or outcome.interrupted or ("SIGTERM" if _terminated else "")
         if interrupted:
-            problems.append(f"interrupted: {interrupted}")
+            problems.append(f"{INTERRUPTED}{interrupted}")
         test = RecordedTest(
             nodeid=item.nodeid,
             file=file,

@@ -309,3 +309,78 @@ def test_records_of_one_commit_with_different_uncommitted_files_are_not_merged()
     mixed = merge([clean, edited], allow_mixed_commits=True)
     assert mixed.meta["commit"] is None and "dirty" not in mixed.meta
     assert merge([edited, a_part("tests/test_a.py::three", dirty=dict(edited.meta["dirty"]))])
+
+
+def test_a_run_cut_short_is_completed_by_recording_only_what_it_lacks(stoppable) -> None:
+    repo, env = stoppable
+    cut = run_until_waiting(repo, env, signal.SIGTERM, "--torchtalk-record-to=cut.ttr", FILE)
+    assert cut.returncode == 2, cut.stdout + cut.stderr
+    rest = run_pytest(
+        repo, "--torchtalk-record-to=rest.ttr", "--torchtalk-record-missing=cut.ttr", FILE, env=env
+    )  # fmt: skip
+    assert "torchtalk: 3 tests already recorded in " in rest.stdout, rest.stdout
+    assert "2 passed, 3 deselected" in rest.stdout
+    assert {t.nodeid for t in storage.read(repo / "rest.ttr").tests} == {
+        WAITING,
+        f"{FILE}::test_fifth",
+    }
+    merged = subprocess.run(
+        [sys.executable, "-m", "pytest_torchtalk", "record", "merge", "cut.ttr", "rest.ttr",
+         "-o", "all.ttr"],
+        cwd=repo, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    record = storage.read(repo / "all.ttr")
+    tests = {t.nodeid: t for t in record.tests}
+    assert len(tests) == 5 and all(t.complete for t in tests.values())
+    # The stopped run's 'error' was the stop, not the test: the whole run's outcome counts.
+    assert tests[WAITING].outcome == "passed"
+    assert "aten::atan2" in ops(record, WAITING)
+
+
+def test_recording_what_a_record_lacks_is_refused_where_it_would_mislead(stoppable) -> None:
+    repo, env = stoppable
+    storage.write(a_part(f"{FILE}::test_first"), repo / "elsewhere.ttr")  # commit cccc...
+    for args, problem in (
+        (["--torchtalk-record-missing=elsewhere.ttr"], "needs --torchtalk-record"),
+        (
+            ["--torchtalk-record-to=elsewhere.ttr", "--torchtalk-record-missing=elsewhere.ttr"],
+            "is the record this run writes",
+        ),
+        (
+            ["--torchtalk-record-to=new.ttr", "--torchtalk-record-missing=elsewhere.ttr"],
+            "was recorded at cccccccccccc, this tree is at ",
+        ),
+        (
+            ["--torchtalk-record-to=new.ttr", f"--torchtalk-record-missing={FILE}"],
+            "tests/test_stop.py",
+        ),
+    ):
+        done = run_pytest(repo, *args, FILE, env=env, check_codes=(4,))
+        assert "torchtalk: " in done.stderr and problem in done.stderr, done.stderr
+        assert "passed" not in done.stdout
+        assert not (repo / "new.ttr").exists() and not (repo / "new.ttr.journal").exists()
+
+
+def test_a_test_is_recorded_when_any_of_its_runs_saw_all_of_its_work() -> None:
+    nodeid = "tests/test_a.py::one"
+
+    def run(outcome: str, unrecorded: str = "") -> Record:
+        part = a_part(nodeid)
+        part.tests[0].outcome, part.tests[0].unrecorded = outcome, unrecorded
+        return part
+
+    stopped = run("error", "interrupted: SIGTERM")
+    unfollowed = run("failed", "a child process was not followed: 1 of 1 started (sh)")
+    for parts, outcome, unrecorded in (
+        ([stopped, run("passed")], "passed", ""),  # the stop is not the test's outcome
+        ([unfollowed, run("passed")], "failed", ""),  # a real failure stays the worse
+        (
+            [stopped, unfollowed],
+            "failed",
+            "a child process was not followed: 1 of 1 started (sh); interrupted: SIGTERM",
+        ),
+    ):
+        for ordered in (parts, parts[::-1]):
+            (test,) = merge(ordered).tests
+            assert (test.outcome, test.unrecorded) == (outcome, unrecorded)

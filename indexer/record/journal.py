@@ -26,7 +26,7 @@ from pathlib import Path
 from indexer.record import native
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.merge import merge
-from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, RecordedTest
+from indexer.record.model import INTERRUPTED, KINDS, OUTCOMES, SEGMENT_KINDS, Record, RecordedTest
 from indexer.record.storage import MAGIC as STORAGE_MAGIC
 from indexer.record.storage import RecordError, canonical
 
@@ -275,7 +275,7 @@ def read(path: Path) -> Record:
             raise RecordError(f"journal {path} cannot be used: its end entry is damaged")
         record.meta.update(end.get("meta") or {})
         if end.get("interrupted"):
-            reasons.insert(0, f"interrupted: {end['interrupted']}")
+            reasons.insert(0, f"{INTERRUPTED}{end['interrupted']}")
     record.meta["partial"] = bool(reasons)
     record.meta["partial_reasons"] = reasons
     return record

@@ -4,7 +4,7 @@ Merging is a union that does not depend on order: segments of the same kind and 
 (a file's collection, seen by every worker; one module fixture set up by two workers) are
 one segment holding what either saw, and a test recorded twice (a re-run shard) keeps
 everything both runs executed, with the worse outcome, so that neither run's evidence is
-lost. The result is canonical (``storage.canonical``), so the same inputs give the same
+lost; it is recorded when either run saw all of its work. The result is canonical (``storage.canonical``), so the same inputs give the same
 bytes in any order.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from indexer.record.model import OUTCOMES, Record, RecordedTest
+from indexer.record.model import INTERRUPTED, OUTCOMES, Record, RecordedTest
 from indexer.record.storage import RecordError, canonical
 
 # Worse first: a test that failed in one shard and passed in another is not one whose
@@ -66,11 +66,14 @@ def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record
                 )
                 continue
             seen.segments.extend(segments)
-            if _SEVERITY[test.outcome] < _SEVERITY[seen.outcome]:
-                seen.outcome = test.outcome
+            seen.outcome = _outcome_of_both(seen, test)
             seen.duration = max(seen.duration, test.duration)
-            problems = sorted({p for p in (seen.unrecorded, test.unrecorded) if p})
-            seen.unrecorded = "; ".join(problems)
+            # One run that saw all of the test's work is enough: the union holds it
+            # (docs/recording.md#completing-a-record).
+            if seen.unrecorded and test.unrecorded:
+                seen.unrecorded = "; ".join(sorted({seen.unrecorded, test.unrecorded}))
+            else:
+                seen.unrecorded = ""
         for path, content in record.files.items():
             known = out.files.setdefault(path, content)
             if known != content:
@@ -78,6 +81,18 @@ def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record
     out.files = {p: h for p, h in out.files.items() if h}
     out.tests = list(by_nodeid.values())
     return canonical(out)
+
+
+def _outcome_of_both(one: RecordedTest, other: RecordedTest) -> str:
+    """The worse outcome, where an interrupted run's counts for nothing: its 'error' says
+    only that the run was stopped, which another run of the test does not repeat."""
+    stopped = [t for t in (one, other) if _interrupted(t)]
+    outcomes = [t.outcome for t in (one, other) if t not in stopped] or [one.outcome, other.outcome]
+    return min(outcomes, key=_SEVERITY.__getitem__)
+
+
+def _interrupted(test: RecordedTest) -> bool:
+    return any(p.startswith(INTERRUPTED) for p in test.unrecorded.split("; "))
 
 
 def _merged_meta(records: list[Record], *, mixed: bool) -> dict:

@@ -42,6 +42,8 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 # Outcomes whose record shows everything the test does: a test that failed or was skipped
 # stopped early, so what it did not reach is unknown.
 COMPLETE_OUTCOMES = frozenset({"passed", "xpassed"})
+# How a test stopped before its end begins its unrecorded reason ('interrupted: SIGTERM').
+INTERRUPTED = "interrupted: "
 
 
 def _text(value: Any) -> bool:
