@@ -13,6 +13,9 @@ project (see ../shared/corpora/README.md):
 
     python bench/record.py --source ~/.cache/torchtalk-corpora/pytorch-2.6 \
         --python /path/to/venv/bin/python --files 40 --seed 0 --out /tmp/record-bench
+
+`--missing-from DIR` completes earlier per-file records (a limit struck them): each file
+records only what its record in DIR lacks, as docs/ci.md's completion step does.
 """
 
 from __future__ import annotations
@@ -133,6 +136,11 @@ def main() -> int:
         help="skip the runs without recording: only the record is made (half the time; no "
         "overhead figure), e.g. for bench/selection_record.py",
     )  # fmt: skip
+    parser.add_argument(
+        "--missing-from", type=Path, metavar="DIR",
+        help="complete the per-file records in DIR: each file records only the tests its "
+        "record there lacks (--torchtalk-record-missing), to be merged with it",
+    )  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "records").mkdir(exist_ok=True)
@@ -159,6 +167,9 @@ def main() -> int:
         runs = {}
         for which in order:
             extra = [f"--torchtalk-record-to={record_path}"] if which == "recorded" else []
+            base = args.missing_from / record_path.name if args.missing_from else None
+            if base and which == "recorded":
+                extra.append(f"--torchtalk-record-missing={base}")
             runs[which] = run(args.python, args.source, file, extra, args.timeout)
         result = {"file": file, "plain": runs.get("plain"), "recorded": runs["recorded"]}
         result["kept"] = all(r["code"] in (0, 1, 5) for r in runs.values())
