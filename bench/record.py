@@ -70,6 +70,8 @@ _WRAPPER = (
 
 def run(python: str, source: Path, file: str, extra: list[str], timeout: float) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    # As in an activated venv (CI's setup): a test starting `python3` gets this Python.
+    env["PATH"] = f"{Path(python).parent}{os.pathsep}{env.get('PATH', '')}"
     command = [python, "-m", "pytest", file, "-q", "-p", "no:cacheprovider", *extra]
     start = time.perf_counter()
     cpu = 0.0
