@@ -373,3 +373,24 @@ def test_a_suite_of_some_test_files_judges_only_the_files_it_runs(auditext: Path
     }  # fmt: skip
     assert "suite: 3 tests in 1 files" in markdown(report)
     assert "1 selections also name test files it does not run" in markdown(report)
+
+
+@needs_compiler
+def test_a_build_the_budget_cuts_is_not_a_mutation_that_does_not_build(auditext: Path) -> None:
+    # The unmutated tree builds at once; a mutated one outlasts the budget, as a slow
+    # incremental build does when --budget runs out during it.
+    flag = auditext.parent / "slow"
+    flag.touch()
+    slow = f"{{ test -e {flag} && ! git diff --quiet && sleep 600; }}; {BUILD}"
+    args = ["--mutations", "2", "--seed", "3", "--baseline-runs", "1"]
+    cut = ["audit", "--source", str(auditext), "--build", slow, "--test", TEST, *args]
+    assert main([*cut, "--budget", "0.75"]) == 0
+    report = json.loads((auditext / ".git" / STATE_DIR / "report.json").read_text())
+    assert report["stopped"] == "budget of 0.75 minutes"
+    assert all(r["status"] != "not building" for r in report["results"])
+    assert git(auditext, "status", "--porcelain") == ""
+    flag.unlink()  # the same command, quick again
+    assert main([*cut, "--resume"]) == 0
+    report = json.loads((auditext / ".git" / STATE_DIR / "report.json").read_text())
+    assert [r["id"] for r in report["results"]] == [m["id"] for m in report["plan"]]
+    assert all(r["status"] != "not building" for r in report["results"])

@@ -204,7 +204,11 @@ class Audit:
                     report["stopped"] = f"budget of {self.options.budget_minutes:g} minutes"
                     break
                 self.progress(f"[{position}/{len(report['plan'])}] {mutation.describe()}")
-                result = self._measure(mutation, tests, baseline, excluded)
+                try:
+                    result = self._measure(mutation, tests, baseline, excluded)
+                except _BudgetSpent:
+                    report["stopped"] = f"budget of {self.options.budget_minutes:g} minutes"
+                    break
                 report["results"].append(result)
                 self._save(report)
                 self.progress(f"    {_summary(result)}")
@@ -338,6 +342,8 @@ class Audit:
         try:
             built = run_command(self.options.build, self.source, timeout=self._limit(None, False))
             result["build_seconds"] = round(built.seconds, 1)
+            if not built.ok and built.timed_out and self._over_budget():
+                raise _BudgetSpent  # cut by --budget, not broken: --resume builds it again
             if not built.ok:
                 result.update(status="not building", build_output=built.tail)
                 return _empty(result)
@@ -388,6 +394,10 @@ def mutable(path: str, manifest) -> bool:
     if under_any(path, manifest.list("tests", "dirs")):
         return False
     return categorize(path, manifest)[0] in ("cpp", "cuda", "python")
+
+
+class _BudgetSpent(Exception):
+    """A mutation's build killed because --budget ran out: no result, so --resume runs it."""
 
 
 def _empty(result: dict) -> dict:
