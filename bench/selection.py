@@ -41,8 +41,8 @@ from collections import Counter
 from pathlib import Path
 
 from indexer.query.index import Index
-from indexer.select import hub, witness
-from indexer.select.engine import keep_hub_walk, select_tests
+from indexer.select import derived, hub, witness
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
 DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
@@ -210,7 +210,7 @@ def sample_changes(
         try:
             chains.save()
             started = time.perf_counter()
-            selection = select_tests(workspace)
+            selection = select_changes(workspace)
             times.append(time.perf_counter() - started)
             chains.restore()  # only chains earlier changes found
             cli_times.append(_cli_select(source)[0])  # the index is up to date now
@@ -284,7 +284,7 @@ def main() -> int:
     index = Index(workspace.db_path)
     if hub.load(index) is None:  # not prepared as 'torchtalk index build' leaves it
         started = time.perf_counter()
-        prepared = keep_hub_walk(workspace)
+        prepared = derived.prepare(workspace, seed=True)
         print(f"prepared as index build does: {prepared} ({time.perf_counter() - started:.1f} s)")
     chains = KeptChains(workspace)
     one_function_change(source, index, args.function, chains)

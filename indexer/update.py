@@ -39,6 +39,7 @@ from indexer.build import (
     refuse_incomplete,
     scan_header_macros,
 )
+from indexer.code_key import extraction_code_key
 from indexer.cpp.shared_macros import SharedMacros, changed_names
 from indexer.extract.context import TreeContext, context_meta, stored_context
 from indexer.extract.discover import SourceEntry, TreeProblem, discover
@@ -253,8 +254,10 @@ def _orphan_warning(orphans: set[str]) -> str:
 def full_build_reason(
     workspace: Workspace, base_path: Path, compile_commands: Path | None = None
 ) -> str | None:
-    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot.
-    A ``compile_commands`` the index was not built with is one: the whole precise layer
+    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot:
+    the one rebuild policy (``index build``, ``index update`` and the refresh before a
+    selection all ask it). An index made by other extraction code is one: an update
+    would re-extract only the changed files. A ``compile_commands`` the index was not built with is one: the whole precise layer
     changes (its TUs come from the cache where they can)."""
     if not base_path.is_file():
         return "no index yet"
@@ -274,6 +277,8 @@ def full_build_reason(
         return "the harness manifest changed since the index was built"
     if stored_context(meta) is None:
         return "the index was built without the extraction context (shared header macros)"
+    if meta.get("extraction_code") != extraction_code_key():
+        return "it was built by another version of TorchTalk's indexer"
     if compile_commands is not None and os.environ.get(PRECISE_SWITCH) != "off":
         built_with = _built_with(meta)
         if built_with is None or built_with.resolve() != compile_commands.resolve():

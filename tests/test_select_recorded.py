@@ -19,8 +19,8 @@ import pytest
 
 from indexer.query.recorded import record_path_for
 from indexer.record import storage
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git
 from tests.record_support import (
@@ -89,7 +89,7 @@ def _mark_recorded(recorded):
 
 def kept(repo: Path) -> dict[str, str]:
     """node id -> 'record'/'static' for every fixture test the selection keeps."""
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert not selection.run_everything, selection.everything
     matcher = ItemMatcher(selection)
     out = {}
@@ -130,7 +130,7 @@ def test_a_cpp_autograd_backward_change_selects_the_tests_whose_backward_ran_it(
     # Square::apply reaches Square::backward, but only a backward pass runs it: the
     # record's node torch::autograd::CppNode<recext::Square> says whose did.
     edit(repo, *SQUARE_BACKWARD)
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
     from indexer.select.report import chain_text
 
@@ -159,7 +159,7 @@ def test_a_helper_reached_through_a_kernel_selects_that_ops_tests(repo: Path) ->
 
 def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     reason = selection.files["tests/test_scale.py"].recorded["test_scale"]
     from indexer.select.report import chain_text
 
@@ -176,7 +176,7 @@ def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Pa
     # recext.probes runs recext::probe once at import, as torch._dynamo probes operators,
     # and every test file imports it (through recext): no test runs it itself.
     edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     by_record = {n for n, by in kept(repo).items() if by == "record"}
     # (test_scale_then_fail failed when recorded: the static walk keeps it, as every importer)
     assert len(by_record) == 1, by_record
@@ -195,7 +195,7 @@ def test_an_op_whose_import_time_result_is_kept_selects_its_users(repo: Path) ->
     # test_table depends on it though it never runs shift; test_shift runs it itself.
     edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
          "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     by_record = {n for n, by in kept(repo).items() if by == "record"}
     assert by_record == {"tests/test_shift.py::test_shift", "tests/test_scale.py::test_table"}
     from indexer.select.report import chain_text
@@ -211,7 +211,7 @@ def test_an_op_no_recorded_test_ran_keeps_only_what_the_record_does_not_decide(
     # recext::unused is called by recext.negate, which no test calls: statically its users
     # are a guess (the importers of recext); the record shows no trusted test runs it.
     edit(repo, "csrc/ops.cpp", "return x.neg();", "return x.neg().contiguous();")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert not selection.run_everything
     selected = kept(repo)
     assert selected and set(selected.values()) == {"static"}, selected
@@ -265,7 +265,7 @@ def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo:
     # recext::probe runs at import of recext.probes, which every file importing recext
     # imports: the static walk names each such file, the record keeps one importer.
     edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert {"tests/test_scale.py", "tests/test_shift.py"} <= set(selection.files)
     matcher = ItemMatcher(selection)
     running = sorted(
@@ -293,7 +293,7 @@ def test_a_new_test_file_and_a_changed_test_file_fall_back_to_static(repo: Path)
         "import recext\n\n\ndef test_new():\n    assert recext.scale\n"
     )
     edit(repo, "tests/test_shift.py", "def test_sorted():", "def test_sorted():  # changed")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     matcher = ItemMatcher(selection)
     assert matcher.verdict("tests/test_new.py", ["test_new"]).keep
     verdict = matcher.verdict("tests/test_shift.py", ["test_sorted"])
@@ -309,7 +309,7 @@ def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
     commit_all(repo, "probes keep a flag")
     edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
          "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     # Only test_outcomes.py's skipped and xfailed tests stay trusted: they import nothing
     # of recext (and skip the same way in this environment).
     assert selection.record["used"] and selection.record["trusted_tests"] == 2
@@ -346,7 +346,7 @@ def test_a_cuda_kernel_change_with_a_gpu_record_selects_the_tests_that_used_cuda
     try:
         storage.write(record, path)
         edit(repo, *CUDA_SCALE)
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert kept(repo) == {
             "tests/test_scale.py::test_scale": "record",
             "tests/test_scale.py::test_scale_then_fail": "static",  # failed when recorded
@@ -364,7 +364,7 @@ def test_a_record_of_another_history_is_not_used_and_says_why(repo: Path) -> Non
     git(repo, "checkout", "-q", "--orphan", "elsewhere")
     commit_all(repo, "another history")
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-    selection = select_tests(Workspace.resolve(repo), "elsewhere")
+    selection = select_changes(Workspace.resolve(repo), "elsewhere")
     assert selection.record["used"] is False
     assert "not in the history of the base" in selection.record["why_not"]
     assert all(not f.recorded for f in selection.files.values())
@@ -378,7 +378,7 @@ def test_a_record_older_than_the_age_limit_is_not_used(repo: Path) -> None:
     try:
         storage.write(record, path)
         edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert selection.record["used"] is False
         assert "40d old, over the 30 days of [record] max_age_days" in selection.record["why_not"]
     finally:
@@ -391,7 +391,7 @@ def test_a_damaged_record_is_refused_not_read_as_running_nothing(repo: Path) -> 
     try:
         path.write_bytes(saved[: len(saved) // 2])
         edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert selection.record["used"] is False and "cannot be used" in selection.record["why_not"]
         assert "tests/test_scale.py" in selection.files  # the static walk answers
     finally:

@@ -6,13 +6,13 @@ held as compact arrays (CSR: per node, the offset of its first edge in parallel 
 of neighbour, kind, file, line and ref), once by destination and once by source, with
 each node's kind and file.
 
-Building them reads every edge (~960,000 on PyTorch: about 6 s), so they are kept in a
+Building them reads every edge (~960,000 on PyTorch: seconds), so they are kept in a
 sidecar file next to ``index.sqlite`` and reused while the index is the same file with
 the same content. The sidecar is keyed by the index's build metadata and the database
 file's identity (inode, size, mtime: an update writes a new file and renames it over
-the old one), written to a temporary file and renamed into place, and rebuilt, never
-trusted, when its key differs or it cannot be read. When it cannot be written (a
-read-only cache), the arrays live for this process only.
+the old one), and rebuilt, never trusted, when its key differs or it cannot be read.
+Only index maintenance writes it (:func:`keep`, after a build or an update); readers
+(selections, the MCP server) make what is missing in memory, for their process only.
 
 Three ways to ask, by what a miss may cost: :func:`shared` makes them if need be (a
 selection walk, a server when idle), :func:`cached` also reads the sidecar (~0.1 s),
@@ -253,15 +253,27 @@ def cached(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
 
 def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
     """The adjacency of the index at ``db_path``: from its sidecar when that was written
-    for this very database, else built from ``conn`` (and the sidecar rewritten)."""
+    for this very database, else made from ``conn`` (nothing is written)."""
     key = index_key(db_path, meta)
     path = sidecar_path(db_path)
     found = _read(path, key)
     if found is not None:
         return found
-    built = _spliced(path, conn, meta) or build(conn)
-    _write(path, key, built)
-    return built
+    return _spliced(path, conn, meta) or build(conn)
+
+
+def keep(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
+    """:func:`load`, and the sidecar written for this database when it was not (index
+    maintenance only); held for the process as :func:`shared` holds it."""
+    key = index_key(db_path, meta)
+    path = sidecar_path(db_path)
+    found = _read(path, key)
+    if found is None:
+        found = _spliced(path, conn, meta) or build(conn)
+        _write(path, key, found)
+    with _lock:
+        _loaded[db_path] = (key, found)
+    return found
 
 
 def _spliced(path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency | None:

@@ -214,15 +214,22 @@ def sidecar_path(index: Index) -> Path:
 
 
 def load(index: Index) -> HubWalk | None:
-    """The hub's walk kept for this very index and code, or None."""
+    """The hub's walk kept for this very index and code (or carried to it), or None."""
+    return kept_walk(index)[0]
+
+
+def kept_walk(index: Index) -> tuple[HubWalk | None, bool]:
+    """The hub's walk kept for this very index and code, or None; and whether it was
+    carried across an update from the walk kept for the index before it (then only a
+    keeping walker saves it under this index's key)."""
     if not CODE_VERSION:
-        return None  # the walking code cannot be hashed: nothing kept can be trusted
+        return None, False  # the walking code cannot be hashed: nothing kept can be trusted
     found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index), _ARRAYS)
     carried = found is None
     if carried:
         found = _kept_across_update(index)
     if found is None:
-        return None
+        return None, False
     header, arrays = found
     try:
         walk = HubWalk(
@@ -235,12 +242,10 @@ def load(index: Index) -> HubWalk | None:
             [(int(m), int(d)) for m, d in header["deferred_calls"]],
         )
     except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+        return None, False
     if not _consistent(walk):
-        return None
-    if carried:
-        save(index, walk)  # under this index's key
-    return walk
+        return None, False
+    return walk, carried
 
 
 def _kept_across_update(index: Index):

@@ -96,16 +96,27 @@ class ImpactWalker(Bridges, EdgeRows):
     """Reverse reachability over one index; reusable across walks.
 
     ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
-    what the hub reaches from its sidecar (walked and kept there the first time), not
-    walk it again (``indexer.select.hub``). Only for an index known to describe the
-    tree, as a selection's is: the kept walk read the tree's text.
+    what the hub reaches from its sidecar, not walk it again (``indexer.select.hub``).
+    Only for an index known to describe the tree, as a selection's is: the kept walk
+    read the tree's text.
+
+    ``keep``: write what the walks derive (the hub's walk, chains to it, judgments) beside
+    the index. Only index maintenance keeps (``indexer.select.derived``); a selection's
+    walker writes nothing (docs/selection.md, "A current index").
     """
 
-    def __init__(self, index: Index, source: Path | None = None, splice_hub: bool = False) -> None:
+    def __init__(
+        self,
+        index: Index,
+        source: Path | None = None,
+        splice_hub: bool = False,
+        keep: bool = False,
+    ) -> None:
         Bridges.__init__(self)
         EdgeRows.__init__(self)
         self.index = index
         self.splice_hub = splice_hub
+        self.keeps = keep
         self._hub: int | None = None
         self._hub_walk: hub_walks.HubWalk | None = None
         self.hub_use: str | None = None  # how a walk last met the hub, if one did
@@ -278,11 +289,15 @@ class ImpactWalker(Bridges, EdgeRows):
         nodes already, in the same state (a module's state may differ: modules stay)."""
         use = "read from the index's hub sidecar"
         if self._hub_walk is None:
-            self._hub_walk = hub_walks.load(self.index)
+            self._hub_walk, carried = hub_walks.kept_walk(self.index)
+            if carried and self.keeps and self._hub_walk.hub == hub:
+                hub_walks.save(self.index, self._hub_walk)  # under this index's key
             if self._hub_walk is None or self._hub_walk.hub != hub:
-                use = "walked, and kept in the index's hub sidecar"
+                use = "walked; no walk was kept for this index"
                 self._hub_walk = hub_walks.HubWalk.of(hub, self._walk({hub: 0}, None, None))
-                hub_walks.save(self.index, self._hub_walk)
+                if self.keeps:
+                    use = "walked, and kept in the index's hub sidecar"
+                    hub_walks.save(self.index, self._hub_walk)
         added = self._hub_walk.splice_into(reach)
         name = self.index.node(hub).qualname
         self.hub_use = f"{added} nodes past the hub {name}: {use}{self._lead}"
@@ -332,23 +347,23 @@ class ImpactWalker(Bridges, EdgeRows):
         not gone on from (``known.reaches_none``): see :class:`Known`.
         """
         splice = self.splice_hub and quota is None and max_depth is None
-        try:
-            return self._walk(starts, quota, max_depth, splice, known=known)
-        finally:
-            self.save()
+        return self._walk(starts, quota, max_depth, splice, known=known)
 
     def chain_to_hub(self, start: int) -> bool:
         """Walk from ``start`` only until the hub goes live, and keep the chain that got
-        there (``indexer.select.witness``); whether it did. Nothing is saved: ``save``."""
+        there (``indexer.select.witness``); whether it did. Nothing is written: ``save``."""
         reach = self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
         hub = self._hub_node()
         return hub is not None and hub in reach.import_live
 
     def save(self) -> None:
-        """Write what this walker learnt for later ones: judgments, kept chains."""
+        """Write what this walker learnt for later ones: judgments, kept chains (with
+        their ids in this index). Only a keeping walker writes."""
+        if not self.keeps:
+            return
         self.judgments.save()
-        if self._witnesses is not None:
-            self._witnesses.save()
+        self._witness_store().resolve()
+        self._witness_store().save()
 
     def _walk(
         self,

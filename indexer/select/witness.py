@@ -66,7 +66,7 @@ class Witnesses:
     def leads(self, node_id: int) -> list[Lead]:
         """The rest of each kept chain through ``node_id``, for chains whose every node
         this index holds."""
-        self._resolve()
+        self.resolve()
         found = []
         for chain, position in self._through.get(node_id, ()):
             ids = self._ids[chain] if self._ids is not None else []
@@ -117,7 +117,8 @@ class Witnesses:
         self._ids = None
         self._through = {}
 
-    def _resolve(self) -> None:
+    def resolve(self) -> None:
+        """Find the kept chains' nodes in this index (kept with them by ``save``)."""
         if self._ids is not None:
             return
         names = sorted({key[1] for chain in self._chains for key in chain})
@@ -132,7 +133,7 @@ class Witnesses:
             ):
                 found.setdefault((kind, qualname, path), []).append(node_id)
         self._index([[found.get(key, []) for key in chain] for chain in self._chains])
-        self._changed = True  # keep the ids for this index
+        self._changed = self._changed or bool(self._chains)  # keep the ids for this index
 
     def _index(self, ids: list[Ids]) -> None:
         self._ids = ids

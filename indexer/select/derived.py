@@ -1,0 +1,67 @@
+"""What selections read beside the index, made by index maintenance only.
+
+The edges both ways (``indexer.query.adjacency``), the walk past the hub
+(``indexer.select.hub``), chains to the hub from the most used ops
+(``indexer.select.witness``) and the judgments those walks made
+(``indexer.select.judgments``) are derived from one index and the tree it describes.
+They are written here, by the refresh that builds or updates the index
+(``indexer.refresh``), never by a selection or an MCP tool, which read them and make
+in memory what is missing (docs/selection.md, "A current index").
+"""
+
+from __future__ import annotations
+
+import time
+
+from indexer.query import adjacency
+from indexer.query.index import Index
+from indexer.select.hub import find_hub
+from indexer.select.impact import ImpactWalker
+from indexer.workspace import Workspace
+
+# Ops from which ``prepare`` keeps chains to the hub after a build, the most used first:
+# a central change's walk meets one within a few hops and follows it.
+SEEDED_OPS = 400
+SEEDING_S = 30.0  # and no longer than this
+
+
+def prepare(workspace: Workspace, *, seed: bool) -> str | None:
+    """Keep the derived data of the workspace's index: the adjacency, the hub's walk
+    (carried over from the index an update started from when nothing it met changed,
+    else walked), and, with ``seed`` (after a build), chains to the hub from the most
+    used ops. The index was just made from the tree, so the text the walks read is what
+    it describes. What was done, or None when no test file imports a package."""
+    index = Index(workspace.db_path)
+    try:
+        adjacency.keep(index.db_path, index.conn, index.meta)
+        walker = ImpactWalker(index, workspace.source, splice_hub=True, keep=True)
+        hub = find_hub(index)
+        if hub is None:
+            return None
+        walker.walk({hub: 0})
+        started = time.perf_counter()
+        tried = reached = 0
+        for op in _most_used_ops(index, SEEDED_OPS) if seed else ():
+            if time.perf_counter() - started > SEEDING_S:
+                break
+            tried += 1
+            reached += walker.chain_to_hub(op)
+        walker.save()
+        if not seed:
+            return str(walker.hub_use)
+        return f"{walker.hub_use}; chains to it kept from {reached} of the {tried} most used ops"
+    finally:
+        index.close()
+
+
+def _most_used_ops(index: Index, count: int) -> list[int]:
+    """Ops by how many edges lead into them (calls, references, dispatches), most first."""
+    return [
+        op
+        for (op,) in index.conn.execute(
+            "SELECT e.dst_id FROM edges e JOIN nodes d ON d.id = e.dst_id"
+            " WHERE d.kind = 'op' AND e.kind IN ('calls', 'references', 'dispatches')"
+            " GROUP BY e.dst_id ORDER BY COUNT(*) DESC, e.dst_id LIMIT ?",
+            (count,),
+        )
+    ]
