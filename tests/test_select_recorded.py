@@ -416,7 +416,7 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
 
 
 def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
-    from indexer.query.affected import affected
+    from indexer.answers.affected import affected
     from indexer.query.index import Index
     from indexer.query.tests import tests
 
@@ -447,10 +447,9 @@ def test_affected_walks_native_code_once_for_the_record_and_the_ranking(
 ) -> None:
     """The record's evidence and the ranking's nearest ops come from one walk (it was run
     twice: a sixth of a GEMM's answer), and the evidence is what a walk of its own gives."""
-    from indexer.query import recorded_answers
-    from indexer.query.affected import affected
+    from indexer.answers.affected import affected
+    from indexer.query import native_reach, recorded_answers
     from indexer.query.index import Index
-    from indexer.select import native_reach
 
     index = Index(Workspace.resolve(repo).db_path)
     try:
@@ -482,7 +481,7 @@ def test_the_native_walk_over_the_edges_in_memory_sees_autograd_backwards_as_sql
     walk over SQLite does, from every native node, with and without stopping."""
     from indexer.query import adjacency
     from indexer.query.index import Index
-    from indexer.select.native_reach import NATIVE, walk_native
+    from indexer.query.native_reach import NATIVE, walk_native
 
     index = Index(Workspace.resolve(repo).db_path)
     try:

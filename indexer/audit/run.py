@@ -30,7 +30,6 @@ from indexer.durable import write_atomic
 from indexer.errors import TorchTalkError, UsageError
 from indexer.paths import under_any
 from indexer.query.index import Index
-from indexer.select.engine import test_files
 from indexer.select.placement import categorize
 from indexer.workspace import Workspace
 
@@ -121,7 +120,7 @@ class Audit:
     def _test_files(self) -> list[str]:
         index = self._index()
         try:
-            return sorted(test_files(index, self.workspace.manifest).values())
+            return sorted(index.test_file_paths().values())
         finally:
             index.close()
 

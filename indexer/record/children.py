@@ -34,6 +34,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from indexer import durable
+
 ENV = "TORCHTALK_RECORD_CHILDREN"  # JSON: {"dir", "root", "stretch", "package"}
 NOT_FOLLOWED = "a child process was not followed"
 # What the start-up hook runs in every interpreter of the environment: nothing unless a
@@ -259,9 +261,7 @@ def _install_startup_hook() -> Path | str:
     remove_stale_hooks(site)
     target = site / f"{_HOOK_PREFIX}{os.getpid()}.pth"
     try:
-        tmp = site / f".{target.name}.tmp"
-        tmp.write_text(_PTH_LINE.format(env=ENV))
-        os.replace(tmp, target)
+        durable.write_atomic(target, _PTH_LINE.format(env=ENV).encode())
     except OSError as exc:
         return f"the start-up hook cannot be put in {site}: {exc.strerror or exc}"
     atexit.register(_remove_hook, target, os.getpid())
@@ -416,9 +416,7 @@ class Reporter:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"{self.pid}-{self.sequence}.json"
         self.sequence += 1
-        tmp = self.folder / f".{name}.tmp"
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.folder / name)
+        durable.write_atomic(self.folder / name, json.dumps(data).encode())
 
 
 class Quiet:

@@ -17,12 +17,12 @@ from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import Extractor
 from indexer.paths import printable
 from indexer.query.index import Index
+from indexer.select.chains import reasons_for
 from indexer.select.diff import Diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
 from indexer.select.impact import ImpactWalker
-from indexer.select.indirect_uses import READS_PATH
-from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
+from indexer.select.model import ChangedFile, Entity, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
 from indexer.select.reach import Reach
 from indexer.select.record_join import RecordAnswer, consult_record
@@ -70,7 +70,7 @@ def select_tests(
         str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, index)
     )
     try:
-        tests = test_files(index, workspace.manifest)
+        tests = index.test_file_paths()
         selection.test_files_total = len(tests)
         _select(workspace, index, diff, selection, tests, record)
     except (sqlite3.DatabaseError, TorchTalkError) as exc:  # damaged past its header
@@ -99,18 +99,9 @@ def run_everything(
     if index is None:
         selection.index["problem"] = why
     else:
-        selection.test_files_total = len(test_files(index, workspace.manifest))
+        selection.test_files_total = len(index.test_file_paths())
     selection.everything.append(why)
     return selection
-
-
-def test_files(index: Index, manifest) -> dict[int, str]:
-    """file id -> path of every indexed test file (the manifest's dirs and patterns)."""
-    return {
-        file_id: path
-        for file_id, path in index.conn.execute("SELECT id, path FROM files")
-        if is_test_file(path, manifest)
-    }
 
 
 def _select(
@@ -225,15 +216,6 @@ def _starts(entities: list[Entity], positions: list[int] | None = None) -> dict[
     return starts
 
 
-def _label(nodes: dict[int, object], node_id: int) -> str:
-    node = nodes.get(node_id)
-    return getattr(node, "qualname", str(node_id))
-
-
-def _kind(nodes: dict[int, object], node_id: int) -> str:
-    return getattr(nodes.get(node_id), "kind", "")
-
-
 def _collect(
     index: Index,
     reach: Reach,
@@ -251,78 +233,12 @@ def _collect(
         path = printable(raw)  # a name that is not UTF-8 is keyed as reports show it
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(Reason(path, f"{path}:1", note=reason))
-    # Each file's nearest reached node, and the nodes of all their chains read at once
-    # (a central change selects ~900 files, each chain ~15 hops).
-    firsts = {
-        path: min(node_ids, key=lambda n: reach.depth.get(n, 0))
-        for path, node_ids in by_file.items()
-    }
-    chains = {path: reach.chain(first) for path, first in firsts.items()}
-    ids = set(firsts.values())
-    for steps in chains.values():
-        ids.update(step.src for step in steps)
-        ids.update(step.dst for step in steps)
-    nodes = {node.id: node for node in index.nodes(ids)}
-    precise = index.precise_edges()
-    for path, node_ids in sorted(by_file.items()):
+    # Each file's reason: the chain to its nearest reached node.
+    ordered = sorted(by_file.items())
+    firsts = [min(node_ids, key=lambda n: reach.depth.get(n, 0)) for _, node_ids in ordered]
+    reasons = reasons_for(index, reach, firsts, selection.entities, paths)
+    for (path, node_ids), reason in zip(ordered, reasons, strict=True):
         selected = selection.files.setdefault(path, SelectedFile(path))
-        reason = _reason(
-            reach, firsts[path], chains[path], selection.entities, paths, nodes, precise
-        )
         selected.reasons.append(reason)
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))
-
-
-def reasons_for(
-    index: Index,
-    reach: Reach,
-    node_ids: list[int],
-    entities: list[Entity],
-    paths: dict[int, str],
-) -> list[Reason]:
-    """The chain of steps from a changed entity out to each of ``node_ids``, with
-    evidence; the nodes of all the chains read in one query (``affected`` gives each of
-    its 50 files a chain)."""
-    chains = [reach.chain(node_id) for node_id in node_ids]
-    ids = set(node_ids)
-    for steps in chains:
-        ids.update(step.src for step in steps)
-        ids.update(step.dst for step in steps)
-    nodes = {node.id: node for node in index.nodes(ids)}
-    precise = index.precise_edges()
-    return [
-        _reason(reach, node_id, steps, entities, paths, nodes, precise)
-        for node_id, steps in zip(node_ids, chains, strict=True)
-    ]
-
-
-def _reason(
-    reach: Reach,
-    node_id: int,
-    steps: list,
-    entities: list[Entity],
-    paths: dict[int, str],
-    nodes: dict[int, object],
-    precise: frozenset[tuple[int, int, int]] = frozenset(),
-) -> Reason:
-    entity = entities[reach.origin[node_id]]
-    hops = [
-        Hop(
-            step.kind,
-            _label(nodes, step.src),
-            _label(nodes, step.dst),
-            f"{paths.get(step.file_id, '?')}:{step.line}",
-            _kind(nodes, step.src),
-            _kind(nodes, step.dst),
-            PRECISE if (step.src, step.dst, step.line) in precise else FAST,
-        )
-        for step in steps
-    ]
-    if not hops:
-        node = nodes.get(node_id)
-        note = f"{node.qualname} changed" if node is not None else ""
-        if entity.kind == READS_PATH:
-            note = entity.reason  # the test itself is unchanged: it reads a changed file
-        return Reason(entity.label, entity.evidence, note=note)
-    return Reason(entity.label, entity.evidence, hops)

@@ -41,11 +41,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
-from indexer.query.adjacency import index_key
-from indexer.query.adjacency_delta import Delta, deltas_of
-from indexer.select.bridges import Step
+from indexer.query.adjacency_delta import Delta, deltas_of, index_key
 from indexer.select.judgments import CODE_VERSION
-from indexer.select.reach import Overlay
+from indexer.select.reach import Overlay, Step
 from indexer.store import array_file
 
 if TYPE_CHECKING:

@@ -44,11 +44,11 @@ from indexer.python.reflection import is_pattern
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import judgments
-from indexer.select.bridges import Bridges, Found, Step, placeholders
+from indexer.select.bridges import Bridges, Found, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
 from indexer.select.module_scope import ModuleStatements, StatementUse
-from indexer.select.reach import FileQuota, Known, Reach
+from indexer.select.reach import FileQuota, Known, Reach, Step
 from indexer.select.witness import Witnesses
 
 REVERSE_KINDS = (

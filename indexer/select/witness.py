@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer import durable
-from indexer.query.adjacency import index_key
+from indexer.query.adjacency_delta import index_key
 from indexer.select.judgments import CODE_VERSION
 
 if TYPE_CHECKING:

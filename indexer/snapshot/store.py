@@ -24,10 +24,10 @@ from typing import Any
 
 from indexer import durable
 from indexer.build import build_lock
+from indexer.changes import detect_changes
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.locations import cache_dir
-from indexer.query.adjacency import index_key
-from indexer.query.adjacency_delta import MAX_CHAIN, Delta, deltas_of
+from indexer.query.adjacency_delta import MAX_CHAIN, Delta, deltas_of, index_key
 from indexer.query.adjacency_delta import META_KEY as DELTA_KEY
 from indexer.query.recorded import RECORD_FILE as RECORD_NAME
 from indexer.query.recorded import RecordedRuns, record_path_for
@@ -335,8 +335,6 @@ def save_snapshot(workspace: Workspace, name: str, *, force: bool = False) -> Sn
     The index must match the tree (HEAD and file contents); ``force`` saves a stale one,
     recording no content fingerprint so that it never passes for the tree's exact state.
     """
-    from indexer.update import detect_changes
-
     validate_name(name)
     db_path = workspace.db_path
     conn = connect_readonly(db_path)  # raises IndexMissingError, or for a wrong schema
@@ -563,14 +561,8 @@ def _install_record(record: Path, target: Path) -> None:
     if not record.is_file():
         return
     record_summary(record)
-    tmp = target.with_name(f"{target.name}.loading-{os.getpid()}")
-    try:
-        shutil.copyfile(record, tmp)
-        _fsync(tmp)
-        durable.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with record.open("rb") as source, durable.atomic_output(target) as out:
+        shutil.copyfileobj(source, out)
 
 
 def snapshot_for_update(workspace: Workspace, name: str) -> Path:
