@@ -109,6 +109,9 @@ def test_a_damaged_sidecar_is_walked_again(tree: IndexedTree) -> None:
     assert "walked; no walk was kept" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
     assert _files(tree) == before  # walked in memory: a selection writes nothing
+    # Index maintenance (here as `torchtalk index build` on an up-to-date index) keeps it.
+    assert "walked, and kept" in str(derived.prepare(tree.workspace, seed=False))
+    assert "read from the index's hub sidecar" in tree.select().index["hub_walk"]
 
 
 def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:

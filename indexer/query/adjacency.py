@@ -255,15 +255,13 @@ def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjac
 
 def keep(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
     """:func:`load`, and the sidecar written for this database when it was not (index
-    maintenance only); held for the process as :func:`shared` holds it."""
+    maintenance only). Not held for the process: a reader of the index reads it then."""
     key = index_key(db_path, meta)
     path = sidecar_path(db_path)
     found = _read(path, key)
     if found is None:
         found = _spliced(path, conn, meta) or build(conn)
         _write(path, key, found)
-    with _lock:
-        _loaded[db_path] = (key, found)
     return found
 
 
