@@ -111,13 +111,46 @@ def edit(repo: Path, path: str, old: str, new: str) -> None:
 def test_a_kernel_change_selects_exactly_the_tests_that_ran_its_op(repo: Path) -> None:
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
     # test_scale_by_name reaches the op only through getattr: no static chain finds it;
-    # test_scale_then_fail failed when recorded: what it would run past the failure is
-    # unknown, so the static walk decides it; test_reuses_module_fixture ran no scale.
+    # test_scale_then_fail ran scale before it failed; test_reuses_module_fixture ran no
+    # scale.
     assert kept(repo) == {
         "tests/test_scale.py::test_scale": "record",
         "tests/test_scale.py::test_scale_by_name": "record",
-        "tests/test_scale.py::test_scale_then_fail": "static",
+        "tests/test_scale.py::test_scale_then_fail": "record",
     }
+
+
+def test_a_test_that_failed_when_recorded_is_decided_where_it_would_fail_the_same_way(
+    repo: Path,
+) -> None:
+    # test_failing ran cumsum, then failed; test_scale_then_fail ran scale, then failed.
+    # A scale change reaches what test_scale_then_fail ran: it runs. test_failing ran
+    # nothing of it: it would fail as recorded, so it is not run, and the report says so.
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    selection = select_changes(Workspace.resolve(repo))
+    selected = kept(repo)
+    assert selected["tests/test_scale.py::test_scale_then_fail"] == "record"
+    assert "tests/test_outcomes.py::test_failing" not in selected
+    not_run = selection.record["failed_when_recorded_not_run"]
+    assert not_run == {"tests": 1, "first": ["tests/test_outcomes.py::test_failing"]}
+    from indexer.select.report import record_lines
+
+    assert any("not run, 1 test that failed when recorded" in line
+               for line in record_lines(selection))  # fmt: skip
+    # Recorded on another environment, a failure may stop elsewhere: the static walk's.
+    path = record_path_for(Workspace.resolve(repo).db_path)
+    saved = path.read_bytes()
+    record = storage.read(path)
+    record.meta["environment"]["python"] = "3.0.0 cpython"
+    try:
+        storage.write(record, path)
+        selection = select_changes(Workspace.resolve(repo))
+        assert kept(repo)["tests/test_scale.py::test_scale_then_fail"] == "static"
+        assert "failed_when_recorded_not_run" not in selection.record
+        assert any(why.startswith("failed when recorded: recorded on another environment")
+                   for why in selection.record["untrusted_tests"])  # fmt: skip
+    finally:
+        path.write_bytes(saved)
 
 
 SQUARE_BACKWARD = ("csrc/ops.cpp", "return {grads[0] * x * square_grad_factor()};",
@@ -167,9 +200,10 @@ def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
     assert "op recext::scale @ csrc/ops.cpp:" in text
     assert "executed by tests/test_scale.py::test_scale (record of " in text
-    # 10 passed, and test_skipped and test_expected_failure: recorded here, in this
-    # environment, they skip and xfail the same way (docs/selection.md, skipped tests)
-    assert selection.record["used"] and selection.record["trusted_tests"] == 12
+    # 10 passed, and test_skipped, test_expected_failure, test_failing and
+    # test_scale_then_fail: recorded here, in this environment, they stop the same way
+    # (docs/selection.md, skipped and failed tests)
+    assert selection.record["used"] and selection.record["trusted_tests"] == 14
 
 
 def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Path) -> None:
@@ -178,7 +212,6 @@ def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Pa
     edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
     selection = select_changes(Workspace.resolve(repo))
     by_record = {n for n, by in kept(repo).items() if by == "record"}
-    # (test_scale_then_fail failed when recorded: the static walk keeps it, as every importer)
     assert len(by_record) == 1, by_record
     (nodeid,) = by_record
     path, name = nodeid.split("::")
@@ -214,8 +247,7 @@ def test_an_op_no_recorded_test_ran_keeps_only_what_the_record_does_not_decide(
     selection = select_changes(Workspace.resolve(repo))
     assert not selection.run_everything
     selected = kept(repo)
-    assert selected and set(selected.values()) == {"static"}, selected
-    assert "tests/test_scale.py::test_scale_then_fail" in selected  # failed when recorded
+    assert "record" not in selected.values(), selected
     assert "tests/test_shift.py::test_shift" not in selected
 
 
@@ -275,9 +307,8 @@ def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo:
     suite = {f"{path}::{name}": "passed" for path, names in TESTS.items() for name in names}
     result = compare(selection, Outcomes(suite), Outcomes(suite), set())
     assert result.selected_files == running
-    # test_scale_then_fail (failed when recorded) is the static walk's: its file runs;
-    # the witness is one test, so at most one other file runs anything.
-    assert "tests/test_scale.py" in running and len(running) <= 2
+    # The witness is one test: one file runs anything.
+    assert len(running) == 1, running
     # A listed file none of whose tests runs is still collected (imported) by the
     # plugin: its collection error fails the run, so the audit counts it as selected.
     listed_only = sorted(set(selection.files) - set(running))
@@ -310,9 +341,9 @@ def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
     edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
          "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
     selection = select_changes(Workspace.resolve(repo))
-    # Only test_outcomes.py's skipped and xfailed tests stay trusted: they import nothing
-    # of recext (and skip the same way in this environment).
-    assert selection.record["used"] and selection.record["trusted_tests"] == 2
+    # Only test_outcomes.py's failed, skipped and xfailed tests stay trusted: they import
+    # nothing of recext (and stop the same way in this environment).
+    assert selection.record["used"] and selection.record["trusted_tests"] == 3
     assert kept(repo)["tests/test_shift.py::test_shift"] == "static"
 
 
@@ -327,7 +358,7 @@ def test_a_cuda_only_change_with_a_cpu_record_selects_every_test_that_ran_the_op
     assert kept(repo) == {
         "tests/test_scale.py::test_scale": "record",
         "tests/test_scale.py::test_scale_by_name": "record",
-        "tests/test_scale.py::test_scale_then_fail": "static",
+        "tests/test_scale.py::test_scale_then_fail": "record",
     }
 
 
@@ -347,11 +378,9 @@ def test_a_cuda_kernel_change_with_a_gpu_record_selects_the_tests_that_used_cuda
         storage.write(record, path)
         edit(repo, *CUDA_SCALE)
         selection = select_changes(Workspace.resolve(repo))
-        assert kept(repo) == {
-            "tests/test_scale.py::test_scale": "record",
-            "tests/test_scale.py::test_scale_then_fail": "static",  # failed when recorded
-        }
-        assert selection.record["used_no_cuda"] == 1  # test_scale_by_name: on the CPU
+        assert kept(repo) == {"tests/test_scale.py::test_scale": "record"}
+        # test_scale_by_name and test_scale_then_fail: on the CPU
+        assert selection.record["used_no_cuda"] == 2
         # Host code of a .cu file runs for zero-element CUDA tensors too, which allocate
         # and launch nothing: not narrowed.
         edit(repo, "csrc/cuda/ops_cuda.cu", "int64_t n = x.numel();", "int64_t n = x.numel() + 0;")
@@ -411,8 +440,8 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
     # the other test files are ruled out whole: not collected at all
     assert counts["collected"] == 5 and counts["selected"] == 3 and counts["deselected"] == 2
     assert counts["test_files_not_collected"] == 3
-    assert counts["decided_by_record"] == 4  # 2 selected and 2 deselected in test_scale.py
-    assert counts["tests_selected_by_record"] == 2
+    assert counts["decided_by_record"] == 5  # 3 selected and 2 deselected in test_scale.py
+    assert counts["tests_selected_by_record"] == 3
 
 
 def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:

@@ -3,14 +3,15 @@
 Three steps, each with its own source of truth:
 
 1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
-   (it passed, nothing disturbed the recorder; or it skipped or xfailed in the selecting
-   environment, ``indexer.select.environment``), whose test file and every file of the
-   tree it ran are as the base has them: unchanged since the record's commit, and with
-   the content the record carries for them (a record made with uncommitted edits).
-   The rest are left to the static walk: tests that failed or errored when recorded,
-   skipped elsewhere (a CUDA test skipped on a CPU recorder ran nothing, it was not shown
-   to run nothing), tests of changed files, tests that ran code changed since, and tests
-   the record does not hold at all (new tests, new parametrizations, unrecorded files).
+   (it passed, nothing disturbed the recorder; or it skipped, xfailed, failed or errored
+   in the selecting environment, ``indexer.select.environment``), whose test file and
+   every file of the tree it ran are as the base has them: unchanged since the record's
+   commit, and with the content the record carries for them (a record made with
+   uncommitted edits). The rest are left to the static walk: tests the recorder did not
+   see whole (interrupted, timed out, disturbed), skipped or failed elsewhere (a CUDA
+   test skipped on a CPU recorder ran nothing, it was not shown to run nothing), tests of
+   changed files, tests that ran code changed since, and tests the record does not hold
+   at all (new tests, new parametrizations, unrecorded files).
 2. **Which ops and functions reach the change?** (``indexer.query.native_reach``) For a
    C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
    for a change inside a Python function's body, that function itself. Module-level and
@@ -120,6 +121,8 @@ def consult_record(
         if id(test) not in trusted_ids:
             answer.undecided[test.file] = answer.undecided.get(test.file, 0) + 1
     answer.summary["trusted_tests"] = len(trusted)
+    failing = [i for i, test in enumerate(record.tests) if id(test) in trusted_ids
+               and test.outcome in FAILURES]  # fmt: skip
     answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
     label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
     answer.summary["label"] = label
@@ -157,6 +160,12 @@ def consult_record(
             imported.append((entity, chains, work))
     if used_no_cuda:
         answer.summary["used_no_cuda"] = len(used_no_cuda - chosen)
+    not_run = [record.tests[i].nodeid for i in failing if i not in chosen]
+    if not_run:
+        # Not run, and said: they fail as on the base (docs/selection.md, "Failed tests").
+        answer.summary["failed_when_recorded_not_run"] = {
+            "tests": len(not_run), "first": sorted(not_run)[:20]
+        }  # fmt: skip
     # After every change's own executors: an importer already chosen stands for the rest.
     for entity, chains, work in imported:
         for use in import_uses(runs, work, trusted_indexes, chosen):
@@ -258,23 +267,27 @@ def _content_drift(diff: Diff, record: Record, known: frozenset[str]) -> frozens
 
 
 def skip_environment(runs: RecordedRuns) -> str | None:
-    """Why the record's skipped and xfailed tests cannot be decided here ('' when they
-    can: the environment their decisions read is this one's); None when it holds none."""
+    """Why the record's skipped, xfailed, failed and errored tests cannot be decided here
+    ('' when they can: the environment their outcomes read is this one's); None when it
+    holds none."""
     if not any(t.outcome in REPEATABLE for t in runs.record.tests):
         return None
     return mismatch(runs.record.meta.get("environment"), current_environment())
 
 
-# Outcomes that repeat where the environment and the code they ran are the same.
-REPEATABLE = frozenset({"skipped", "xfailed"})
+# Outcomes that repeat where the environment and the code they ran are the same: a test
+# that stopped early ran the same code up to the same stop (docs/selection.md).
+FAILURES = frozenset({"failed", "error"})
+REPEATABLE = frozenset({"skipped", "xfailed"}) | FAILURES
 
 
 def trusted_tests(
     runs: RecordedRuns, drifted: frozenset[str], skips: str | None = None
 ) -> tuple[list, Counter]:
     """(the tests the record can speak for, why the others cannot: reason -> count).
-    ``skips``: '' when the tests that skipped or xfailed when recorded would decide the
-    same here (:func:`skip_environment`), else why not."""
+    ``skips``: '' when the tests that stopped early when recorded (skipped, xfailed,
+    failed, errored) would stop the same way here (:func:`skip_environment`), else why
+    not."""
     record = runs.record
     stale_names = [
         name for name in record.names

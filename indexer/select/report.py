@@ -277,7 +277,17 @@ def record_lines(selection: Selection) -> list[str]:
     if untrusted:
         reasons = ", ".join(f"{n} {why}" for why, n in record["untrusted_tests"].items())
         line += f"; {untrusted} recorded tests left to static evidence ({reasons})"
-    return [line]
+    lines = [line]
+    failing = record.get("failed_when_recorded_not_run")
+    if failing:
+        first = ", ".join(failing["first"][:3])
+        more = f" and {failing['tests'] - 3} more" if failing["tests"] > 3 else ""
+        lines.append(
+            f"record: not run, {plural(failing['tests'], 'test')} that failed when recorded"
+            f" and ran nothing this change reaches: they fail as on the record's commit"
+            f" ({first}{more})"
+        )
+    return lines
 
 
 def _file_why(selected: SelectedFile) -> str:
