@@ -348,6 +348,54 @@ PyTypeObject THPGeneratorType = {
     assert ("torch._C.Generator.seed", "THPGenerator_seed", None) in refs(facts, "binds")
 
 
+def test_method_and_attribute_tables_as_pytorch_spells_them() -> None:
+    # PyTorch writes (char*)"name", `static struct PyMethodDef`, and attributes in a
+    # PyGetSetDef table the type lists as its tp_getset (getter, then setter).
+    facts = extract(
+        """
+static PyObject* THCPEvent_from_ipc_handle(PyObject* type, PyObject* args, PyObject* kwargs);
+static PyObject* THPVariable_get_grad_fn(THPVariable* self, void* unused);
+static int THPVariable_set_grad_fn(THPVariable* self, PyObject* obj, void* unused);
+static PyObject* THPVariable_is_cpu(THPVariable* self, void* unused);
+static struct PyMethodDef THCPEvent_methods[] = {
+    {(char*)"from_ipc_handle",
+     castPyCFunctionWithKeywords(THCPEvent_from_ipc_handle),
+     METH_CLASS | METH_VARARGS | METH_KEYWORDS,
+     nullptr},
+    {nullptr}};
+static struct PyGetSetDef THPVariable_properties[] = {
+    {"_grad_fn", (getter)THPVariable_get_grad_fn, (setter)THPVariable_set_grad_fn, nullptr, nullptr},
+    {"is_cpu", (getter)THPVariable_is_cpu, nullptr, nullptr, nullptr},
+    {nullptr}};
+PyTypeObject THCPEventType = {
+    PyVarObject_HEAD_INIT(nullptr, 0)
+    "torch._C._CudaEventBase", /* tp_name */
+    THCPEvent_methods, /* tp_methods */
+};
+PyTypeObject THPVariableType = {
+    PyVarObject_HEAD_INIT(&THPVariableMetaType, 0)
+    "torch._C.TensorBase", /* tp_name */
+    nullptr, /* tp_methods */
+    THPVariable_properties, /* tp_getset */
+};
+"""
+    )
+    bindings = nodes(facts, "binding")
+    assert {
+        "torch._C._CudaEventBase.from_ipc_handle",
+        "torch._C.TensorBase._grad_fn",
+        "torch._C.TensorBase.is_cpu",
+    } <= set(bindings)
+    assert "torch._C.TensorBase.nullptr" not in bindings
+    found = {(src, target) for src, target, _ in refs(facts, "binds")}
+    assert {
+        ("torch._C._CudaEventBase.from_ipc_handle", "THCPEvent_from_ipc_handle"),
+        ("torch._C.TensorBase._grad_fn", "THPVariable_get_grad_fn"),
+        ("torch._C.TensorBase._grad_fn", "THPVariable_set_grad_fn"),
+        ("torch._C.TensorBase.is_cpu", "THPVariable_is_cpu"),
+    } <= found
+
+
 def test_op_resolver_overloads_fan_out_and_namespaces_are_ambiguous(
     minitorch: tuple[Path, Index],
 ) -> None:

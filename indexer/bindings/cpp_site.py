@@ -141,6 +141,8 @@ def string_value(node: tree_sitter.Node | None) -> str | None:
         raw = text(node)
         start, end = raw.find("("), raw.rfind(")")
         return raw[start + 1 : end] if 0 <= start < end else None
+    if node.type == "cast_expression":  # (char*)"name", as PyTorch's method tables write it
+        return string_value(node.child_by_field_name("value"))
     if node.type == "concatenated_string":
         parts = [string_value(child) for child in node.named_children]
         return "".join(part for part in parts if part is not None)

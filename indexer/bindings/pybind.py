@@ -12,6 +12,9 @@ A binding's qualname is its Python dotted name. The module a file binds into:
 - ``PyMethodDef`` tables -> ``<package>._C.<name>`` (attr ``table`` names the array), or
   ``<tp_name>.<name>`` for a table a ``PyTypeObject`` of the file lists as its
   ``tp_methods`` (``torch._C.Generator.manual_seed``);
+- ``PyGetSetDef`` tables a ``PyTypeObject`` of the file lists as its ``tp_getset`` ->
+  ``<tp_name>.<name>``, bound to its getter and setter (``torch._C.TensorBase.is_cpu``); a
+  table no type of the file lists is left out rather than given an invented owner;
 
 where ``<package>`` is the file's top directory when it is one of the harness's Python
 packages (``torch/csrc/...`` -> ``torch``, ``minitorch/csrc/...`` -> ``minitorch``), else
@@ -104,7 +107,7 @@ class PybindReader:
             self.modules[(block.node.start_byte, block.var)] = module
         if re.search(rb"\b(?:py|pybind11)::|\bPYBIND11_", self.data):
             self._read_pybind()
-        if b"PyMethodDef" in self.data:
+        if b"PyMethodDef" in self.data or b"PyGetSetDef" in self.data:
             self._read_method_tables()
 
     # --- pybind11 ------------------------------------------------------------------------
@@ -340,7 +343,8 @@ class PybindReader:
     # --- CPython method tables -----------------------------------------------------------
 
     def _type_names(self) -> dict[str, str]:
-        """table name -> tp_name of the PyTypeObject whose initializer lists it (its methods)."""
+        """table name -> tp_name of the PyTypeObject whose initializer lists it as its
+        tp_methods or tp_getset."""
         names: dict[str, str] = {}
         for match in _TYPE_OBJECT.finditer(self.data):
             end = self.data.find(b"};", match.end())
@@ -348,14 +352,14 @@ class PybindReader:
             tp_name = _FIRST_STRING.search(block)
             if tp_name is None:
                 continue
-            for identifier in re.findall(rb"\b(\w+)\s*,\s*/\*\s*tp_methods", block):
+            for identifier in re.findall(rb"\b(\w+)\s*,\s*/\*\s*tp_(?:methods|getset)", block):
                 names[identifier.decode()] = tp_name.group(1).decode()
         return names
 
     def _read_method_tables(self) -> None:
         self.type_names = self._type_names()
         seen: set[int] = set()
-        for match in re.finditer(rb"\bPyMethodDef\b", self.data):
+        for match in re.finditer(rb"\bPy(?:MethodDef|GetSetDef)\b", self.data):
             node = self.root.descendant_for_byte_range(match.start(), match.end())
             if node is None or in_comment_or_string(node):
                 continue
@@ -370,9 +374,11 @@ class PybindReader:
             seen.add(declaration.start_byte)
             if self.dead.covers(declaration):
                 continue
-            self._method_table(declaration)
+            self._method_table(declaration, attributes=match.group(0) == b"PyGetSetDef")
 
-    def _method_table(self, declaration: tree_sitter.Node) -> None:
+    def _method_table(self, declaration: tree_sitter.Node, attributes: bool) -> None:
+        """One PyMethodDef table ({name, function, ...}) or, with ``attributes``, one
+        PyGetSetDef table ({name, getter, setter, ...})."""
         for declarator in declaration.children_by_field_name("declarator"):
             value = declarator.child_by_field_name("value")
             if declarator.type != "init_declarator" or value is None:
@@ -381,6 +387,13 @@ class PybindReader:
             table = table.split("[")[0]
             if value.type != "initializer_list":
                 continue
+            owner = self.type_names.get(table)
+            if owner is None:
+                if attributes:
+                    continue
+                owner = self.default_module
+            if "." not in owner:
+                owner = f"{self.default_module}.{owner}"
             for entry in value.named_children:
                 if entry.type != "initializer_list" or self.dead.covers(entry):
                     continue
@@ -390,10 +403,8 @@ class PybindReader:
                 name = string_value(fields[0])
                 if not name:
                     continue
-                owner = self.type_names.get(table, self.default_module)
-                if "." not in owner:
-                    owner = f"{self.default_module}.{owner}"
                 qualname = f"{owner}.{name}"
-                node = self._binding(qualname, fields[0], "pymethoddef", None)
+                form = "pygetsetdef" if attributes else "pymethoddef"
+                node = self._binding(qualname, fields[0], form, None)
                 self.facts.nodes[node].attrs["table"] = table
-                self._binds(qualname, [fields[1]])
+                self._binds(qualname, fields[1:3] if attributes else [fields[1]])

@@ -35,7 +35,13 @@ class RegistrationExtractor:
         self.pybind_macros = manifest.list("bindings", "pybind_macros") or ["PYBIND11_MODULE"]
         self.aliases = dict(manifest.get("bindings", "namespace_aliases", {}) or {})
         self.packages = manifest.python_packages
-        tokens = [*self.library_macros, *self.pybind_macros, "RegisterOperators", "PyMethodDef"]
+        tokens = [
+            *self.library_macros,
+            *self.pybind_macros,
+            "RegisterOperators",
+            "PyMethodDef",
+            "PyGetSetDef",
+        ]
         self._library_tokens = re.compile(
             rb"\b(?:"
             + b"|".join(re.escape(t.encode()) for t in self.library_macros)
@@ -44,7 +50,7 @@ class RegistrationExtractor:
         self._pybind_tokens = re.compile(
             rb"\b(?:"
             + b"|".join(re.escape(t.encode()) for t in self.pybind_macros)
-            + rb"|PyMethodDef|def_submodule|class_\s*<|(?:py|pybind11)::module)"
+            + rb"|PyMethodDef|PyGetSetDef|def_submodule|class_\s*<|(?:py|pybind11)::module)"
         )
         self._any = re.compile(
             rb"\b(?:"
