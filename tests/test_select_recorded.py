@@ -290,6 +290,33 @@ def test_a_module_level_change_selects_the_importers(repo: Path) -> None:
         assert selected.get(nodeid) == "static"
 
 
+def test_a_change_the_record_answers_beside_one_it_does_not_walks_each_entity_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel change is the record's to answer; the module-level one the static walk's,
+    # for every test of the files importing recext, the record's trusted ones included.
+    from indexer.select.impact import ImpactWalker
+
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    edit(repo, "recext/__init__.py", "import torch\n", "import torch\n\nLIMIT = 3\n")
+    select_changes(Workspace.resolve(repo))  # the index brought up to date (its upkeep walks)
+    starts: list[int] = []
+    walk = ImpactWalker.walk
+
+    def counted(self, begin, quota=None, max_depth=None, known=None):
+        if quota is None and max_depth is None:  # a selection's walk, not a bounded probe
+            starts.extend(begin)
+        return walk(self, begin, quota, max_depth, known)
+
+    monkeypatch.setattr(ImpactWalker, "walk", counted)
+    selected = kept(repo)
+    assert selected["tests/test_scale.py::test_scale"] == "record"
+    # Ran no scale, so the record alone would not run it: the module change does.
+    assert selected["tests/test_scale.py::test_reuses_module_fixture"] == "static"
+    assert selected["tests/test_shift.py::test_shift"] == "static"
+    assert starts and len(starts) == len(set(starts)), "an entity was walked twice"
+
+
 def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo: Path) -> None:
     from indexer.audit.compare import compare
     from indexer.audit.outcomes import Outcomes

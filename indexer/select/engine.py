@@ -1,6 +1,8 @@
 """The selection: a pure function of a current index, a diff and the record.
 
-diff -> placement -> record -> impact -> fallbacks -> granularity -> Selection. The index
+diff -> placement -> record -> static walk (impact, fallbacks, granularity) -> merge
+(``indexer.select.merge``: the record decides the tests it trusts, for the changes it
+answers; the static walk decides the rest) -> Selection. The index
 is brought up to date before (``indexer.refresh``, by ``indexer.select_changes``, the
 entry of the plugin, ``torchtalk select`` and the audit); nothing here writes
 (docs/selection.md)."""
@@ -22,10 +24,18 @@ from indexer.select.diff import Diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
 from indexer.select.impact import ImpactWalker
+from indexer.select.merge import (
+    DIRECT,
+    StaticEvidence,
+    answered_by_record,
+    merge,
+    settle_unreached,
+    walk_order,
+)
 from indexer.select.model import ChangedFile, Entity, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
 from indexer.select.reach import Reach
-from indexer.select.record_join import RecordAnswer, consult_record
+from indexer.select.record_join import consult_record
 from indexer.workspace import Workspace
 
 FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value
@@ -143,56 +153,28 @@ def _select(
     selection.timings["record_s"] = time.perf_counter() - phase
     phase = time.perf_counter()
     # The index describes the tree (``indexer.refresh``): the hub's kept walk may be used.
-    # With a record, this walk answers for the tests the record does not decide.
     walker = ImpactWalker(index, workspace.source, splice_hub=True)
-    reach = walker.walk(_starts(selection.entities))
-    recorded = frozenset(answer.answered) if answer is not None and answer.used else frozenset()
-    widened = apply_fallbacks(
-        index, walker, reach, placer, selection, set(tests), recorded, tests.values()
-    )
-    if answer is not None:
-        answer.answered |= widened
+    static = StaticEvidence()
+    reach: Reach | None = None
+    for group in walk_order(len(selection.entities), answered_by_record(answer)):
+        part = walker.walk(_starts(selection.entities, group))
+        found = apply_fallbacks(index, walker, part, placer, selection, set(tests), group)
+        static.covers.update(found.covers)
+        static.unreached += found.unreached
+        if reach is None:
+            reach = part
+        else:
+            reach.merge(part)
+    settle_unreached(selection, static, answer, tests.values())
     if walker.hub_use:
         selection.index["hub_walk"] = walker.hub_use
     selection.timings["impact_s"] = time.perf_counter() - phase
     if selection.everything:
         return
     phase = time.perf_counter()
-    _collect(index, reach, selection, direct, tests)
-    if answer is not None and answer.used:
-        _apply_record(walker, selection, answer, direct, tests)
+    _collect(index, reach or Reach(), selection, direct, tests, static)
+    merge(selection, static, answer)
     selection.timings["granularity_s"] = time.perf_counter() - phase
-
-
-def _apply_record(
-    walker: ImpactWalker,
-    selection: Selection,
-    answer: RecordAnswer,
-    direct: dict[str, str],
-    tests: dict[int, str],
-) -> None:
-    """Lay the record's decisions over the static selection: the static evidence of an
-    entity the record answers applies only to the tests the record does not decide."""
-    others = [i for i in range(len(selection.entities)) if i not in answer.answered]
-    if not answer.answered:
-        return  # every entity is the static walk's, for every test
-    static_all: set[str] = set(direct)
-    if others:
-        starts = _starts(selection.entities, others)
-        reached = walker.walk(starts)
-        static_all |= {tests[f] for f in reached.file_id.values() if f in tests}
-    for path, selected in selection.files.items():
-        selected.static_for = "all" if path in static_all else "unrecorded"
-        selected.decided = answer.decided.get(path, set())
-        selected.undecided = answer.undecided.get(path, 0)
-    for path, chosen in answer.selected.items():
-        selected = selection.files.get(path)
-        if selected is None:
-            selected = selection.files[path] = SelectedFile(path, static_for=None)
-            selected.decided = answer.decided.get(path, set())
-            selected.undecided = answer.undecided.get(path, 0)
-        selected.recorded = dict(sorted(chosen.items()))
-    selection.files = dict(sorted(selection.files.items()))
 
 
 def unindexed_tests(index: Index, manifest) -> list[tuple[str, str]]:
@@ -222,6 +204,7 @@ def _collect(
     selection: Selection,
     direct: dict[str, str],
     tests: dict[int, str],
+    static: StaticEvidence,
 ) -> None:
     paths = dict(index.conn.execute("SELECT id, path FROM files"))
     by_file: dict[str, list[int]] = {}
@@ -233,6 +216,7 @@ def _collect(
         path = printable(raw)  # a name that is not UTF-8 is keyed as reports show it
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(Reason(path, f"{path}:1", note=reason))
+        static.sources.setdefault(path, set()).add(DIRECT)
     # Each file's reason: the chain to its nearest reached node.
     ordered = sorted(by_file.items())
     firsts = [min(node_ids, key=lambda n: reach.depth.get(n, 0)) for _, node_ids in ordered]
@@ -240,5 +224,6 @@ def _collect(
     for (path, node_ids), reason in zip(ordered, reasons, strict=True):
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(reason)
+        static.sources.setdefault(path, set()).update(reach.origin[n] for n in node_ids)
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))
