@@ -411,8 +411,8 @@ def main() -> int:
     parser.add_argument("--stop-after", choices=("collect", "merge"), default=None)
     parser.add_argument(
         "--scale", type=float, default=1.0,
-        help="each file's test count times this (the whole suite's merge needs ~100 KiB "
-        "of memory per test: a smaller machine measures a fraction and says so)",
+        help="each file's test count times this (the whole suite's merge peak is in "
+        "docs/performance.md: a smaller machine measures a fraction and says so)",
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="cProfile one select")
     args = parser.parse_args()

@@ -90,6 +90,55 @@ def test_nms():
 """
 
 
+# An op whose CUDA kernel launches through helpers as ATen's elementwise kernels do
+# (host -> templated helper -> gpu_kernel -> gpu_kernel_impl -> launch_legacy_kernel -> <<<>>>).
+SCALE_YAML = """
+- func: masked_scale(Tensor self, Tensor mask, float scale) -> Tensor
+  dispatch:
+    CUDA: masked_scale_cuda
+"""
+SCALE_CU = """\
+namespace at::native {
+
+template <typename func_t>
+__global__ void elementwise_kernel(int n, func_t f) {
+  f(n);
+}
+
+template <typename func_t>
+static void launch_legacy_kernel(int n, const func_t& f) {
+  elementwise_kernel<<<1, 128>>>(n, f);
+}
+
+template <typename func_t>
+void gpu_kernel_impl(int n, const func_t& f) {
+  launch_legacy_kernel(n, f);
+}
+
+template <typename func_t>
+void gpu_kernel(int n, const func_t& f) {
+  gpu_kernel_impl(n, f);
+}
+
+template <typename scalar_t>
+void masked_scale_kernel(int n, scalar_t scale) {
+  gpu_kernel(n, [=](int i) { return i * scale; });
+}
+
+template <typename mask_t>
+Tensor masked_scale_impl(const Tensor& self, double scale) {
+  masked_scale_kernel<float>(4, scale);
+  return self;
+}
+
+Tensor masked_scale_cuda(const Tensor& self, const Tensor& mask, double scale) {
+  return masked_scale_impl<bool>(self, scale);
+}
+
+} // namespace at::native
+"""
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     base = tmp_path_factory.mktemp("spelled")
@@ -102,6 +151,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     (ops / "boxes.py").write_text(BOXES, encoding="utf-8")
     (repo / "test/test_vision_ops.py").write_text(VISION_TEST, encoding="utf-8")
     (repo / "test/test_named_only.py").write_text(NAMED_ONLY_TEST, encoding="utf-8")
+    yaml = repo / NATIVE / "native_functions.yaml"
+    yaml.write_text(yaml.read_text(encoding="utf-8") + SCALE_YAML, encoding="utf-8")
+    (repo / NATIVE / "cuda/MaskedScale.cu").write_text(SCALE_CU, encoding="utf-8")
     commit_all(repo, "recursion, overloads and repeated calls; a re-exported function")
     return repo, build_private_index(repo, base)
 
@@ -214,3 +266,27 @@ def test_tests_named_for_it_are_listed_after_those_that_call_it(built) -> None:
     assert "named for it" in answer.items[named].detail
     assert at(repo, "test/test_named_only.py", "def test_nms_through") in answer.to_text()
     assert not any("test_nmsx" in label for label in labels), answer.to_text()
+
+
+def test_affected_lists_files_of_tests_named_for_it_and_says_no_path_reaches_them(built) -> None:
+    # `tests` and `affected` agree: a test named for the function whose call the index cannot
+    # follow is a file a change may break, listed after those a path reaches, and said so.
+    repo, index = built
+    answer = affected(index, ["minitorch.vision.ops.nms"])
+    labels = [item.label for item in answer.items if not item.data.get("minor")]
+    assert labels.index("test/test_vision_ops.py") < labels.index("test/test_named_only.py")
+    named = next(item for item in answer.items if item.label == "test/test_named_only.py")
+    assert "named for it" in named.detail and "test_nms_through_a_harness" in named.detail
+    assert named.evidence == at(repo, "test/test_named_only.py", "def test_nms_through")
+    assert "1 more holds a test named for it" in answer.title, answer.title
+    assert "test/test_named_only.py" in answer.data["named_only_files"]
+
+
+def test_a_kernel_launched_through_elementwise_helpers_is_named(built) -> None:
+    # Six calls from the op's CUDA kernel to the launch, as gpu_kernel's are in ATen.
+    repo, index = built
+    answer = trace(index, "aten::masked_scale", focus="cuda")
+    text = answer.to_text()
+    cu = f"{NATIVE}/cuda/MaskedScale.cu"
+    assert "at::native::elementwise_kernel" in text, text
+    assert at(repo, cu, "elementwise_kernel<<<") in text, text

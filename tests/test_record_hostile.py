@@ -46,7 +46,7 @@ CASES = {
     "commit-a-number": ({"commit": 12345}, "'commit' is not a hexadecimal commit"),
     "commit-an-option": ({"commit": "--output=clobbered"}, "'commit' is not a hexadecimal"),
     "huge-array": ("huge", "truncated"),
-    "posting-past-the-segments": ("posting", "a posting names a segment that does not exist"),
+    "posting-past-the-work-sets": ("posting", "a posting names a work set that does not exist"),
     "deep-header": ("deep", TOO_DEEP),
 }
 
@@ -61,63 +61,76 @@ def header_digest(fields_text: str) -> str:
 
 
 def arrays_digest(body: bytes, listed: list) -> str:
-    """The arrays' checksum as the writer makes it: CRC-32 over their bytes in order."""
+    """A sidecar's checksum as the writer makes it: CRC-32 over its arrays' bytes in order."""
     return f"crc32:{zlib.crc32(body):08x}" if listed else "crc32:00000000"
 
 
-def split(path: Path) -> tuple[dict, bytes]:
+BLOCK = 1 << 16
+
+
+def block_checksums(sections: dict[str, bytes]) -> bytes:
+    """The table of checksums as the writer makes it: the CRC-32 of each 64 KiB block of
+    each section after the table, in order, as native 32-bit integers."""
+    table = array("I")
+    for name, data in sections.items():
+        if name != "block_crc32":
+            table.extend(zlib.crc32(data[at : at + BLOCK]) for at in range(0, len(data), BLOCK))
+    return table.tobytes()
+
+
+def split(path: Path) -> tuple[dict, dict[str, bytes]]:
+    """(header, section name -> its bytes) of the record at ``path``."""
     data = path.read_bytes()
     assert data.startswith(storage.MAGIC)
     line, body = data[len(storage.MAGIC) :].split(b"\n", 1)
-    return json.loads(line), body
+    header = json.loads(line)
+    sections, at = {}, 0
+    for name, code, length in header["sections"]:
+        sections[name] = body[at : at + length * array(code).itemsize]
+        at += len(sections[name])
+    assert at == len(body)
+    return header, sections
 
 
-def rewrite(path: Path, header: dict, body: bytes, deep_in_meta: str = "") -> None:
-    """``header`` with both checksums right; ``deep_in_meta``: a meta key whose value is
-    a list nested DEEP levels (spliced in as text: no JSON library writes one)."""
+def rewrite(
+    path: Path, header: dict, sections: dict[str, bytes], deep_in_meta: str = "", huge: str = ""
+) -> None:
+    """``header`` and ``sections`` with every checksum right; ``deep_in_meta``: a meta key
+    whose value is a list nested DEEP levels (spliced in as text: no JSON library writes
+    one); ``huge``: a section whose length the header says is HUGE."""
     mark = "@deep@"
     if deep_in_meta:
         header["meta"][deep_in_meta] = mark
     deep = "[" * DEEP + "]" * DEEP
+    sections["block_crc32"] = table = block_checksums(sections)
+    header["table_crc32"] = zlib.crc32(table)
+    header["sections"] = [
+        [name, code, HUGE if name == huge else len(sections[name]) // array(code).itemsize]
+        for name, code, _ in header["sections"]
+    ]
     fields = {k: header[k] for k in ("format", "meta", "reasons", "counts")}
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     header["header_digest"] = header_digest(text.replace(f'"{mark}"', deep))
-    assert header["digest"] == arrays_digest(body, header["arrays"])  # the arrays' own
     line = json.dumps(header).replace(f'"{mark}"', deep)
+    body = b"".join(sections[name] for name, _, _ in header["sections"])
     path.write_bytes(storage.MAGIC + line.encode() + b"\n" + body)
-
-
-def span_end(header: dict, wanted: str) -> int:
-    """Where the array ``wanted`` ends in the file's body (arrays follow one another)."""
-    end = 0
-    for name, code, length in header["arrays"]:
-        end += length * array(code).itemsize
-        if name == wanted:
-            return end
-    raise KeyError(wanted)
 
 
 def make_hostile(path: Path, case: str) -> str:
     """Rewrite the record at ``path`` as ``case`` of CASES; the words its refusal says."""
     change, words = CASES[case]
-    header, body = split(path)
+    header, sections = split(path)
     if change == "huge":
-        header["arrays"] = [
-            [name, code, HUGE if name == "test_durations" else length]
-            for name, code, length in header["arrays"]
-        ]
-        rewrite(path, header, body)
+        rewrite(path, header, sections, huge="test_durations")
     elif change == "deep":
-        rewrite(path, header, body, deep_in_meta="problems")
-    elif change == "posting":  # the last posting names one segment past the last
-        end = span_end(header, "posting_segments")
-        past = header["counts"]["segments"].to_bytes(4, sys.byteorder)
-        body = body[: end - 4] + past + body[end:]
-        header["digest"] = arrays_digest(body, header["arrays"])
-        rewrite(path, header, body)
+        rewrite(path, header, sections, deep_in_meta="problems")
+    elif change == "posting":  # the last posting names one work set past the last
+        past = header["counts"]["worksets"].to_bytes(4, sys.byteorder)
+        sections["posting_worksets"] = sections["posting_worksets"][:-4] + past
+        rewrite(path, header, sections)
     else:
         header["meta"].update(change)
-        rewrite(path, header, body)
+        rewrite(path, header, sections)
     return words
 
 
@@ -155,9 +168,9 @@ def indexed(minitorch_repo: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     kernel.write_text(kernel.read_text().replace(old, "alpha_check(iter.common_dtype(), -alpha);"))
     # Rewritten the way the cases are, with a meta that holds what it should, it reads:
     # the cases are refused for what they hold, not for a checksum.
-    header, body = split(record_of(repo))
+    header, sections = split(record_of(repo))
     header["meta"]["torch"] = "2.6.0"
-    rewrite(record_of(repo), header, body)
+    rewrite(record_of(repo), header, sections)
     assert storage.read(record_of(repo)).meta["torch"] == "2.6.0"
     return repo
 

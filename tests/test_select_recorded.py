@@ -400,7 +400,7 @@ def test_a_cuda_kernel_change_with_a_gpu_record_selects_the_tests_that_used_cuda
     assert record.meta["mechanisms"]["devices"].startswith("allocations")
     record.meta["devices"] = ["cpu", "cuda"]
     own = next(s for s in record.segments if s.label == "tests/test_scale.py::test_scale")
-    own.names.add(record.name_id("device", "cuda"))
+    own.names = own.names | {record.name_id("device", "cuda")}  # shared by its work set
     try:
         storage.write(record, path)
         edit(repo, *CUDA_SCALE)

@@ -32,7 +32,7 @@ from indexer.query.native_reach import NativeReach
 from indexer.query.py_lookup import reexported
 from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.query.test_rank import FURTHER, TIER_TEXT
-from indexer.query.tests import RankedTests, ReachedTest, rank_tests
+from indexer.query.tests import RankedTests, ReachedTest, named_for, rank_tests, with_named
 from indexer.select.chains import reasons_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
@@ -153,13 +153,36 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
             f"(of {len(tests)} test files); the {len(by_file)} nearest are listed, and the "
             "walk stopped there: 'torchtalk select' on a diff finds every one"
         )
+    # Tests named for it (test_<name>) that no path reaches: as `tests` lists them, after
+    # the files that name it, their files listed even where the walk did not reach them.
+    reached_tests = {hit.id for hit in ranking.ranked}
+    named_tests = {hit.id: hit for name in names for hit in named_for(index, name, reached_tests)}
+    direct = _tests_by_file(with_named(ranking.ranked, list(named_tests.values())))
+    named_only = sorted({hit.path for hit in named_tests.values()} - set(by_file))
+    if named_only:
+        answer.title += (
+            f"; {len(named_only)} more hold{'s' if len(named_only) == 1 else ''} a test "
+            "named for it"
+        )
     nearest = {path: min(reach.depth.get(n, 0) for n in ids) for path, ids in by_file.items()}
-    direct = _tests_by_file(ranking.ranked)
-    ranked = sorted(by_file, key=lambda p: _file_key(p, direct, nearest, by_file))
-    firsts = [min(by_file[path], key=lambda n: reach.depth.get(n, 0)) for path in ranked]
-    reasons = reasons_for(index, reach, firsts, entities, paths)
-    for position, (path, reason) in enumerate(zip(ranked, reasons, strict=True)):
+    ranked = sorted([*by_file, *named_only], key=lambda p: _file_key(p, direct, nearest, by_file))
+    walked = [path for path in ranked if path in by_file]
+    firsts = [min(by_file[path], key=lambda n: reach.depth.get(n, 0)) for path in walked]
+    reasons = dict(zip(walked, reasons_for(index, reach, firsts, entities, paths), strict=True))
+    for position, path in enumerate(ranked):
         hits = direct.get(path, [])
+        reason = reasons.get(path)
+        if reason is None:  # named for it, and no path reaches it
+            shown = ", ".join(hit.qualname.rsplit("::", 1)[-1] for hit in hits[:TESTS_NAMED])
+            answer.items.append(
+                Item(
+                    path,
+                    hits[0].evidence,
+                    f"named for it ({shown}); the index holds no call path from it",
+                    data={"tier": FURTHER, "tests": [_test_data(hit) for hit in hits]},
+                )
+            )
+            continue
         tier = hits[0].tier if hits else FURTHER
         ran = "ran it in the record; " if hits and hits[0].ran else ""
         detail = f"{ran}{TIER_TEXT[tier]}; {len(reason.chain)} hops from {reason.entity}"
@@ -197,6 +220,7 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     answer.data = {
         "test_files": sorted(by_file),
         "ranked_files": ranked,
+        "named_only_files": named_only,
         "complete": complete,
         "changed": [{"name": e.label, "kind": e.kind, "evidence": e.evidence} for e in entities],
     }

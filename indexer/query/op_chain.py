@@ -18,7 +18,7 @@ from indexer.query import adjacency
 from indexer.query.index import Index, Node
 
 STUB_DEPTH = 2  # calls from an implementation to the DispatchStub it invokes
-LAUNCH_DEPTH = 3  # calls from a host function to the kernel launch
+LAUNCH_DEPTH = 7  # calls from a host function to the kernel launch, through gpu_kernel's helpers
 WALK_BUDGET = 400  # nodes one bounded walk may visit
 
 _DISPATCH_SQL = (

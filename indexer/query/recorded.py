@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.record import storage
-from indexer.record.model import KINDS, Record, RecordedTest
+from indexer.record.model import COMPLETE_OUTCOMES, KINDS, Record, RecordedTest
 from indexer.wording import age
 
 RECORD_FILE = "record.ttr"  # beside the index
@@ -27,29 +27,85 @@ def record_path_for(db_path: Path) -> Path:
     return db_path.parent / RECORD_FILE
 
 
-class RecordedRuns:
-    """A record, opened once, with its inverted lookups built on first use."""
+class _InMemory:
+    """The lookups of :class:`storage.StoredRecord`, made from a record in memory (one
+    merged or recorded here, or of an older format)."""
 
-    def __init__(self, record: Record, path: Path | None = None) -> None:
+    def __init__(self, record: Record) -> None:
+        self.record = record
+        executed_by: dict[int, list[int]] = defaultdict(list)
+        for index, segment in enumerate(record.segments):
+            for name in segment.names:
+                executed_by[name].append(index)
+        self._executed_by = dict(executed_by)
+        tests_of: dict[int, list[int]] = defaultdict(list)
+        groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+        by_file: dict[str, list[int]] = defaultdict(list)
+        for index, test in enumerate(record.tests):
+            for segment in test.segments:
+                tests_of[segment].append(index)
+            groups[(test.file, test.outcome, test.unrecorded)].append(index)
+            by_file[test.file].append(index)
+        self._tests_of = dict(tests_of)
+        self._groups: dict[tuple[str, str, str], Sequence[int]] = dict(groups)
+        self._by_file = dict(by_file)
+
+    def segments_executing(self, name: int) -> Sequence[int]:
+        return self._executed_by.get(name, ())
+
+    # In memory each segment is a work set of its own.
+    worksets_executing = segments_executing
+
+    def segments_of_workset(self, workset: int) -> Sequence[int]:
+        return (workset,)
+
+    def tests_of_segment(self, segment: int) -> Sequence[int]:
+        return self._tests_of.get(segment, ())
+
+    def segment_kind(self, segment: int) -> str:
+        return self.record.segments[segment].kind
+
+    def segment_label(self, segment: int) -> str:
+        return self.record.segments[segment].label
+
+    def test_groups(self) -> dict[tuple[str, str, str], Sequence[int]]:
+        return self._groups
+
+    def tests_of_file(self, file: str) -> Sequence[int]:
+        return self._by_file.get(file, [])
+
+
+class RecordedRuns:
+    """A record, opened once, with its inverted lookups built on first use.
+
+    A record opened from disk (:meth:`open`) is read by parts as it is asked
+    (``storage.StoredRecord``): a question about a few names reads their postings and the
+    tests' small columns, not every test. ``record`` has the attributes of a
+    :class:`Record` (``meta``, ``names``, ``files``, ``tests``); a value found damaged
+    where it is read raises ``storage.RecordError``."""
+
+    def __init__(self, record: Record | storage.StoredRecord, path: Path | None = None) -> None:
         self.record = record
         self.path = path
-        self._tests_of_segment: dict[int, list[int]] | None = None
+        self._view: storage.StoredRecord | _InMemory | None = (
+            record if isinstance(record, storage.StoredRecord) else None
+        )
         self._by_name: dict[tuple[str, str], int] | None = None
-        self._naming: dict[str, list[int]] | None = None  # module path -> segments naming it
+        self._naming: dict[str, list[int]] = {}  # module path -> segments naming it
         self._functions: dict[str, list[tuple[str, str]]] | None = None  # module -> its functions
-        self._executed_by: dict[int, list[int]] | None = None  # name -> segments, made here
         self._overloads: dict[str, list[str]] | None = None
+        self._names_of_worksets: list[frozenset[int]] | None = None
         self._lock = threading.RLock()  # the lookups build on one another
 
     @classmethod
     def open(cls, path: Path) -> RecordedRuns:
         """RecordError (one line, with the reason) when the record cannot be used."""
-        return cls(storage.read(path), path)
+        return cls(storage.open_stored(path), path)
 
     @classmethod
     def cached(cls, path: Path) -> RecordedRuns:
         """Like :meth:`open`, reusing the last opening while the file is unchanged (a
-        server asks on every call; a record is read whole)."""
+        server asks on every call)."""
         stat = path.stat()
         stamp = (stat.st_mtime_ns, stat.st_size)
         with _cache_lock:
@@ -63,46 +119,96 @@ class RecordedRuns:
 
     # --- lookups ----------------------------------------------------------------------
 
-    def _index(self) -> tuple[dict[int, list[int]], dict[tuple[str, str], int]]:
+    def _lookups(self) -> storage.StoredRecord | _InMemory:
         with self._lock:
-            if self._tests_of_segment is None or self._by_name is None:
-                tests_of: dict[int, list[int]] = defaultdict(list)
-                for index, test in enumerate(self.record.tests):
-                    for segment in test.segments:
-                        tests_of[segment].append(index)
-                self._tests_of_segment = dict(tests_of)
+            if self._view is None:
+                self._view = _InMemory(self.record)  # type: ignore[arg-type]
+            return self._view
+
+    def _names_index(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            if self._by_name is None:
                 self._by_name = {name: i for i, name in enumerate(self.record.names)}
-            return self._tests_of_segment, self._by_name
+            return self._by_name
 
     def name_ids(self, names: Iterable[tuple[str, str]]) -> list[int]:
-        _, by_name = self._index()
+        by_name = self._names_index()
         return [by_name[name] for name in names if name in by_name]
 
     def segments_executing(self, name: int) -> Sequence[int]:
-        """The segments that executed the name with id ``name``: the record's postings
-        when it was read from disk (nothing else is read), else made once from it."""
-        if self.record.postings is not None:
-            return self.record.postings(name)
-        with self._lock:
-            if self._executed_by is None:
-                executed_by: dict[int, list[int]] = defaultdict(list)
-                for index, segment in enumerate(self.record.segments):
-                    for each in segment.names:
-                        executed_by[each].append(index)
-                self._executed_by = dict(executed_by)
-            return self._executed_by.get(name, ())
+        """The segments that executed the name with id ``name``."""
+        return self._lookups().segments_executing(name)
 
     def tests_executing(self, names: Iterable[tuple[str, str]]) -> dict[int, set[int]]:
         """Test index -> the ids of ``names`` it executed through its own segments (setup,
         call, teardown, fixtures, its file's collection, the session): import work is
         no test's own (``import_work``, ``importers``)."""
-        tests_of, _ = self._index()
-        found: dict[int, set[int]] = defaultdict(set)
-        for name in set(self.name_ids(names)):
-            for segment in self.segments_executing(name):
-                for test in tests_of.get(segment, ()):
-                    found[test].add(name)
+        view = self._lookups()
+        found: dict[int, set[int]] = {}
+        for segment, hit in self._segments_hit(names):
+            for test in view.tests_of_segment(segment):
+                known = found.get(test)
+                found[test] = hit if known is None else known | hit  # hit is shared: not |=
         return found
+
+    def _segments_hit(self, names: Iterable[tuple[str, str]]) -> list[tuple[int, set[int]]]:
+        """(segment, the ids of ``names`` it executed): each work set followed to its
+        segments once, however many of the names it executed."""
+        view = self._lookups()
+        by_workset: dict[int, set[int]] = defaultdict(set)
+        for name in set(self.name_ids(names)):
+            for workset in view.worksets_executing(name):
+                by_workset[workset].add(name)
+        return [
+            (segment, hit)
+            for workset, hit in by_workset.items()
+            for segment in view.segments_of_workset(workset)
+        ]
+
+    def test_groups(self) -> dict[tuple[str, str, str], Sequence[int]]:
+        """(test file, outcome, why unrecorded ('' when recorded whole)) -> the indexes of
+        the tests that share them: what deciding which tests to trust reads, without
+        making each test's object."""
+        return self._lookups().test_groups()
+
+    def tests_of_file(self, file: str) -> Sequence[int]:
+        """The indexes of the recorded tests of ``file`` (a repo path)."""
+        return self._lookups().tests_of_file(file)
+
+    def nodeid(self, test: int) -> str:
+        """The node id of the test at index ``test``, without its object."""
+        if isinstance(self.record, storage.StoredRecord):
+            return self.record.nodeid(test)
+        return self.record.tests[test].nodeid
+
+    def file_of(self, test: int) -> str:
+        """The test file of the test at index ``test``, without its object."""
+        if isinstance(self.record, storage.StoredRecord):
+            return self.record.file_of(test)
+        return self.record.tests[test].file
+
+    def nodeids_of_file(self, file: str) -> list[tuple[int, str]]:
+        """(index, node id) of each recorded test of ``file``, without the tests' objects."""
+        tests = self.tests_of_file(file)
+        if isinstance(self.record, storage.StoredRecord):
+            return list(zip(tests, self.record.nodeids_in(file), strict=True))
+        return [(i, self.record.tests[i].nodeid) for i in tests]
+
+    def parts_of_file(self, file: str) -> list[str]:
+        """What follows ``FILE::`` in each node id of the tests of ``file`` ('' for one
+        that names no part), in the order of :meth:`tests_of_file`."""
+        if isinstance(self.record, storage.StoredRecord):
+            parts = self.record.parts_in(file)
+            if parts is not None:
+                return parts
+        return [
+            nodeid.split("::", 1)[1] if "::" in nodeid else ""
+            for _, nodeid in self.nodeids_of_file(file)
+        ]
+
+    def test_files(self) -> set[str]:
+        """The test files the record holds tests of."""
+        return {file for file, _, _ in self.test_groups()}
 
     def tests_using_device(self, device: str) -> set[int] | None:
         """The tests that used ``device`` (``cuda``): allocated its memory or launched its
@@ -120,12 +226,11 @@ class RecordedRuns:
 
     def import_work(self, names: Iterable[tuple[str, str]]) -> dict[str, set[int]]:
         """Module path -> the ids of ``names`` its body ran while it was imported."""
-        segments = self.record.segments
+        view = self._lookups()
         found: dict[str, set[int]] = defaultdict(set)
-        for name in set(self.name_ids(names)):
-            for segment in self.segments_executing(name):
-                if segments[segment].kind == "module":
-                    found[segments[segment].label].add(name)
+        for segment, hit in self._segments_hit(names):
+            if view.segment_kind(segment) == "module":
+                found[view.segment_label(segment)] |= hit
         return dict(found)
 
     def importers(self, modules: Iterable[str]) -> set[int]:
@@ -133,20 +238,18 @@ class RecordedRuns:
         or test that imported it, or imported a module whose import imported it, and so
         on. Read from what each module body imported and from the modules its namespace
         names, so it does not depend on which test happened to import a module first."""
-        tests_of, _ = self._index()
-        naming = self._module_naming()
-        segments = self.record.segments
+        view = self._lookups()
         seen = set(modules)
         frontier = list(seen)
         tests: set[int] = set()
         while frontier:
             module = frontier.pop()
-            for segment in naming.get(module, ()):
-                if segments[segment].kind != "module":
-                    tests.update(tests_of.get(segment, ()))
-                elif segments[segment].label not in seen:
-                    seen.add(segments[segment].label)
-                    frontier.append(segments[segment].label)
+            for segment in self._module_naming(module):
+                if view.segment_kind(segment) != "module":
+                    tests.update(view.tests_of_segment(segment))
+                elif (label := view.segment_label(segment)) not in seen:
+                    seen.add(label)
+                    frontier.append(label)
         return tests
 
     def functions_of(self, module: str) -> list[tuple[str, str]]:
@@ -160,16 +263,13 @@ class RecordedRuns:
                 self._functions = dict(functions)
             return self._functions.get(module, [])
 
-    def _module_naming(self) -> dict[str, list[int]]:
-        """Module path -> the segments that imported it (its name is a module name)."""
+    def _module_naming(self, module: str) -> list[int]:
+        """The segments that imported ``module`` (a path: its name is a module name)."""
         with self._lock:
-            if self._naming is None:
-                self._naming = {
-                    text: list(self.segments_executing(i))
-                    for i, (kind, text) in enumerate(self.record.names)
-                    if kind == "module"
-                }
-            return self._naming
+            if module not in self._naming:
+                ids = self.name_ids([("module", module)])
+                self._naming[module] = list(self.segments_executing(ids[0])) if ids else []
+            return self._naming[module]
 
     def matching_names(self, kind: str, pattern: str) -> list[tuple[str, str]]:
         """Names of ``kind`` equal to ``pattern``, else those containing it (functions by
@@ -229,12 +329,28 @@ class RecordedRuns:
             return self._overloads
 
     def test(self, nodeid: str) -> RecordedTest | None:
-        return next((t for t in self.record.tests if t.nodeid == nodeid), None)
+        file = nodeid.split("::", 1)[0]
+        tests = self.record.tests
+        found = next(
+            (tests[i] for i in self.tests_of_file(file) if tests[i].nodeid == nodeid), None
+        )
+        return found or next((t for t in tests if t.nodeid == nodeid), None)
+
+    def name_ids_of(self, test: RecordedTest) -> set[int]:
+        """Every name the test executed, through all its segments."""
+        if isinstance(self.record, Record):
+            return self.record.names_of(test)
+        with self._lock:
+            if self._names_of_worksets is None:
+                self._names_of_worksets = self.record.names_of_worksets()
+        return set().union(
+            *(self._names_of_worksets[self.record.workset_of(s)] for s in test.segments)
+        )
 
     def names_of(self, test: RecordedTest) -> dict[str, list[str]]:
         """Kind -> sorted texts the test executed."""
         by_kind: dict[str, list[str]] = {kind: [] for kind in KINDS}
-        for name in self.record.names_of(test):
+        for name in self.name_ids_of(test):
             kind, text = self.record.names[name]
             by_kind[kind].append(text)
         return {kind: sorted(texts) for kind, texts in by_kind.items() if texts}
@@ -251,18 +367,26 @@ class RecordedRuns:
 
     def summary(self) -> dict[str, Any]:
         record = self.record
-        tests = record.tests
-        outcomes = Counter(t.outcome for t in tests)
+        if isinstance(record, storage.StoredRecord):
+            record.check()  # what describes the record whole reads it whole
+        groups = self.test_groups()
+        outcomes: Counter[str] = Counter()
+        for (_, outcome, _), tests in groups.items():
+            outcomes[outcome] += len(tests)
         kinds = Counter(kind for kind, _ in record.names)
         return {
             "path": str(self.path) if self.path else None,
             "commit": record.meta.get("commit"),
             "created_at": record.meta.get("created_at"),
             "age_seconds": self.age_seconds(),
-            "tests": len(tests),
-            "test_files": len({t.file for t in tests}),
-            "complete_tests": sum(1 for t in tests if t.complete),
-            "unrecorded_tests": sum(1 for t in tests if t.unrecorded),
+            "tests": len(record.tests),
+            "test_files": len(self.test_files()),
+            "complete_tests": sum(
+                len(tests)
+                for (_, outcome, why), tests in groups.items()
+                if not why and outcome in COMPLETE_OUTCOMES
+            ),
+            "unrecorded_tests": sum(len(tests) for (_, _, why), tests in groups.items() if why),
             "outcomes": dict(sorted(outcomes.items())),
             "names": dict(sorted(kinds.items())),
             "ops": kinds.get("op", 0),
@@ -287,11 +411,11 @@ class RecordedRuns:
 
     def per_test_counts(self, kind: str) -> list[int]:
         """How many names of ``kind`` each test executed (for stats)."""
-        counts = []
-        for test in self.record.tests:
-            names = self.record.names_of(test)
-            counts.append(sum(1 for n in names if self.record.names[n][0] == kind))
-        return counts
+        names = self.record.names
+        return [
+            sum(1 for n in self.name_ids_of(test) if names[n][0] == kind)
+            for test in self.record.tests
+        ]
 
     def files_executing(self, names: Iterable[tuple[str, str]]) -> set[str]:
         return {self.record.tests[t].file for t in self.tests_executing(names)}

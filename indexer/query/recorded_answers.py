@@ -94,10 +94,19 @@ def record_evidence(
         return None
     except (RecordError, OSError) as exc:
         return RecordEvidence(notes=[f"the record beside the index cannot be used: {exc}"])
+    try:  # the record is read as it is asked: damage found on the way refuses it whole
+        return _evidence(index, runs, nodes, what, native)
+    except RecordError as exc:
+        return RecordEvidence(notes=[f"the record beside the index cannot be used: {exc}"])
+
+
+def _evidence(
+    index: Index, runs: RecordedRuns, nodes: list[Node], what: str, native: NativeReach | None
+) -> RecordEvidence:
     names = recorded_names(index, runs, nodes, native)
     hits = runs.tests_executing(names)
-    tests = sorted(runs.record.tests[i].nodeid for i in hits)
-    files = sorted({runs.record.tests[i].file for i in hits})
+    tests = sorted(runs.nodeid(i) for i in hits)
+    files = sorted({runs.file_of(i) for i in hits})
     label = (
         f"record of {short_commit(runs.record.meta.get('commit')) or '?'}, "
         f"{age(runs.age_seconds())} old, {len(runs.record.tests)} tests"

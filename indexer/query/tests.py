@@ -261,9 +261,9 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     evidence = record_evidence(index, starts, query)
     found = rank_tests(index, starts, evidence.tests if evidence else ())
     ranked, dropped, truncated = found.ranked, found.dropped, found.truncated
-    named = _named_for(index, query, {hit.id for hit in ranked})
+    named = named_for(index, query, {hit.id for hit in ranked})
     reaching = len(ranked)
-    ranked = _with_named(ranked, named)
+    ranked = with_named(ranked, named)
     files: dict[str, int] = {}
     for hit in ranked:
         files[hit.path] = files.get(hit.path, 0) + 1
@@ -334,7 +334,7 @@ _NAMED_SQL = (
 )
 
 
-def _named_for(index: Index, query: str, reached: set[int]) -> list[ReachedTest]:
+def named_for(index: Index, query: str, reached: set[int]) -> list[ReachedTest]:
     """Test functions named for what the query names (``align_tensors``,
     ``aten::align_tensors.default``, ``torch.align_tensors``: ``test_align_tensors``,
     ``test_align_tensors_*``) that no covers/references path reaches: a call through a
@@ -357,10 +357,14 @@ def _named_for(index: Index, query: str, reached: set[int]) -> list[ReachedTest]
     return sorted(found.values(), key=lambda hit: (hit.path, hit.line))[:MAX_NAMED_ONLY]
 
 
-def _with_named(ranked: list[ReachedTest], named: list[ReachedTest]) -> list[ReachedTest]:
-    """``named`` placed after the tests that name the query themselves (and OpInfo tests)."""
+def with_named(ranked: list[ReachedTest], named: list[ReachedTest]) -> list[ReachedTest]:
+    """``named`` placed after the tests that name the query themselves (and OpInfo tests),
+    positions renumbered."""
     cut = next((i for i, hit in enumerate(ranked) if hit.tier == test_rank.FURTHER), len(ranked))
-    return [*ranked[:cut], *named, *ranked[cut:]]
+    merged = [*ranked[:cut], *named, *ranked[cut:]]
+    for position, hit in enumerate(merged):
+        hit.position = position
+    return merged
 
 
 def _rank(

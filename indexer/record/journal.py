@@ -23,6 +23,7 @@ import json
 import os
 from pathlib import Path
 
+from indexer.record import native
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.merge import merge
 from indexer.record.model import KINDS, OUTCOMES, SEGMENT_KINDS, Record, RecordedTest
@@ -146,13 +147,14 @@ class JournalWriter:
 
     def test(self, record: Record, added: dict[int, list[int]], test: RecordedTest) -> None:
         """Append a finished test with everything recorded since the last entry."""
-        entry = self._delta(record, added, also=test.file)
-        entry["t"] = "test"
-        entry["test"] = [
-            test.nodeid, test.file, OUTCOMES.index(test.outcome), test.duration,
-            test.segments, test.unrecorded,
-        ]  # fmt: skip
-        self._append(entry)
+        with native.quiet():  # the recorder's own work
+            entry = self._delta(record, added, also=test.file)
+            entry["t"] = "test"
+            entry["test"] = [
+                test.nodeid, test.file, OUTCOMES.index(test.outcome), test.duration,
+                test.segments, test.unrecorded,
+            ]  # fmt: skip
+            self._append(entry)
 
     def close(self, record: Record, added: dict[int, list[int]], end: dict) -> None:
         """The last entry: what the session's end recorded, and ``end`` (meta to update,

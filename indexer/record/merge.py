@@ -43,11 +43,19 @@ def merge(records: list[Record], *, allow_mixed_commits: bool = False) -> Record
     meta = _merged_meta(records, mixed=len(commits) > 1 or len(trees) > 1)
     out = Record(meta=meta)
     by_nodeid: dict[str, RecordedTest] = {}
+    interned: dict[frozenset[int], frozenset[int]] = {}
     for record in records:
         remap = {}
+        # Segments that share one set of names (a work set, docs/recording.md) share it
+        # here too: memory grows with the distinct work sets, not with the tests.
+        renamed: dict[int, frozenset[int]] = {}
         for index, segment in enumerate(record.segments):
             new = out.add_segment(segment.kind, segment.label)
-            out.segments[new].names = {out.name_id(*record.names[n]) for n in segment.names}
+            names = renamed.get(id(segment.names))
+            if names is None:
+                names = frozenset(out.name_id(*record.names[n]) for n in segment.names)
+                names = renamed[id(segment.names)] = interned.setdefault(names, names)
+            out.segments[new].names = names  # type: ignore[assignment]
             remap[index] = new
         for test in record.tests:
             segments = [remap[s] for s in test.segments]

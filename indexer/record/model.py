@@ -31,7 +31,7 @@ device      a device type whose memory it allocated, or whose kernels it launche
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -138,34 +138,17 @@ def meta_problem(meta: Any) -> str | None:
 class Segment:
     """A unit of work and the names it executed (ids into ``Record.names``).
 
-    A record read from disk knows, for each name, the segments that executed it (the
-    question selection asks); the other way round (``names``) is made for all its
-    segments at once, the first time one is asked (``indexer.record.storage``).
+    Segments that executed the same names may share one (frozen) set: a record read from
+    disk or merged keeps one per work set (``indexer.record.storage``), so assign a new
+    set rather than change a shared one in place.
     """
 
-    __slots__ = ("_fill", "_names", "kind", "label")
+    __slots__ = ("kind", "label", "names")
 
-    def __init__(
-        self,
-        kind: str,
-        label: str,
-        names: set[int] | None = None,
-        fill: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, kind: str, label: str, names: set[int] | None = None) -> None:
         self.kind = kind  # one of SEGMENT_KINDS
         self.label = label  # node id, 'fixture NAME @ BASEID', 'file PATH', 'session', module PATH
-        self._names = set() if names is None and fill is None else names
-        self._fill = fill
-
-    @property
-    def names(self) -> set[int]:
-        if self._names is None:
-            self._fill()  # sets every segment's names of the record it was read with
-        return self._names
-
-    @names.setter
-    def names(self, value: set[int]) -> None:
-        self._names = value
+        self.names: set[int] = set() if names is None else names
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Segment):
@@ -199,8 +182,6 @@ class Record:
     tests: list[RecordedTest] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # repo path -> content hash
     _ids: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
-    # For each name, the segments that executed it, as read from disk (None: made here).
-    postings: Callable[[int], Sequence[int]] | None = field(default=None, repr=False, compare=False)
 
     def name_id(self, kind: str, text: str) -> int:
         """The id of (kind, text), interned on first use."""

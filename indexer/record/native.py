@@ -9,6 +9,7 @@ objects and run with the GIL held. Nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -110,5 +111,26 @@ def load() -> ctypes.PyDLL:
         library.tt_start_devices.restype = ctypes.c_int
         library.tt_set_module_callback.argtypes = [ctypes.py_object]
         library.tt_set_module_callback.restype = None
+        library.tt_forget_code_names.restype = None
+        library.tt_name_codes.argtypes = [ctypes.py_object, ctypes.py_object]
+        library.tt_name_codes.restype = ctypes.c_int
+        library.tt_quiet.argtypes = [ctypes.c_int]
+        library.tt_quiet.restype = None
         _loaded = library
         return library
+
+
+@contextlib.contextmanager
+def quiet():
+    """The recorder's own work, unobserved: the calling thread's profile function is
+    suspended meanwhile (where the library is loaded), so that this work costs what it
+    costs without a recorder (docs/recording.md#cost). Nothing of the tree may run in it."""
+    library = _loaded
+    if library is None:
+        yield
+        return
+    library.tt_quiet(1)
+    try:
+        yield
+    finally:
+        library.tt_quiet(0)

@@ -140,6 +140,10 @@ CountingAllocator* g_cpu_counter = nullptr;
 
 // The interpreter's side. Every structure below is touched only with the GIL held.
 std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (strong refs)
+// Each code object's record name (a tuple) or None (not the tree's), as the Python side
+// named it once: a drain then hands Python only the code objects it has not named yet.
+// Strong references, so that an address is never another code object's.
+std::unordered_map<PyObject*, PyObject*>* g_code_names = nullptr;
 // C functions called, one per method definition (a bound builtin method is a new object at
 // every attribute access, its PyMethodDef is not), each described as (module, type of its
 // self or None, qualified name). Never the function itself: a bound method holds its self,
@@ -150,6 +154,30 @@ std::unordered_map<const void*, PyObject*>* g_cfuncs = nullptr;
 PyObject* g_profile_token = nullptr;  // what sys.getprofile() returns while we observe
 PyObject* g_module_callback = nullptr;  // callable(code, entering, globals), or none
 thread_local std::vector<PyFrameObject*> t_module_frames;  // module bodies running
+size_t g_module_frames_open = 0;  // all threads' t_module_frames: returns skip the TLS
+
+// The recorder's own Python work (the module callback, draining, journal entries) runs
+// with the calling thread's profile function suspended, as a profile function suspends
+// itself while it runs: it is nobody's work, and on 3.11 every instruction run under a
+// profile function takes the tracing path (docs/recording.md#cost).
+void quiet_enter(PyThreadState* tstate) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyThreadState_EnterTracing(tstate);
+#else
+  ++tstate->tracing;
+  tstate->cframe->use_tracing = 0;
+#endif
+}
+
+void quiet_leave(PyThreadState* tstate) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyThreadState_LeaveTracing(tstate);
+#else
+  --tstate->tracing;
+  tstate->cframe->use_tracing =
+      tstate->tracing == 0 && (tstate->c_tracefunc != nullptr || tstate->c_profilefunc != nullptr);
+#endif
+}
 
 bool is_module_body(PyCodeObject* code) {
   PyObject* name = code->co_name;
@@ -169,8 +197,11 @@ void module_boundary(PyFrameObject* frame, int entering) {
   PyObject* globals = frame->f_globals;
   Py_XINCREF(globals);
 #endif
+  PyThreadState* tstate = PyThreadState_Get();
+  quiet_enter(tstate);
   PyObject* result = PyObject_CallFunction(
       g_module_callback, "OiO", code, entering, globals != nullptr ? globals : Py_None);
+  quiet_leave(tstate);
   Py_XDECREF(result);
   Py_XDECREF(globals);
   Py_DECREF(code);
@@ -204,9 +235,10 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     if (!g_codes->insert(code).second) Py_DECREF(code);
     if (module && g_module_callback != nullptr) {
       t_module_frames.push_back(frame);
+      ++g_module_frames_open;
       module_boundary(frame, 1);
     }
-  } else if (what == PyTrace_RETURN && !t_module_frames.empty()) {
+  } else if (what == PyTrace_RETURN && g_module_frames_open != 0 && !t_module_frames.empty()) {
     // A module body's frame returns (or unwinds). Frames above it that never reported
     // their end are closed with it, so one lost event cannot misattribute what follows.
     for (size_t depth = t_module_frames.size(); depth-- > 0;) {
@@ -214,6 +246,7 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       while (t_module_frames.size() > depth) {
         PyFrameObject* ending = t_module_frames.back();
         t_module_frames.pop_back();
+        --g_module_frames_open;
         module_boundary(ending, 0);
       }
       break;
@@ -290,6 +323,7 @@ void tt_observe_thread(PyObject* token) {
   if (g_codes == nullptr) {
     g_codes = new std::unordered_set<PyObject*>();
     g_cfuncs = new std::unordered_map<const void*, PyObject*>();
+    if (g_code_names == nullptr) g_code_names = new std::unordered_map<PyObject*, PyObject*>();
   }
   if (g_profile_token == nullptr) {
     Py_INCREF(token);
@@ -299,6 +333,17 @@ void tt_observe_thread(PyObject* token) {
 }
 
 void tt_stop_thread() { PyEval_SetProfile(nullptr, nullptr); }
+
+// Suspends (1) or resumes (0) the calling thread's observation, for the recorder's own
+// work; calls nest.
+void tt_quiet(int on) {
+  PyThreadState* tstate = PyThreadState_Get();
+  if (on) {
+    quiet_enter(tstate);
+  } else {
+    quiet_leave(tstate);
+  }
+}
 
 // Removes the profile function from every thread that has it, as torch's Python tracer
 // swaps thread states to install its own (profiler_python.cpp): a C call the tracer's
@@ -344,9 +389,65 @@ PyObject* tt_close_epoch() {
   return names;
 }
 
-// What the interpreter ran since the last drain: code objects, and C functions.
+// What the interpreter ran since the last drain: (the record names of the code objects
+// already named, the code objects not named yet), and C functions.
 PyObject* tt_drain_codes() {
-  return drain(g_codes, [](PyObject* code) { return code; });
+  PyObject* names = PyList_New(0);
+  PyObject* unnamed = PyList_New(0);
+  PyObject* result = names != nullptr && unnamed != nullptr ? PyTuple_Pack(2, names, unnamed)
+                                                             : nullptr;
+  Py_XDECREF(names);
+  Py_XDECREF(unnamed);
+  if (result == nullptr || g_codes == nullptr) return result;
+  bool failed = false;
+  for (PyObject* code : *g_codes) {
+    auto known = g_code_names->find(code);
+    if (!failed) {
+      if (known == g_code_names->end()) {
+        failed = PyList_Append(unnamed, code) != 0;
+      } else if (known->second != Py_None) {
+        failed = PyList_Append(names, known->second) != 0;
+      }
+    }
+    Py_DECREF(code);
+  }
+  g_codes->clear();
+  if (failed) {
+    Py_DECREF(result);
+    return nullptr;
+  }
+  return result;
+}
+
+// Forgets every code object's name: names are an observer's (its tree), not the process's.
+void tt_forget_code_names() {
+  if (g_code_names == nullptr) return;
+  auto* names = g_code_names;
+  g_code_names = new std::unordered_map<PyObject*, PyObject*>();
+  for (auto& entry : *names) {
+    Py_DECREF(entry.first);
+    Py_DECREF(entry.second);
+  }
+  delete names;
+}
+
+// Teaches the drain the record name (a tuple, or None) of each of `codes`: two lists of
+// one length. Returns 0, or -1 (a Python error set) when they are not.
+int tt_name_codes(PyObject* codes, PyObject* names) {
+  if (!PyList_Check(codes) || !PyList_Check(names) || PyList_GET_SIZE(codes) != PyList_GET_SIZE(names)) {
+    PyErr_SetString(PyExc_TypeError, "tt_name_codes: two lists of one length");
+    return -1;
+  }
+  if (g_code_names == nullptr) g_code_names = new std::unordered_map<PyObject*, PyObject*>();
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(codes); ++i) {
+    PyObject* code = PyList_GET_ITEM(codes, i);
+    PyObject* name = PyList_GET_ITEM(names, i);
+    auto inserted = g_code_names->emplace(code, name);
+    if (!inserted.second) continue;
+    Py_INCREF(code);
+    Py_INCREF(name);
+  }
+  return 0;
 }
 PyObject* tt_drain_cfuncs() {
   return drain(g_cfuncs, [](const auto& entry) { return entry.second; });

@@ -86,12 +86,15 @@ class Observer:
             where: f"{name}/" for name, where in self.packages.items()
             if where and not where.startswith(self._prefix)
         }  # fmt: skip
-        # id(code) -> (code, its record name or None). By identity: a code object hashes
-        # its constants, and code torch.compile generates may hold a dict among them.
+        # id(code) -> (code, its record name or None), for module bodies (the drain's
+        # names are kept by the compiled side). By identity: a code object hashes its
+        # constants, and code torch.compile generates may hold a dict among them.
         self._code_names: dict[int, tuple[CodeType, tuple[str, str] | None]] = {}
+        self._relative_of: dict[str, str | None] = {}  # a code object's file -> _relative
         # 3.10 only (no co_qualname): file -> (first line, name) -> qualified name
         self._source_qualnames: dict[str, dict[tuple[int, str], str | None]] = {}
         self._lib = native.load()  # NativeUnavailable when it cannot be built or loaded
+        self._lib.tt_forget_code_names()  # named for another observer's tree
         self._token = object()  # what sys.getprofile() returns while we observe
         if self._lib.tt_start_ops() != 0:
             raise native.NativeUnavailable("RecordFunction refused the recorder's callback")
@@ -129,11 +132,14 @@ class Observer:
         """What the segment being recorded ran since the previous close (import work
         excepted: ``take_imports``), with what disturbed the observation."""
         observed, self._pending = self._pending, Observed()
-        observed.add(self._drain())
+        with native.quiet():
+            observed.add(self._drain())
+        # Not quiet: torch's CUDA calls are observed as before (and land in the gap).
         if self._cuda_allocated_since():
             observed.names.add(("device", "cuda"))
         if self.children is not None:
-            names, problems, imports = self.children.close()
+            with native.quiet():
+                names, problems, imports = self.children.close()
             observed.names |= names
             observed.problems.extend(problems)
             for path, executed in imports.items():
@@ -212,10 +218,13 @@ class Observer:
                 observed.names.add(("device", name))
             elif not name.startswith(_ENGINE_PREFIX):
                 observed.names.add(("op", name))
-        for code in self._lib.tt_drain_codes():
-            name = self._name_of(code)
-            if name is not None:
-                observed.names.add(name)
+        # Code objects are named once per process: the compiled side keeps their names.
+        named, unnamed = self._lib.tt_drain_codes()
+        observed.names.update(named)
+        if unnamed:
+            names = [self._name_of_code(code) for code in unnamed]
+            self._lib.tt_name_codes(unnamed, names)
+            observed.names.update(name for name in names if name is not None)
         for function in self._lib.tt_drain_cfuncs():
             binding = self._binding_name(function)
             if binding:
@@ -311,7 +320,9 @@ class Observer:
         return known[1]
 
     def _name_of_code(self, code: CodeType) -> tuple[str, str] | None:
-        relative = self._relative(code.co_filename)
+        relative = self._relative_of.get(code.co_filename, False)
+        if relative is False:  # once per file: many code objects share one
+            relative = self._relative_of[code.co_filename] = self._relative(code.co_filename)
         if relative is None or not relative.endswith(".py"):
             return None
         if code.co_name == "<module>":

@@ -48,14 +48,13 @@ def import_uses(
     ran), among the ``trusted`` test indexes; ``selected`` (test indexes already chosen,
     by any change) is where an importer to stand for all is looked for first, and grows
     with what this chooses."""
-    tests = runs.record.tests
-    test_files = {test.file for test in tests}
+    test_files = runs.test_files()
     uses: list[ImportUse] = []
     for module, hits in sorted(work.items()):
         name = min(hits)
         if module in test_files:
             chosen = [ImportUse(module, i, IMPORTED, name)
-                      for i in sorted(trusted) if tests[i].file == module]  # fmt: skip
+                      for i in sorted(runs.tests_of_file(module)) if i in trusted]  # fmt: skip
         else:
             chosen = _users(runs, module, trusted, name)
             if not chosen:

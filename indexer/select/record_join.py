@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from indexer.query.index import Index, Node
 from indexer.query.native_reach import NATIVE, NativeReach, walk_native
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.files import content_hash, path_of_name
-from indexer.record.model import Record
+from indexer.record.model import COMPLETE_OUTCOMES, Record
 from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
 from indexer.select.environment import current_environment, mismatch
@@ -103,6 +104,21 @@ def consult_record(
         "age_seconds": runs.age_seconds(),
         "tests": len(record.tests),
     }
+    try:  # the record is read as it is asked: damage found on the way refuses it whole
+        return _consult(workspace, index, diff, entities, runs, summary)
+    except RecordError as exc:
+        return _unused(summary, f"the record cannot be used: {exc}")
+
+
+def _consult(
+    workspace: Workspace,
+    index: Index,
+    diff: Diff,
+    entities: list[Entity],
+    runs: RecordedRuns,
+    summary: dict,
+) -> RecordAnswer:
+    record = runs.record
     why_not = _unusable(workspace, diff, runs)
     if why_not:
         return _unused(summary, why_not)
@@ -112,28 +128,28 @@ def consult_record(
     if drift.dirty:
         summary["differs_from_its_commit"] = sorted(drift.dirty)[:20]
     skips = skip_environment(runs)
-    trusted, untrusted = trusted_tests(runs, drift.to_base, skips)
+    trusted_indexes, untrusted = trusted_test_indexes(runs, drift.to_base, skips)
     answer = RecordAnswer(summary={**summary, "used": True})
-    for test in trusted:
-        answer.decided.setdefault(test.file, set()).add(_parts(test.nodeid))
-    trusted_ids = {id(test) for test in trusted}
-    for test in record.tests:
-        if id(test) not in trusted_ids:
-            answer.undecided[test.file] = answer.undecided.get(test.file, 0) + 1
-    answer.summary["trusted_tests"] = len(trusted)
-    failing = [i for i, test in enumerate(record.tests) if id(test) in trusted_ids
-               and test.outcome in FAILURES]  # fmt: skip
+    # Each file's decided tests are named only when the selection asks for that file.
+    answer.decided = _Decided(runs, trusted_indexes)
+    failing: list[int] = []  # trusted tests that failed or errored when recorded
+    for (file, outcome, _), tests in runs.test_groups().items():
+        held = len(tests) - len(trusted_indexes.intersection(tests))
+        if held:
+            answer.undecided[file] = answer.undecided.get(file, 0) + held
+        if outcome in FAILURES:
+            failing.extend(i for i in tests if i in trusted_indexes)
+    answer.summary["trusted_tests"] = len(trusted_indexes)
     answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
     label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
     answer.summary["label"] = label
-    trusted_indexes = {i for i, test in enumerate(record.tests) if id(test) in trusted_ids}
     chosen: set[int] = set()  # test indexes selected so far
     imported: list[tuple[Entity, Chains, dict[str, set[int]]]] = []
 
     def select(test_index: int, entity: Entity, chain: list[Hop]) -> None:
-        test = record.tests[test_index]
         reason = Reason(entity.label, entity.evidence, chain, label, "record")
-        answer.selected.setdefault(test.file, {}).setdefault(_parts(test.nodeid), reason)
+        selected = answer.selected.setdefault(runs.file_of(test_index), {})
+        selected.setdefault(_parts(runs.nodeid(test_index)), reason)
         chosen.add(test_index)
 
     cuda_users = runs.tests_using_device("cuda")
@@ -152,7 +168,7 @@ def consult_record(
                 used_no_cuda.add(test_index)
                 continue
             hops, (kind, text, where) = _chain_to(chains, record.names[min(hits)])
-            executed = Hop(EXECUTED, record.tests[test_index].nodeid, text, where or "record",
+            executed = Hop(EXECUTED, runs.nodeid(test_index), text, where or "record",
                            "test", kind, "record")  # fmt: skip
             select(test_index, entity, [*hops, executed])
         work = runs.import_work(names)
@@ -160,7 +176,7 @@ def consult_record(
             imported.append((entity, chains, work))
     if used_no_cuda:
         answer.summary["used_no_cuda"] = len(used_no_cuda - chosen)
-    not_run = [record.tests[i].nodeid for i in failing if i not in chosen]
+    not_run = [runs.nodeid(i) for i in failing if i not in chosen]
     if not_run:
         # Not run, and said: they fail as on the base (docs/selection.md, "Failed tests").
         answer.summary["failed_when_recorded_not_run"] = {
@@ -171,11 +187,39 @@ def consult_record(
         for use in import_uses(runs, work, trusted_indexes, chosen):
             hops, (kind, text, where) = _chain_to(chains, record.names[use.name])
             ran = Hop(IMPORT_WORK, use.module, text, where or "record", "module", kind, "record")
-            nodeid = record.tests[use.test].nodeid
+            nodeid = runs.nodeid(use.test)
             how = Hop(use.role, nodeid, use.module, use.entered or "record", "test", "module",
                       "record")  # fmt: skip
             select(use.test, entity, [*hops, ran, how])
     return answer
+
+
+class _Decided(Mapping[str, set[str]]):
+    """Test file -> the node-id parts of its tests the record decides, made for a file
+    when it is asked (a selection asks for the files it reaches, not all of a suite's)."""
+
+    def __init__(self, runs: RecordedRuns, trusted: set[int]) -> None:
+        self._runs, self._trusted = runs, trusted
+        self._files: dict[str, set[str]] = {}
+
+    def __getitem__(self, file: str) -> set[str]:
+        if file not in self._files:
+            tests = self._runs.tests_of_file(file)
+            parts = self._runs.parts_of_file(file)
+            if len(self._trusted.intersection(tests)) == len(tests):
+                found = set(parts)  # the common case: every test of the file decided
+            else:
+                found = {part for i, part in zip(tests, parts, strict=True) if i in self._trusted}
+            if not found:
+                raise KeyError(file)
+            self._files[file] = found
+        return self._files[file]
+
+    def __iter__(self) -> Iterator[str]:
+        return (file for file in sorted(self._runs.test_files()) if file in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _device_code(index: Index, entity: Entity) -> bool:
@@ -270,7 +314,7 @@ def skip_environment(runs: RecordedRuns) -> str | None:
     """Why the record's skipped, xfailed, failed and errored tests cannot be decided here
     ('' when they can: the environment their outcomes read is this one's); None when it
     holds none."""
-    if not any(t.outcome in REPEATABLE for t in runs.record.tests):
+    if not any(outcome in REPEATABLE for _, outcome, _ in runs.test_groups()):
         return None
     return mismatch(runs.record.meta.get("environment"), current_environment())
 
@@ -288,6 +332,16 @@ def trusted_tests(
     ``skips``: '' when the tests that stopped early when recorded (skipped, xfailed,
     failed, errored) would stop the same way here (:func:`skip_environment`), else why
     not."""
+    indexes, untrusted = trusted_test_indexes(runs, drifted, skips)
+    tests = runs.record.tests
+    return [tests[i] for i in sorted(indexes)], untrusted
+
+
+def trusted_test_indexes(
+    runs: RecordedRuns, drifted: frozenset[str], skips: str | None = None
+) -> tuple[set[int], Counter]:
+    """:func:`trusted_tests` as test indexes, decided for each group of tests that share
+    a file, an outcome and a reason (``RecordedRuns.test_groups``), not test by test."""
     record = runs.record
     stale_names = [
         name for name in record.names
@@ -298,20 +352,24 @@ def trusted_tests(
     stale_imports = set(runs.import_work(stale_names))
     stale_imports.update(text for kind, text in stale_names if kind == "module")
     ran_stale |= runs.importers(stale_imports)
-    trusted, untrusted = [], Counter()
-    for index, test in enumerate(record.tests):
-        if test.unrecorded:
-            untrusted["not recorded whole (the recorder was disturbed)"] += 1
-        elif test.outcome in REPEATABLE and skips != "":
-            untrusted[f"{test.outcome} when recorded" + (f": {skips}" if skips else "")] += 1
-        elif not test.complete and test.outcome not in REPEATABLE:
-            untrusted[f"{test.outcome} when recorded"] += 1
-        elif test.file in drifted:
-            untrusted["its test file changed since the record"] += 1
-        elif index in ran_stale:
-            untrusted["it ran code changed since the record"] += 1
+    trusted: set[int] = set()
+    untrusted: Counter = Counter()
+    for (file, outcome, unrecorded), tests in runs.test_groups().items():
+        complete = not unrecorded and outcome in COMPLETE_OUTCOMES
+        if unrecorded:
+            untrusted["not recorded whole (the recorder was disturbed)"] += len(tests)
+        elif outcome in REPEATABLE and skips != "":
+            untrusted[f"{outcome} when recorded" + (f": {skips}" if skips else "")] += len(tests)
+        elif not complete and outcome not in REPEATABLE:
+            untrusted[f"{outcome} when recorded"] += len(tests)
+        elif file in drifted:
+            untrusted["its test file changed since the record"] += len(tests)
         else:
-            trusted.append(test)
+            stale = ran_stale.intersection(tests)
+            if stale:
+                untrusted["it ran code changed since the record"] += len(stale)
+            trusted.update(tests)
+            trusted -= stale
     return trusted, untrusted
 
 
