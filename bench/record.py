@@ -116,6 +116,10 @@ def main() -> int:
     parser.add_argument("--source", type=Path, required=True)
     parser.add_argument("--python", required=True, help="Python of a venv with torch 2.6.0")
     parser.add_argument("--files", type=int, default=40)
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="FILE",
+        help="record this file (a path under test/; repeatable) instead of a seeded sample",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
     parser.add_argument("--out", type=Path, required=True)
@@ -134,6 +138,8 @@ def main() -> int:
     (args.out / "records").mkdir(exist_ok=True)
     candidates = eligible(args.source)
     random.Random(args.seed).shuffle(candidates)
+    if args.only:
+        candidates, args.files = list(args.only), len(args.only)
     results_dir = args.out / "results"
     results_dir.mkdir(exist_ok=True)
     # Builds the recorder for this torch (cached) outside the measured runs.

@@ -51,7 +51,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "exclude": _STR_LIST,
         "max_file_bytes": _INT,
     },
-    "python": {"packages": _STR_LIST, "op_registrars": _STR_LIST},
+    "python": {"packages": _STR_LIST, "op_registrars": _STR_LIST, "library_loaders": _STR_LIST},
     "tests": {"dirs": _STR_LIST, "patterns": _STR_LIST, "utility_dirs": _STR_LIST},
     "bindings": {
         "native_functions": _STR_LIST,

@@ -40,7 +40,7 @@ from indexer.build import (
     scan_header_macros,
 )
 from indexer.changes import Changes, detect_changes
-from indexer.code_key import extraction_code_key
+from indexer.code_key import OTHER_CODE, extraction_code_key
 from indexer.cpp.shared_macros import SharedMacros, changed_names
 from indexer.extract.context import TreeContext, context_meta, stored_context
 from indexer.extract.pipeline import extract_all
@@ -224,7 +224,7 @@ def full_build_reason(
     if stored_context(meta) is None:
         return "the index was built without the extraction context (shared header macros)"
     if meta.get("extraction_code") != extraction_code_key():
-        return "it was built by another version of TorchTalk's indexer"
+        return OTHER_CODE  # an update would mix its facts with this code's (issue 38)
     if compile_commands is not None and os.environ.get(PRECISE_SWITCH) != "off":
         built_with = _built_with(meta)
         if built_with is None or built_with.resolve() != compile_commands.resolve():

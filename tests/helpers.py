@@ -23,6 +23,16 @@ CORPUS_SOURCES = {
         "aten/src/ATen/native/native_functions.yaml",
     ),
     "vllm": ("TORCHTALK_VLLM_SOURCE", CORPORA / "vllm-0.33.0", "csrc/torch_bindings.cpp"),
+    "torchvision": (
+        "TORCHTALK_TORCHVISION_SOURCE",
+        CORPORA / "torchvision-0.21",
+        "torchvision/csrc/vision.cpp",
+    ),
+    "pytorch_sparse": (
+        "TORCHTALK_PYTORCH_SPARSE_SOURCE",
+        CORPORA / "pytorch_sparse",
+        "csrc/convert.cpp",
+    ),
 }
 
 

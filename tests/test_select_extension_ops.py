@@ -75,30 +75,39 @@ def test_an_op_kept_in_an_attribute_runs_where_the_layer_does(tree: IndexedTree)
         ),
     ],
 )
-def test_a_registration_line_is_its_op_not_the_whole_block(
+def test_a_registration_line_is_its_op_and_what_loads_the_library(
     tree: IndexedTree, old: str, new: str
 ) -> None:
     """``TORCH_LIBRARY(...) { ... }`` parses as a function: a change to one of its lines is
-    the op that line registers, not every op of the block."""
+    the op that line registers, not every op of the block; and, as load-time code
+    (issue 38), what loads the library (miniext._custom_ops imports miniext._C), so every
+    importer of the package runs."""
     tree.replace("csrc/torch_bindings.cpp", old, new)
     selection = tree.select()
-    assert [e.label for e in selection.entities] == ["_C::silu_and_mul"]
+    (entity,) = selection.entities
+    assert entity.label.startswith("load-time code of csrc/torch_bindings.cpp and what loads")
+    assert "_C::silu_and_mul" in entity.members
+    assert "_C::rotary_embedding" not in entity.members  # another op of the block
+    assert "miniext._custom_ops" in entity.members
     files = selected(selection)
     assert "tests/kernels/test_activation.py" in files
-    assert "tests/kernels/test_pos_encoding.py" not in files  # another op of the block
+    assert "tests/kernels/test_pos_encoding.py" in files  # it imports the package
     assert not selection.everything
 
 
 def test_an_impl_line_in_a_block_apart_from_the_schema_is_its_op(tree: IndexedTree) -> None:
     """``STABLE_TORCH_LIBRARY_IMPL`` registers an op its ``..._FRAGMENT`` block defines:
-    both sides of the changed impl line are that op, not the impl block."""
+    both sides of the changed impl line are that op, not the impl block (and the line is
+    load-time code, as above)."""
     tree.replace(
         "csrc/torch_bindings.cpp",
         'm.impl("scaled_fp8_quant", &boxed_scaled_fp8_quant);',
         'm.impl("scaled_fp8_quant", TORCH_BOX(&boxed_scaled_fp8_quant));',
     )
     selection = tree.select()
-    assert [e.label for e in selection.entities] == ["_C::scaled_fp8_quant"]
+    (entity,) = selection.entities
+    assert "_C::scaled_fp8_quant" in entity.members
+    assert not [m for m in entity.members if m.startswith("STABLE_TORCH_LIBRARY_IMPL")]
     assert not selection.everything
 
 

@@ -1,8 +1,9 @@
 """Same-length blanking of the tokens tree-sitter-cpp cannot parse, before parsing.
 
 tree-sitter-cpp knows nothing of CUDA (``__global__``, ``kernel<<<grid, block>>>(...)``)
-nor of PyTorch's attribute macros (``class TORCH_API Foo``, ``C10_HOST_DEVICE``), and
-recovers from them with ERROR nodes that can swallow whole classes. Replacing each such
+nor of attribute macros (``class TORCH_API Foo``, ``C10_HOST_DEVICE``, a project's own
+``MYLIB_PUBLIC``: indexer/cpp/attribute_macros.py), and recovers from them with ERROR
+nodes that can swallow whole classes. Replacing each such
 token by as many spaces keeps every byte offset, line and column, so the parse of the
 prepared bytes reports positions of the original file. What was blanked is remembered:
 ``__global__`` / ``__device__`` positions make kernels and device functions, and the
@@ -18,52 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from indexer.cpp import attribute_macros
+from indexer.cpp.attribute_macros import C10_ATTRIBUTES, MARKING, OTHER_ATTRIBUTES
 from indexer.cpp.brackets import closing_paren
 from indexer.cpp.objc import as_cpp
 
 if TYPE_CHECKING:
     from indexer.cpp.shared_macros import SharedMacros
-
-# C10_* object-like macros that expand to attributes (or nothing).
-_C10_ATTRIBUTES = (
-    "HOST",
-    "ALWAYS_INLINE",
-    "ALWAYS_INLINE_ATTRIBUTE",
-    "ALWAYS_INLINE_UNLESS_MOBILE",
-    "NOINLINE",
-    "UNUSED",
-    "NODISCARD",
-    "EXPORT",
-    "IMPORT",
-    "HIDDEN",
-    "DEPRECATED",
-    "RESTRICT",
-    "HOST_CONSTEXPR",
-    "HOST_CONSTEXPR_VAR",
-    "HOST_CONSTEXPR_EXCEPT_WIN_CUDA",
-    "CONSTEXPR_EXCEPT_WIN_CUDA",
-    "LAUNCH_BOUNDS_0",
-)
-# Other attribute macros of PyTorch and the CUDA libraries it builds on.
-_OTHER_ATTRIBUTES = (
-    "GPU_LAMBDA",
-    "RESTRICT",
-    "PYTORCH_QNNP_INTERNAL",
-    "TENSORIMPL_MAYBE_VIRTUAL",
-    "CUTLASS_HOST",
-    "CUTE_HOST",
-    "VISIBILITY_HIDDEN",
-)
-# Macros that make a kernel or a device function, by what they mark.
-_MARKING = {
-    "CUTLASS_GLOBAL": "global",
-    "MAYBE_GLOBAL": "global",
-    "CUTLASS_DEVICE": "device",
-    "CUTE_DEVICE": "device",
-    "CUTLASS_HOST_DEVICE": "host_device",
-    "CUTE_HOST_DEVICE": "host_device",
-    "JITERATOR_HOST_DEVICE": "host_device",
-}
 
 # A macro's argument list: strings, and parentheses nested twice.
 _ARGUMENTS = rb'\((?:"(?:[^"\\\n]|\\.)*"|[^()"]|\((?:[^()]|\([^()]*\))*\))*\)'
@@ -87,7 +49,7 @@ _PASSES = (
     ),
     (
         re.compile(
-            rb"C10_(?:(?P<mark>HOST_DEVICE|DEVICE)|" + _names(_C10_ATTRIBUTES) + rb")(?!\w)"
+            rb"C10_(?:(?P<mark>HOST_DEVICE|DEVICE)|" + _names(C10_ATTRIBUTES) + rb")(?!\w)"
             rb"|C10_(?:LAUNCH_BOUNDS_[12]|DEPRECATED_MESSAGE)\s*"
             + _ARGUMENTS
             # Diagnostic pragmas as macros: C10_CLANG_DIAGNOSTIC_PUSH(), ..._IGNORE("-W...")
@@ -108,11 +70,11 @@ _RARE_NEEDLES += (b"PYTORCH_QNNP_INTERNAL", b"TENSORIMPL_MAYBE_VIRTUAL", b"VISIB
 _RARE_PASSES = (
     *(
         (re.compile(rb"(?P<mark>" + name.encode() + rb")(?!\w)"), (name.encode(),))
-        for name in _MARKING
+        for name in MARKING
     ),
     *(
         (re.compile(rb"(?P<mark>)" + name.encode() + rb"(?!\w)"), (name.encode(),))
-        for name in _OTHER_ATTRIBUTES
+        for name in OTHER_ATTRIBUTES
     ),
 )
 # Export macros (TORCH_API, C10_API, TORCH_CUDA_CPP_API, AOTI_TORCH_EXPORT...): found by
@@ -333,7 +295,7 @@ def prepare(data: bytes, shared: SharedMacros | None = None, objc: bool = False)
         b"host": prepared.host_at,
         b"DEVICE": prepared.device_at,
         b"HOST_DEVICE": prepared.host_device_at,
-        **{name.encode(): getattr(prepared, f"{kind}_at") for name, kind in _MARKING.items()},
+        **{name.encode(): getattr(prepared, f"{kind}_at") for name, kind in MARKING.items()},
     }
     passes = _PASSES
     if any(needle in data for needle in _RARE_NEEDLES):
@@ -361,6 +323,13 @@ def prepare(data: bytes, shared: SharedMacros | None = None, objc: bool = False)
                 and not _in_directive(data, start)  # `#ifdef USE_CUDNN_RNN_V8_API`
             ):
                 spans.append((start, match.end()))
+    tree_attributes = shared.attributes if shared is not None else {}
+    for start, end, mark in attribute_macros.uses(
+        data, attribute_macros.file_attributes(data, tree_attributes)
+    ):
+        spans.append((start, end))
+        if mark:
+            getattr(prepared, f"{mark}_at").append(start)
     uses = _typed_macro_uses(data) if b"define" in data else []
     if shared:
         for name, start, end in shared.statement_uses(data):

@@ -31,13 +31,16 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from indexer.cpp.attribute_macros import object_definitions, resolve
 from indexer.cpp.brackets import closing_paren
 from indexer.cpp.expand import DEFINE, FUNCTION_LIKE_DEFINE, Macro, definition
 from indexer.cpp.macros import STRUCTURED
 from indexer.harness import Manifest
 from indexer.paths import is_header
 
-# Header path -> [name, params, variadic, body] of each declaration-writing macro it has.
+# Header path -> [name, params, variadic, body] of each declaration-writing macro it has,
+# and [name, None, False, body] of each object-like one (body None: not an attribute
+# macro; indexer/cpp/attribute_macros.py).
 HeaderMacros = dict[str, list[list]]
 
 # A use that can define something: the macro's name opening a line, called. (A literal
@@ -67,19 +70,23 @@ def modelled_macros(manifest: Manifest) -> frozenset[str]:
 
 
 def header_macros(data: bytes, exclude: frozenset[str] = frozenset()) -> list[list]:
-    """The declaration-writing macros of one header's bytes, in the order written;
-    ``exclude``: names modelled otherwise (dispatch stubs, op registration blocks)."""
-    if FUNCTION_LIKE_DEFINE.search(data) is None:
+    """The declaration-writing macros of one header's bytes, then its object-like ones, in
+    the order written; ``exclude``: names modelled otherwise (dispatch stubs, op
+    registration blocks)."""
+    if b"define" not in data:
         return []
     text = data.decode("latin-1")
     found = []
+    objects = [[name, None, False, body] for name, body in object_definitions(text)]
+    if FUNCTION_LIKE_DEFINE.search(data) is None:
+        return objects
     for match in DEFINE.finditer(text):
         if match.group(1) in exclude:
             continue
         macro = definition(match.group(1), match.group(2), match.group(3), match.start())
         if macro.defines and _STATEMENT.match(macro.body) is None:
             found.append([macro.name, macro.params, macro.variadic, macro.body])
-    return found
+    return found + objects
 
 
 def scan_headers(
@@ -103,13 +110,22 @@ def scan_headers(
 
 
 class SharedMacros:
-    """The unambiguous declaration-writing macros of a tree's headers, by name."""
+    """The unambiguous declaration-writing macros of a tree's headers, by name, and its
+    attribute macros (name -> what it marks)."""
 
     def __init__(self, headers: Mapping[str, list[list]] | None = None) -> None:
         bodies: dict[str, set[tuple]] = {}
+        objects: dict[str, list[str | None]] = {}
         for path in sorted(headers or {}):
             for name, params, variadic, body in headers[path]:
-                bodies.setdefault(name, set()).add((tuple(params), variadic, body))
+                if params is None:
+                    objects.setdefault(name, []).append(body)
+                else:
+                    bodies.setdefault(name, set()).add((tuple(params), variadic, body))
+        # A name some header defines function-like is no attribute anywhere.
+        self.attributes: dict[str, str] = {
+            name: mark for name, mark in resolve(objects, {}).items() if name not in bodies
+        }
         self.by_name: dict[str, Macro] = {}
         self.ambiguous: set[str] = set()
         for name, variants in bodies.items():
@@ -121,7 +137,7 @@ class SharedMacros:
                 name, list(params), variadic, body, -1, defines=True, calls=False, shared=True
             )
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> bool:  # whether any use needs expanding
         return bool(self.by_name)
 
     def statement_uses(self, data: bytes) -> list[tuple[str, int, int]]:
@@ -155,7 +171,8 @@ class SharedMacros:
         """What a name expands to (None: not shared), to compare two tables."""
         macro = self.by_name.get(name)
         if macro is None:
-            return None
+            mark = self.attributes.get(name)
+            return None if mark is None else ("attribute", mark)
         return (tuple(macro.params), macro.variadic, macro.body)
 
 
@@ -179,5 +196,5 @@ def _statement_end(data: bytes, start: int) -> int:
 
 def changed_names(before: SharedMacros, after: SharedMacros) -> set[str]:
     """Names whose expansion differs between two tables (added, removed, redefined)."""
-    names = set(before.by_name) | set(after.by_name)
+    names = {*before.by_name, *after.by_name, *before.attributes, *after.attributes}
     return {name for name in names if before.meaning(name) != after.meaning(name)}

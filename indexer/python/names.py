@@ -79,6 +79,16 @@ def _walk(source: NameSource, target: str, memo: dict[str, Result], active: set[
         index -= 1
     if not current:
         return None
+    if index > 1:
+        # ``from .roi_align import roi_align`` in a package binds the name over the
+        # submodule the import set as its attribute: ``ops.roi_align`` is the function.
+        package = source.module(".".join(parts[: index - 1]))
+        bindings = source.attrs(package).get("bindings", {}) if package is not None else {}
+        bound = bindings.get(parts[index - 1])
+        if bound and bound != ".".join(parts[:index]):
+            rebound = _resolve(source, ".".join([bound, *parts[index:]]), memo, active)
+            if rebound:
+                return rebound
     qual = ".".join(parts[:index])
     is_module = True
     for position in range(index, len(parts)):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from indexer.code_key import OTHER_CODE, extraction_code_key
 from indexer.extract.discover import wanted_language
 from indexer.extract.pipeline import content_hash
 from indexer.paths import is_utf8, printable
@@ -113,6 +114,9 @@ def check_freshness(
     freshness = Freshness(checked_at=time.time())
     if index.meta.get("manifest") not in (None, workspace.manifest.fingerprint()):
         freshness.problem = "the index was built with a different harness manifest"
+        return freshness
+    if index.meta.get("extraction_code") not in (None, extraction_code_key()):
+        freshness.problem = OTHER_CODE  # its facts are not what this code reads the tree as
         return freshness
     paths = set(changed)
     commit = index.meta.get("git_commit") or ""

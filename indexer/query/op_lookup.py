@@ -152,6 +152,12 @@ def lookup(index: Index, name: str) -> Lookup:
             ops.extend(index.node(edge.dst) for edge in index.out_edges(derivative.id, ["derives"]))
         return Lookup(ops=_unique([n for n in ops if n.kind == OP]), how="derivative")
     python = [node for node in found if node.kind in PYTHON_KINDS]
+    if python and all(node.kind == "python_module" for node in python):
+        # ``pkg.ops.roi_align`` names a submodule its package rebinds to the function
+        # (``from .roi_align import roi_align``): the name is the function, as in Python.
+        rebound = [n for n in reexported(index, name) if n.kind != "python_module"]
+        if rebound:
+            python = []
     if python:
         exact = [node for node in python if node.qualname == name] or python
         reached, via = ops_referenced(index, exact[:10])

@@ -62,9 +62,15 @@ def definitions(index: Index, name: str, names: IndexNames | None = None) -> tup
     """(nodes, how matched) for a Python module, class or function name."""
     name = name.strip()
     exact = [node for node in index.find(name, PYTHON_KINDS) if node.qualname == name]
+    names = names or IndexNames(index)
+    if exact and "." in name and all(node.kind == "python_module" for node in exact):
+        # A submodule whose package binds its name to something else (``from .roi_align
+        # import roi_align``): the name users type is that, as Python resolves it.
+        resolved = resolve_dotted(names, name)
+        if resolved and resolved[1] and set(resolved[0]) != {node.id for node in exact}:
+            return index.nodes(resolved[0]), "re-export"
     if exact:
         return exact, "qualified name"
-    names = names or IndexNames(index)
     bound = assignment(index, name) if "." in name else None
     if bound is not None:
         return [bound[0]], "assignment"

@@ -47,13 +47,16 @@ def _observe(reporter: children.Reporter, root: Path) -> None:
     except Exception as exc:
         reporter.problems.append(f"the child's recorder did not start: {exc!r}")
         return
+    loaded = set()
     for module in list(sys.modules.values()):
         filename = getattr(module, "__file__", None)
         if isinstance(filename, str):
             relative = observer.tree_path(os.path.abspath(filename))
             if relative is not None and relative.endswith(".py"):
-                reporter.names.add(("module", relative))
-    reporter.observer = observer
+                loaded.add(("module", relative))
+    with reporter.lock:  # its channel's thread may be writing a report
+        reporter.names |= loaded
+        reporter.observer = observer
 
 
 class _AfterTorch:

@@ -20,6 +20,7 @@ from indexer.query.index import Index, Node
 from indexer.select.cpp_placement import CppPlacement
 from indexer.select.diff import Diff, FileChange, Hunk
 from indexer.select.indirect_uses import IndirectUses
+from indexer.select.load_time import LoadTimePlacement
 from indexer.select.model import ChangedFile, Entity
 from indexer.select.oldside import OldFile, OldSide
 from indexer.select.placed import (
@@ -110,7 +111,7 @@ def _yaml_code_line(line: bytes) -> bool:
     return bool(stripped) and not stripped.startswith(b"#")
 
 
-class Placer(CppPlacement, PythonPlacement, IndirectUses):
+class Placer(CppPlacement, PythonPlacement, IndirectUses, LoadTimePlacement):
     """Places the changed files of one diff onto one index."""
 
     _new_tokens: list | None = None  # the changed file's new side, when it tokenized
@@ -223,6 +224,8 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses):
         if language in ("cpp", "cuda"):
             self._old_tokens = getattr(self, "_old_tokens", None) if code is not hunks else None
             self._place_cpp(change, old, new, old_lines, new_lines, result, code)
+            sides = [(new, new_lines, "line"), (old, old_lines, "base line")]
+            self._place_load_time(change.path, sides, result)
         elif language == "python":
             self._place_python(change, old, old_lines, new_lines, result, code)
         else:

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "pytest_torchtalk.cli.select_cmd",
     "pytest_torchtalk.cli.record_cmd",
     "pytest_torchtalk.cli.audit_cmd",
+    "pytest_torchtalk.cli.harness_cmd",
 )
 # Commands other programs start, with the one module that defines each: an agent starts
 # `torchtalk mcp-serve` at every session, a CI job `torchtalk select` on every change, and
