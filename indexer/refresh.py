@@ -96,11 +96,11 @@ def prepared(workspace: Workspace) -> bool:
 
 
 def prepare_for_selection(workspace: Workspace, done: Refresh) -> None:
-    """Make what selections read beside the index (seeded chains after a build); a
-    failure leaves the index standing and selections to walk what is missing."""
+    """Make what selections read beside the index (chains seeded after a build and an
+    update alike); a failure leaves the index standing and selections to walk what is missing."""
     started = time.perf_counter()
     try:
-        done.prepared = derived.prepare(workspace, seed=done.how != "updated")
+        done.prepared = derived.prepare(workspace)
     except (OSError, sqlite3.Error) as exc:
         done.prepare_problem = str(exc)
     done.prepare_s = time.perf_counter() - started

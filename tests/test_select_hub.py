@@ -110,7 +110,7 @@ def test_a_damaged_sidecar_is_walked_again(tree: IndexedTree) -> None:
     assert set(again.files) == set(first.files)
     assert _files(tree) == before  # walked in memory: a selection writes nothing
     # Index maintenance (here as `torchtalk index build` on an up-to-date index) keeps it.
-    assert "walked, and kept" in str(derived.prepare(tree.workspace, seed=False))
+    assert "walked, and kept" in str(derived.prepare(tree.workspace))
     assert "read from the index's hub sidecar" in tree.select().index["hub_walk"]
 
 
@@ -155,7 +155,7 @@ def test_an_update_that_changed_nothing_the_walk_met_keeps_the_walk(tree: Indexe
         assert hub._kept_across_update(index) is not None
     taken_over = _kept(tree)
     _sidecar(tree).unlink()
-    assert "walked, and kept" in str(derived.prepare(tree.workspace, seed=False))
+    assert "walked, and kept" in str(derived.prepare(tree.workspace))
     assert _kept(tree) == taken_over
 
 
@@ -239,7 +239,7 @@ def test_an_update_that_only_moved_what_the_walk_met_moves_the_walk(tree: Indexe
     assert kept_line == edge_line == tree.line(ACTIVATION, "return at::relu(at::relu(self));")
     taken_over = _kept(tree)
     _sidecar(tree).unlink()
-    assert "walked, and kept" in str(derived.prepare(tree.workspace, seed=False))
+    assert "walked, and kept" in str(derived.prepare(tree.workspace))
     assert _kept(tree) == taken_over  # what walking again gives, lines and all
 
 
@@ -372,3 +372,4 @@ def test_merging_a_walk_that_spliced_the_hub_equals_merging_it_whole(tree: Index
             assert dict(getattr(lazy, name).items()) == getattr(eager, name), name
             assert len(getattr(lazy, name)) == len(getattr(eager, name)), name
         assert lazy.import_live == eager.import_live
+

@@ -62,7 +62,7 @@ def test_sidecars_travel_with_an_exported_snapshot(
     repo = minitorch_repo
     build_and_save(repo, "bare", capsys)
     workspace = Workspace.resolve(repo)
-    assert prepare(workspace, seed=True) is not None  # as the nightly build does: hub, chains
+    assert prepare(workspace) is not None  # as the nightly build does: hub, chains
     with closing(Index(workspace.db_path)) as index:
         made_adjacency = _arrays(adjacency.shared(index.db_path, index.conn, index.meta))
         made_walk = _walk(hub.load(index))
@@ -121,7 +121,7 @@ def test_a_loaded_snapshot_updated_before_any_selection_still_takes_them_over(
     repo = minitorch_repo
     build_and_save(repo, "bare", capsys)
     workspace = Workspace.resolve(repo)
-    assert prepare(workspace, seed=True) is not None
+    assert prepare(workspace) is not None
     with closing(Index(workspace.db_path)) as index:  # a walk of PyTorch's size makes it
         adjacency.keep(index.db_path, index.conn, index.meta)
     assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0

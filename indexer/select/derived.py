@@ -11,25 +11,24 @@ in memory what is missing (docs/selection.md, "A current index").
 
 from __future__ import annotations
 
-import time
-
 from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select.hub import find_hub
 from indexer.select.impact import ImpactWalker
 from indexer.workspace import Workspace
 
-# Ops from which ``prepare`` keeps chains to the hub after a build, the most used first:
-# a central change's walk meets one within a few hops and follows it.
+# Ops from which ``prepare`` keeps chains to the hub after every build and update, the
+# most used first: a central change's walk meets one within a few hops and follows it.
+# All of them, whatever the time: a cap cut the set short on a loaded machine, and every
+# later selection walked to the hub (docs/performance.md).
 SEEDED_OPS = 400
-SEEDING_S = 30.0  # and no longer than this
 
 
-def prepare(workspace: Workspace, *, seed: bool) -> str | None:
+def prepare(workspace: Workspace) -> str | None:
     """Keep the derived data of the workspace's index: the adjacency, the hub's walk
     (carried over from the index an update started from when nothing it met changed,
-    else walked), and, with ``seed`` (after a build), chains to the hub from the most
-    used ops. The index was just made from the tree, so the text the walks read is what
+    else walked), and chains to the hub from the most used ops (after an update, the
+    chains kept before it are leads each seed follows, so only what changed is walked). The index was just made from the tree, so the text the walks read is what
     it describes. What was done, or None when no test file imports a package."""
     index = Index(workspace.db_path)
     try:
@@ -39,16 +38,11 @@ def prepare(workspace: Workspace, *, seed: bool) -> str | None:
         if hub is None:
             return None
         walker.walk({hub: 0})
-        started = time.perf_counter()
         tried = reached = 0
-        for op in _most_used_ops(index, SEEDED_OPS) if seed else ():
-            if time.perf_counter() - started > SEEDING_S:
-                break
+        for op in _most_used_ops(index, SEEDED_OPS):
             tried += 1
             reached += walker.chain_to_hub(op)
         walker.save()
-        if not seed:
-            return str(walker.hub_use)
         return f"{walker.hub_use}; chains to it kept from {reached} of the {tried} most used ops"
     finally:
         index.close()
