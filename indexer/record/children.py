@@ -42,6 +42,9 @@ from indexer.record import child_channel
 
 ENV = "TORCHTALK_RECORD_CHILDREN"  # JSON: {"dir", "root", "stretch", "package"}
 NOT_FOLLOWED = "a child process was not followed"
+STOOD_ASIDE = (
+    "a profiler tracing Python (with_stack) ran: the recorder's profile function stood aside for it"
+)
 # What the start-up hook runs in every interpreter of the environment: nothing unless a
 # recording named itself in the environment. One line: site runs a .pth line that
 # starts with "import".
@@ -558,7 +561,6 @@ class Reporter:
             if not final and getattr(self.observer, "_aside", False) and not self.disturbed:
                 # A tracing profiler took every thread's profile function: the channel
                 # thread's drain would see its own thread only.
-                from indexer.record.observer import STOOD_ASIDE  # observer imports this module
 
                 self.disturbed = f"a live child's Python is no longer observed: {STOOD_ASIDE}"
             observed = self.observer.close()

@@ -34,9 +34,7 @@ from indexer.record.qualnames import qualnames_by_line
 # is recorded (as a backward name) from its own RecordFunction.
 _ENGINE_PREFIX = "autograd::engine::evaluate_function: "
 CANARY_OP = "aten::empty.memory_format"  # what torch.empty(0) dispatches
-STOOD_ASIDE = (
-    "a profiler tracing Python (with_stack) ran: the recorder's profile function stood aside for it"
-)
+STOOD_ASIDE = children.STOOD_ASIDE  # said by children.py too, which this module imports
 DEVICES_HOW = (
     "allocations: the CPU allocator (counted), the CUDA caching allocator's count, "
     "CUDA kernels launched"
