@@ -152,6 +152,8 @@ def needed_tests(
     for a change to the nodes ``starts``; ``cuda_only``: the change is only to
     ``__global__`` kernels (then, where every part of the record had CUDA, only tests that
     used CUDA run it)."""
+    if not hasattr(record, "names_of"):  # format 3, read by parts: the check reads it whole
+        record = record.decode()
     backward_names = {text for kind, text in record.names if kind == "backward"}
     ops, backward = ops_reached(db, starts, backward_names)
     running = names_running(ops, kernel_names(yaml_path))

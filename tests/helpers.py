@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,6 +68,21 @@ def make_fixture_repo(name: str, dest: Path) -> Path:
     return dest
 
 
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set, as it was before once the block ends."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def build_private_index(repo: Path, base: Path) -> Index:
     """Index ``repo`` with its cache and configuration under ``base`` (the environment is
     restored after), so a test's index is its own."""
@@ -73,17 +90,10 @@ def build_private_index(repo: Path, base: Path) -> Index:
     from indexer.query.index import Index
     from indexer.workspace import Workspace
 
-    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
-    os.environ["TORCHTALK_CACHE_DIR"] = str(base / "cache")
-    os.environ["TORCHTALK_CONFIG_DIR"] = str(base / "config")
-    try:
+    with environment(
+        {"TORCHTALK_CACHE_DIR": str(base / "cache"), "TORCHTALK_CONFIG_DIR": str(base / "config")}
+    ):
         result = build_index(Workspace.resolve(repo), show_progress=False)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return Index(result.db_path)
 
 

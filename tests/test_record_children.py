@@ -24,7 +24,7 @@ from indexer.record.observer import STOOD_ASIDE
 from indexer.select.matching import ItemMatcher
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import FIXTURES, commit_all, git
+from tests.helpers import FIXTURES, commit_all, environment, git
 from tests.record_support import build_fixture_library, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
@@ -61,9 +61,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
         "TORCHTALK_CACHE_DIR": str(base / "cache"),
         "TORCHTALK_CONFIG_DIR": str(base / "config"),
     }
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         from indexer.build import build_index
 
         build_index(Workspace.resolve(repo), show_progress=False)
@@ -72,12 +70,6 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
 
         record = storage.read(record_path_for(Workspace.resolve(repo).db_path))
         yield repo, env, record
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def recorded_test(record: Record, name: str, file: str = CHILDREN):

@@ -11,7 +11,6 @@ names compared there) and checked against the selection.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from indexer.select.record_join import trusted_tests
 from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import FIXTURES, commit_all, git
+from tests.helpers import FIXTURES, commit_all, environment, git
 from tests.record_support import require_torch, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
@@ -66,16 +65,8 @@ def _make_repo(base: Path) -> tuple[Path, dict[str, str]]:
 def _build_and_record(repo: Path, env: dict[str, str]) -> None:
     from indexer.build import build_index
 
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         build_index(Workspace.resolve(repo), show_progress=False)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     run_pytest(repo, "--torchtalk-record", env=env)
 
 

@@ -34,7 +34,7 @@ from indexer.record.qualnames import qualnames_by_line
 # is recorded (as a backward name) from its own RecordFunction.
 _ENGINE_PREFIX = "autograd::engine::evaluate_function: "
 CANARY_OP = "aten::empty.memory_format"  # what torch.empty(0) dispatches
-STOOD_ASIDE = children.STOOD_ASIDE  # said by children.py too, which this module imports
+STOOD_ASIDE = children.STOOD_ASIDE  # children.py names it too, for a live child's Python
 DEVICES_HOW = (
     "allocations: the CPU allocator (counted), the CUDA caching allocator's count, "
     "CUDA kernels launched"

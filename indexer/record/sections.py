@@ -23,7 +23,7 @@ from array import array
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from indexer.store.array_file import DamagedFile, parse_json
+from indexer.store.array_file import DamagedFile, is_layout_entry, parse_json
 
 BLOCK = 1 << 16  # bytes; a multiple of every item size
 TABLE = "block_crc32"  # the section of checksums, listed first
@@ -100,14 +100,7 @@ class Sections:
             raise DamagedFile("its header lists no sections")
         offset, block = start, 0
         for entry in listed:
-            if not (
-                isinstance(entry, list)
-                and len(entry) == 3
-                and isinstance(entry[0], str)
-                and isinstance(entry[1], str)
-                and type(entry[2]) is int
-                and entry[2] >= 0
-            ):
+            if not is_layout_entry(entry):
                 raise DamagedFile(
                     "its header lists a section as something else than name, type, length"
                 )

@@ -16,18 +16,20 @@ import tree_sitter
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
-# Nodes whose children are declarations in their own right.
-_CONTAINERS = {
-    "translation_unit",
-    "declaration_list",
-    "namespace_definition",
-    "linkage_specification",
-    "preproc_if",
-    "preproc_ifdef",
-    "preproc_else",
-    "preproc_elif",
-    "preproc_elifdef",
-}
+# Nodes whose children are declarations in their own right (load_time.py reads it too).
+CONTAINERS = frozenset(
+    {
+        "translation_unit",
+        "declaration_list",
+        "namespace_definition",
+        "linkage_specification",
+        "preproc_if",
+        "preproc_ifdef",
+        "preproc_else",
+        "preproc_elif",
+        "preproc_elifdef",
+    }
+)
 # Children of a container that are part of its own syntax, not declarations.
 _CONTAINER_SYNTAX = {"namespace_identifier", "nested_namespace_specifier", "string_literal"}
 _DECLARATIONS = {
@@ -129,7 +131,7 @@ def _visit(node: tree_sitter.Node, lines: set[int], scope: Scope) -> None:
             scope.undecidable.append(f"preprocessor condition (line {min(hit)})")
         elif kind in _CONTAINER_SYNTAX:
             scope.undecidable.append(f"namespace or linkage header (line {min(hit)})")
-        elif kind in _CONTAINERS:
+        elif kind in CONTAINERS:
             _visit(child, hit, scope)
         elif kind in ("preproc_def", "preproc_function_def"):
             if min(hit) < scope.last_include:
@@ -173,7 +175,7 @@ def _last_include(root: tree_sitter.Node) -> int:
         node = stack.pop()
         if node.type == "preproc_include":
             last = max(last, node.start_point[0] + 1)
-        elif node.type in _CONTAINERS or node.type == "translation_unit":
+        elif node.type in CONTAINERS or node.type == "translation_unit":
             stack.extend(node.named_children)
     return last
 

@@ -19,6 +19,7 @@ from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import NodeKind
 from indexer.harness import Manifest
 from indexer.paths import under_any
+from indexer.select.cpp_scope import CONTAINERS
 from indexer.select.diff import run_git
 from indexer.select.model import Entity
 from indexer.select.placed import (
@@ -29,21 +30,6 @@ from indexer.select.placed import (
     innermost,
 )
 from indexer.select.tokens import cpp_tree
-
-# Where namespace-scope code can sit: tree-sitter nodes whose children are declarations.
-_SCOPES = frozenset(
-    {
-        "translation_unit",
-        "namespace_definition",
-        "declaration_list",
-        "linkage_specification",
-        "preproc_if",
-        "preproc_ifdef",
-        "preproc_else",
-        "preproc_elif",
-        "preproc_elifdef",
-    }
-)
 
 
 def library_macros(manifest: Manifest, *texts: bytes | None) -> set[str]:
@@ -118,7 +104,7 @@ def load_time_lines(source: bytes, lines: Iterable[int], macros: set[str]) -> di
         hit = [line for line in wanted if first <= line <= last]
         if not hit:
             continue
-        if node.type in _SCOPES:
+        if node.type in CONTAINERS:
             stack.extend(node.children)
             continue
         what = None

@@ -24,6 +24,18 @@ from typing import Any, BinaryIO
 from indexer import durable
 
 
+def is_layout_entry(entry: Any) -> bool:
+    """Whether a header's entry is [name, typecode, length >= 0], as write() lays them out."""
+    return (
+        isinstance(entry, list)
+        and len(entry) == 3
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], str)
+        and type(entry[2]) is int
+        and entry[2] >= 0
+    )
+
+
 def digest(arrays: dict[str, array]) -> str:
     """A checksum of the arrays' bytes, in the order of the dict. It guards against
     damage, not tampering: CRC-32 reads the adjacency's 36 MB in ~10 ms, a cryptographic
@@ -111,14 +123,7 @@ def _layout(
     layout: list[tuple[str, str, int]] = []
     needed = 0
     for entry in listed:
-        if not (
-            isinstance(entry, list)
-            and len(entry) == 3
-            and isinstance(entry[0], str)
-            and isinstance(entry[1], str)
-            and type(entry[2]) is int
-            and entry[2] >= 0
-        ):
+        if not is_layout_entry(entry):
             raise DamagedFile("its header lists an array as something else than name, type, length")
         name, typecode, length = entry
         if typecodes.get(name) != typecode:
