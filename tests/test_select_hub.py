@@ -5,14 +5,13 @@ walking it again would, with chains from the change. Selections write none of it
 
 from __future__ import annotations
 
-import json
+from array import array
 from contextlib import closing
 from itertools import pairwise
 
 from indexer.query.index import Index
-from indexer.select import derived, hub, witness
+from indexer.select import derived, hub, hub_chains, witness
 from indexer.select.impact import ImpactWalker
-from indexer.select.judgments import CODE_VERSION
 from tests.select_support import IndexedTree, tree_fixtures
 
 OPS = "minitorch/ops.py"
@@ -266,16 +265,29 @@ def test_an_update_of_a_python_file_the_walk_met_walks_again(tree: IndexedTree) 
 
 
 def _witnesses(tree: IndexedTree):
-    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + witness.SUFFIX)
+    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + hub_chains.SUFFIX)
 
 
-def _keep_chain_from(tree: IndexedTree, qualname: str) -> None:
-    """Keep the chain to the hub from ``qualname``, as a build keeps the most used ops'."""
+def _node(index, qualname: str) -> int:
+    (found,) = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,))
+    return found[0]
+
+
+def _keep_chain_from(tree: IndexedTree, qualname: str) -> ImpactWalker:
+    """Keep the chain to the hub from ``qualname``, as the refresh keeps the most used
+    ops' (``hub_chains.derive``); the walker that derived it."""
     with closing(tree.index()) as index:
-        (start,) = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,))
         walker = ImpactWalker(index, tree.root, splice_hub=True, keep=True)
-        assert walker.chain_to_hub(start[0])
-        walker.save()
+        hub_node = hub.find_hub(index)
+        derivation = hub_chains.derive(index, walker, hub_node, [_node(index, qualname)])
+        assert derivation.chains()
+        hub_chains.save(index, derivation)
+        return walker
+
+
+def _kept_chains(tree: IndexedTree) -> list:
+    with closing(tree.index()) as index:
+        return [[list(key) for key in chain] for chain in hub_chains.load(index).chains()]
 
 
 def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
@@ -283,12 +295,13 @@ def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()
     assert "kept chain" not in first.index["hub_walk"]
-    assert not _witnesses(tree).exists()  # a selection keeps nothing
+    # No op reaches the hub here: the refresh derived no chain, and the selection kept
+    # the one it found in memory only.
+    assert _kept_chains(tree) == []
     _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
-    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
-    assert kept["chains"][0][0][1] == "minitorch.ops._OpNamespace.__init__"
-    assert kept["chains"][0][-1][1] == "minitorch"
-    assert "ids" in kept  # resolved in this index: kept with their ids
+    kept = _kept_chains(tree)
+    assert kept[0][0][1] == "minitorch.ops._OpNamespace.__init__"
+    assert kept[0][-1][1] == "minitorch"
     again = tree.select()
     assert "reached by a kept chain" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
@@ -300,40 +313,37 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     plain = tree.select()
     # A chain from the change through a node it does not reach first: it cannot be
-    # followed, so the walk finds its own way, and the chain is forgotten.
-    bogus = [
-        ["python_function", "minitorch.ops._OpNamespace.__init__", OPS],
-        ["python_function", "minitorch.ops._fused_gelu", OPS],
-        ["python_module", "minitorch", "minitorch/__init__.py"],
-    ]
-    code = CODE_VERSION
-    _witnesses(tree).write_text(json.dumps({"code": code, "chains": [bogus]}), encoding="utf-8")
+    # followed, so the walk finds its own way.
+    bogus = (
+        ("python_function", "minitorch.ops._OpNamespace.__init__", OPS),
+        ("python_function", "minitorch.ops._fused_gelu", OPS),
+        ("python_module", "minitorch", "minitorch/__init__.py"),
+    )
+    with closing(tree.index()) as index:
+        start = _node(index, "minitorch.ops._OpNamespace.__init__")
+        empty = hub_chains.OpChain(start, bogus, array("i"), array("i"), array("i"), array("q"))
+        ids = witness.resolve(index, [bogus])
+        hub_chains.save(index, hub_chains.Derivation(hub.find_hub(index), [empty], ids))
+    assert _kept_chains(tree) == [[list(key) for key in bogus]]
     again = tree.select()
     assert "kept chain" not in again.index["hub_walk"]
     assert set(again.files) == set(plain.files)
-    # A keeping walker (index maintenance) forgets it, and keeps its own chain instead.
+    # The refresh derives the walk's own chain instead.
     _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
-    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
-    assert bogus not in kept["chains"] and kept["chains"]  # the walk's own chain instead
-    assert bogus in kept["failed"]  # and it is not kept again, should a walk find it
+    kept = _kept_chains(tree)
+    assert kept and [list(key) for key in bogus] not in kept
 
 
 def test_a_chain_to_the_hub_is_kept_without_walking_past_it(tree: IndexedTree) -> None:
-    """How ``torchtalk index build`` keeps chains from the most used ops: a walk that
-    stops once the hub is live, and keeps the chain that got there."""
+    """How the refresh keeps chains from the most used ops: a walk that stops once the
+    hub is live, and keeps the chain that got there."""
     _witnesses(tree).unlink(missing_ok=True)
     tree.replace(OPS, *AT_IMPORT)
     tree.select()  # the index is brought up to date with the change
     _witnesses(tree).unlink(missing_ok=True)
-    with closing(tree.index()) as index:
-        start = index.conn.execute(
-            "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
-        ).fetchone()[0]
-        walker = ImpactWalker(index, tree.root, splice_hub=True, keep=True)
-        assert walker.chain_to_hub(start)
-        assert walker.hub_use is None  # stopped at the hub: nothing past it was spliced
-        walker.save()
-    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
+    walker = _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
+    assert walker.hub_use is None  # stopped at the hub: nothing past it was spliced
+    kept = _kept_chains(tree)
     assert [chain[0][1] for chain in kept] == ["minitorch.ops._OpNamespace.__init__"]
     assert kept[0][-1][1] == "minitorch"
 
@@ -372,4 +382,3 @@ def test_merging_a_walk_that_spliced_the_hub_equals_merging_it_whole(tree: Index
             assert dict(getattr(lazy, name).items()) == getattr(eager, name), name
             assert len(getattr(lazy, name)) == len(getattr(eager, name)), name
         assert lazy.import_live == eager.import_live
-

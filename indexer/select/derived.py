@@ -2,7 +2,7 @@
 
 The edges both ways (``indexer.query.adjacency``), the walk past the hub
 (``indexer.select.hub``), chains to the hub from the most used ops
-(``indexer.select.witness``) and the judgments those walks made
+(``indexer.select.hub_chains``) and the judgments those walks made
 (``indexer.select.judgments``) are derived from one index and the tree it describes.
 They are written here, by the refresh that builds or updates the index
 (``indexer.refresh``), never by a selection or an MCP tool, which read them and make
@@ -13,23 +13,25 @@ from __future__ import annotations
 
 from indexer.query import adjacency
 from indexer.query.index import Index
+from indexer.select import hub_chains
 from indexer.select.hub import find_hub
 from indexer.select.impact import ImpactWalker
 from indexer.workspace import Workspace
 
-# Ops from which ``prepare`` keeps chains to the hub after every build and update, the
-# most used first: a central change's walk meets one within a few hops and follows it.
-# All of them, whatever the time: a cap cut the set short on a loaded machine, and every
-# later selection walked to the hub (docs/performance.md).
+# Ops from which ``prepare`` keeps chains to the hub, the most used first: a central
+# change's walk meets one within a few hops and follows it. All of them, whatever the
+# time: a cap cut the set short on a loaded machine (docs/performance.md).
 SEEDED_OPS = 400
 
 
 def prepare(workspace: Workspace) -> str | None:
     """Keep the derived data of the workspace's index: the adjacency, the hub's walk
     (carried over from the index an update started from when nothing it met changed,
-    else walked), and chains to the hub from the most used ops (after an update, the
-    chains kept before it are leads each seed follows, so only what changed is walked). The index was just made from the tree, so the text the walks read is what
-    it describes. What was done, or None when no test file imports a package."""
+    else walked), and chains to the hub from the most used ops (after an update, each
+    op's chain is kept when nothing its walk read changed, else walked again:
+    ``indexer.select.hub_chains``). The index was just made from the tree, so the text
+    the walks read is what it describes. What was done, or None when no test file
+    imports a package."""
     index = Index(workspace.db_path)
     try:
         adjacency.keep(index.db_path, index.conn, index.meta)
@@ -38,12 +40,16 @@ def prepare(workspace: Workspace) -> str | None:
         if hub is None:
             return None
         walker.walk({hub: 0})
-        tried = reached = 0
-        for op in _most_used_ops(index, SEEDED_OPS):
-            tried += 1
-            reached += walker.chain_to_hub(op)
+        ops = _most_used_ops(index, SEEDED_OPS)
+        before, touched = hub_chains.before_update(index)
+        derivation = hub_chains.derive(index, walker, hub, ops, before, touched)
         walker.save()
-        return f"{walker.hub_use}; chains to it kept from {reached} of the {tried} most used ops"
+        hub_chains.save(index, derivation)
+        return (
+            f"{walker.hub_use}; chains to it from {len(derivation.chains())} of the"
+            f" {len(ops)} most used ops ({derivation.walked} walked, the others kept"
+            " from the index before the update)"
+        )
     finally:
         index.close()
 

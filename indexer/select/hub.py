@@ -277,8 +277,7 @@ def _moved(found, delta: Delta):
 
 
 def _unchanged_by(index: Index, delta: Delta, found) -> bool:
-    """Whether nothing the kept walk met is among what ``delta`` changed (rows that
-    only moved to other lines aside, where the update compared them)."""
+    """Whether nothing the kept walk met is among what ``delta`` touched."""
     header, arrays = found
     met = set(arrays["node"]) | set(arrays["src"]) | set(arrays["dst"])
     try:
@@ -287,21 +286,26 @@ def _unchanged_by(index: Index, delta: Delta, found) -> bool:
         met.update(int(n) for pair in header["deferred_calls"] for n in pair)
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
-    # A changed edge has both ends among the touched nodes: none may be a node it met.
-    if not met.isdisjoint(delta.nodes if delta.changed is None else delta.changed):
-        return False
-    # A node whose row changed beside one it met changes what the walk read of an edge.
+    return met.isdisjoint(touched_by(index, delta))
+
+
+def touched_by(index: Index, delta: Delta) -> set[int]:
+    """The nodes a walk that met none of was not changed by ``delta`` (rows that only
+    moved to other lines aside, where the update compared them): the ends of every
+    changed edge, and the ends of every edge of a node whose row changed (it changes
+    what a walk reads of that edge)."""
+    touched = set(delta.nodes if delta.changed is None else delta.changed)
     rows = delta.rows if delta.changed_rows is None else delta.changed_rows
     for start in range(0, len(rows), 900):
         batch = rows[start : start + 900]
         marks = ",".join("?" * len(batch))
-        ends = index.conn.execute(
+        for src, dst in index.conn.execute(
             f"SELECT src_id, dst_id FROM edges WHERE src_id IN ({marks}) OR dst_id IN ({marks})",
             batch + batch,
-        )
-        if any(src in met or dst in met for src, dst in ends):
-            return False
-    return True
+        ):
+            touched.add(src)
+            touched.add(dst)
+    return touched
 
 
 def save(index: Index, walk: HubWalk) -> None:

@@ -43,7 +43,7 @@ from indexer.paths import under_any
 from indexer.python.reflection import is_pattern
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
-from indexer.select import judgments
+from indexer.select import hub_chains, judgments
 from indexer.select.bridges import Bridges, Found, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
@@ -308,8 +308,14 @@ class ImpactWalker(Bridges, EdgeRows):
 
     def _witness_store(self) -> Witnesses:
         if self._witnesses is None:
-            self._witnesses = Witnesses(self.index)
+            kept = hub_chains.load(self.index)  # derived by the refresh for this index
+            chains, ids = (kept.chains(), kept.chain_ids) if kept is not None else ([], [])
+            self._witnesses = Witnesses(self.index, chains, ids)
         return self._witnesses
+
+    def lead_by(self, witnesses: Witnesses) -> None:
+        """Follow these chains to the hub, not those kept for the index."""
+        self._witnesses = witnesses
 
     def _follow_leads(self, reach: Reach, frontier: list[int], hub: int) -> list[int]:
         """Follow a kept chain to the hub from a node about to be expanded, by this
@@ -325,11 +331,12 @@ class ImpactWalker(Bridges, EdgeRows):
                 continue
             for lead in witnesses.leads(node_id):
                 followed = self._walk({node_id: 0}, None, None, only=lead.only)
-                if hub in followed.import_live:
+                reached = hub in followed.import_live
+                witnesses.followed(node_id, lead, followed, reached)
+                if reached:
                     name = self.index.node(node_id).qualname
                     self._lead = f"; reached by a kept chain ({len(lead.chain)} nodes, from {name})"
                     return reach.graft(followed, node_id)
-                witnesses.drop(lead)
         return []
 
     def walk(
@@ -350,20 +357,20 @@ class ImpactWalker(Bridges, EdgeRows):
         return self._walk(starts, quota, max_depth, splice, known=known)
 
     def chain_to_hub(self, start: int) -> bool:
-        """Walk from ``start`` only until the hub goes live, and keep the chain that got
-        there (``indexer.select.witness``); whether it did. Nothing is written: ``save``."""
-        reach = self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
+        """Whether a walk from ``start`` makes the hub live (``walk_to_hub``)."""
         hub = self._hub_node()
-        return hub is not None and hub in reach.import_live
+        return hub is not None and hub in self.walk_to_hub(start).import_live
+
+    def walk_to_hub(self, start: int) -> Reach:
+        """Walk from ``start`` only until the hub goes live, giving the chain that got
+        there to the witnesses (``indexer.select.hub_chains`` keeps it)."""
+        return self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
 
     def save(self) -> None:
-        """Write what this walker learnt for later ones: judgments, kept chains (with
-        their ids in this index). Only a keeping walker writes."""
-        if not self.keeps:
-            return
-        self.judgments.save()
-        self._witness_store().resolve()
-        self._witness_store().save()
+        """Write the judgments this walker made for later walks. Only a keeping walker
+        writes."""
+        if self.keeps:
+            self.judgments.save()
 
     def _walk(
         self,

@@ -408,7 +408,7 @@ def record_summary(path: Path) -> dict[str, Any]:
 
 
 # Sidecars kept as arrays behind a header (indexer.store.array_file); the others are JSON.
-ARRAY_SIDECARS = (DB_FILE + ".adjacency", DB_FILE + ".hub")
+ARRAY_SIDECARS = (DB_FILE + ".adjacency", DB_FILE + ".hub", DB_FILE + ".witnesses")
 
 
 def check_sidecar(path: Path) -> None:
