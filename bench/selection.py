@@ -41,7 +41,7 @@ from collections import Counter
 from pathlib import Path
 
 from indexer.query.index import Index
-from indexer.select import derived, hub, witness
+from indexer.select import derived, hub, hub_chains
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
@@ -82,12 +82,12 @@ def _cli_select(source: Path) -> tuple[float, dict]:
 
 
 class KeptChains:
-    """The index's kept chains to the hub (indexer.select.witness): put back as they
+    """The index's kept chains to the hub (indexer.select.hub_chains): put back as they
     were before a change's first selection, so a timed selection follows only chains
     that other changes left, never one this change's own first walk found."""
 
     def __init__(self, workspace: Workspace) -> None:
-        self.path = workspace.db_path.with_name(workspace.db_path.name + witness.SUFFIX)
+        self.path = workspace.db_path.with_name(workspace.db_path.name + hub_chains.SUFFIX)
         self.saved: bytes | None = None
 
     def save(self) -> None:
@@ -284,7 +284,7 @@ def main() -> int:
     index = Index(workspace.db_path)
     if hub.load(index) is None:  # not prepared as 'torchtalk index build' leaves it
         started = time.perf_counter()
-        prepared = derived.prepare(workspace, seed=True)
+        prepared = derived.prepare(workspace)
         print(f"prepared as index build does: {prepared} ({time.perf_counter() - started:.1f} s)")
     chains = KeptChains(workspace)
     one_function_change(source, index, args.function, chains)

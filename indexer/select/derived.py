@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from indexer.query import adjacency
 from indexer.query.index import Index
+from indexer.select import hub as hub_walks
 from indexer.select import hub_chains
 from indexer.select.hub import find_hub
 from indexer.select.impact import ImpactWalker
@@ -39,16 +40,21 @@ def prepare(workspace: Workspace) -> str | None:
         hub = find_hub(index)
         if hub is None:
             return None
-        walker.walk({hub: 0})
+        kept, carried = hub_walks.kept_walk(index)
+        if kept is not None and kept.hub == hub:
+            if carried:  # nothing it met changed: kept under this index's key
+                hub_walks.save(index, kept)
+            walk = f"the walk past the hub ({kept.size} nodes) kept from the index before"
+        else:
+            walker.walk({hub: 0})
+            walk = str(walker.hub_use)
         ops = _most_used_ops(index, SEEDED_OPS)
-        before, touched = hub_chains.before_update(index)
-        derivation = hub_chains.derive(index, walker, hub, ops, before, touched)
+        derivation = hub_chains.derive(index, walker, hub, ops, hub_chains.before_update(index))
         walker.save()
         hub_chains.save(index, derivation)
         return (
-            f"{walker.hub_use}; chains to it from {len(derivation.chains())} of the"
-            f" {len(ops)} most used ops ({derivation.walked} walked, the others kept"
-            " from the index before the update)"
+            f"{walk}; chains to it from {len(derivation.chains())} of the {len(ops)} most"
+            f" used ops ({derivation.walked} walked, the others kept from the index before)"
         )
     finally:
         index.close()

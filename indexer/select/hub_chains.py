@@ -153,22 +153,31 @@ def _digest(leads: list[Lead]) -> int:
     return int.from_bytes(digest, "little", signed=True) or 1
 
 
+@dataclass
+class Before:
+    """The derivation kept for the index an update started from, and what the update
+    changed: ``touched`` (``hub.touched_by``), and every node whose row it rewrote
+    (moved ones too), by which a kept chain's ids are known to hold still."""
+
+    derivation: Derivation
+    touched: set[int]
+    rows: set[int]
+
+
 def derive(
-    index: Index,
-    walker: Walker,
-    hub: int,
-    ops: list[int],
-    before: Derivation | None = None,
-    touched: set[int] | None = None,
+    index: Index, walker: Walker, hub: int, ops: list[int], before: Before | None = None
 ) -> Derivation:
-    """The chains to ``hub`` from ``ops``, in order; an op of ``before`` (the derivation
-    of the index this one was updated from, ``touched`` what the update touched) keeps its
-    chain when nothing its walk read changed."""
+    """The chains to ``hub`` from ``ops``, in order; an op derived ``before`` the update
+    keeps its chain when nothing its walk read changed."""
     seeding = Seeding(index)
     walker.lead_by(seeding)
-    kept = {}
-    if before is not None and touched is not None and before.hub == hub:
-        kept = {op.op: op for op in before.ops}
+    kept: dict[int, OpChain] = {}
+    touched: set[int] = set()
+    ids: dict[Chain, Ids] = {}
+    if before is not None and before.derivation.hub == hub:
+        kept = {op.op: op for op in before.derivation.ops}
+        touched = before.touched
+        ids = _ids_kept(index, before)
     derivation = Derivation(hub, [])
     for op in ops:
         old = kept.get(op)
@@ -182,9 +191,33 @@ def derive(
             derivation.walked += 1
         derivation.ops.append(old)
         if old.chain is not None and not seeding.holds(old.chain):
-            seeding.add(old.chain)
+            seeding.add(old.chain, ids.get(old.chain))
     derivation.chain_ids = seeding.ids
     return derivation
+
+
+def _ids_kept(index: Index, before: Before) -> dict[Chain, Ids]:
+    """The ids of the chains kept ``before`` that name the same nodes in this index: no
+    node of theirs was rewritten by the update, nor one added under a key of theirs
+    (else they are looked up again)."""
+    rows = sorted(before.rows)
+    keys = set()
+    for start in range(0, len(rows), 900):
+        batch = rows[start : start + 900]
+        keys.update(
+            index.conn.execute(
+                "SELECT n.kind, n.qualname, f.path FROM nodes n JOIN files f ON f.id = n.file_id"
+                f" WHERE n.id IN ({','.join('?' * len(batch))})",
+                batch,
+            )
+        )
+    kept = {}
+    for chain, chain_ids in zip(
+        before.derivation.chains(), before.derivation.chain_ids, strict=True
+    ):
+        if keys.isdisjoint(chain) and all(before.rows.isdisjoint(named) for named in chain_ids):
+            kept[chain] = chain_ids
+    return kept
 
 
 def sidecar_path(index: Index) -> Path:
@@ -253,11 +286,11 @@ def load(index: Index, of_index: str | None = None) -> Derivation | None:
     return derivation
 
 
-def before_update(index: Index) -> tuple[Derivation | None, set[int] | None]:
-    """The derivation kept for the index this one was updated from, and what the update
-    touched (``hub.touched_by``); (None, None) when there is none."""
+def before_update(index: Index) -> Before | None:
+    """The derivation kept for the index this one was updated from, with what the
+    update changed; None when there is none."""
     for delta in deltas_of(index.meta):
         found = load(index, delta.base)
         if found is not None:
-            return found, hub_walks.touched_by(index, delta)
-    return None, None
+            return Before(found, hub_walks.touched_by(index, delta), set(delta.rows))
+    return None
