@@ -13,6 +13,7 @@ import pytest
 from indexer.refresh import refresh_index
 from indexer.select import derived, hub_chains
 from tests.select_support import IndexedTree, indexed_tree
+from tests.test_snapshot_nearest import run
 
 WARMUP = "minitorch/_warmup.py"
 # A module the package imports whose top-level code calls matmul: aten::matmul (and
@@ -29,6 +30,11 @@ LINALG = "aten/src/ATen/native/LinearAlgebra.cpp"
 ELSEWHERE = (
     "check_dim_size(m1, 2);",
     "check_dim_size(m1, 2);\n  check_dim_size(m1.sizes(), 2);",
+)
+# A statement added to _matmul_impl, on mm's chain: its facts only move.
+ON_MM_CHAIN = (
+    "  const auto dim2 = tensor2.dim();\n",
+    "  const auto dim2 = tensor2.dim();\n  (void)dim1;\n",
 )
 
 
@@ -114,11 +120,7 @@ def test_an_update_elsewhere_keeps_every_chain_and_selects_as_after_a_rebuild(
     assert _as_data(updated)[:-2] == _as_data(before)[:-2]
     # A change whose walk meets mm's chain, selected with the update's chains, then with
     # chains derived again from the same index.
-    tree.replace(
-        LINALG,
-        "  const auto dim2 = tensor2.dim();\n",
-        "  const auto dim2 = tensor2.dim();\n  (void)dim1;\n",
-    )
+    tree.replace(LINALG, *ON_MM_CHAIN)
     first = tree.select()
     assert "reached by a kept chain" in first.index["hub_walk"]
     assert _as_data(_derivation(tree)) == _as_data(_rebuilt(tree))
@@ -129,3 +131,20 @@ def test_an_update_elsewhere_keeps_every_chain_and_selects_as_after_a_rebuild(
 
 def _reasons(selection) -> dict[str, list]:
     return {path: selected.reasons for path, selected in selection.files.items()}
+
+
+def test_a_loaded_snapshot_keeps_every_chain_an_edit_only_moved(
+    tree: IndexedTree, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A PR job: the nightly's snapshot loaded, a statement added to a kernel on mm's
+    # chain: its facts only move, so no chain is walked again.
+    refresh_index(tree.workspace, show_progress=False)
+    before = _derivation(tree)
+    source = str(tree.root)
+    assert run(capsys, "snapshot", "save", "nightly", "--source", source)[0] == 0
+    assert run(capsys, "snapshot", "load", "nightly", "--source", source)[0] == 0
+    tree.replace(LINALG, *ON_MM_CHAIN)
+    updated = _updated(tree)
+    assert updated.walked == 0
+    assert _as_data(updated)[:-2] == _as_data(before)[:-2]
+    assert _as_data(updated) == _as_data(_rebuilt(tree))

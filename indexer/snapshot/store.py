@@ -535,8 +535,11 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                 if sidecars:
                     # The same graph as the index saved: nothing changed against it, nor
                     # against the indexes its own deltas start from (a sidecar may be
-                    # one of theirs, saved before anything read the index).
-                    deltas = [Delta(info.sidecars_for, [], []), *deltas_of(read_meta(conn))]
+                    # one of theirs, saved before anything read the index). Nothing
+                    # moved either: said so, or an update after it would count every
+                    # node it rewrote as changed (the hub's walk and chains walked again).
+                    same = Delta(info.sidecars_for, [], [], [], [], {})
+                    deltas = [same, *deltas_of(read_meta(conn))]
                     kept = [delta.as_json() for delta in deltas[:MAX_CHAIN]]
                     values.append((DELTA_KEY, json.dumps(kept)))
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
