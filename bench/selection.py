@@ -3,10 +3,10 @@
 1. The time a one-function change adds: `torchtalk select` (a fresh process, as CI runs
    it) right after editing at::native::matmul, when the index must first be updated for
    the edited file, and again once it is up to date; with the engine's own breakdown.
-   Target: under 1 s with a built index. A selection reaching the hub (``torch``) keeps
-   the chain it found there (indexer/select/witness.py), which later selections follow:
-   the up-to-date run is timed without the change's own chain (put back as before its
-   first run), then again with it.
+   Target: under 1 s with a built index. Selections follow the chains to the hub
+   (``torch``) that the refresh keeps from the most used ops (indexer/select/hub_chains.py)
+   and keep none themselves: the up-to-date run is timed with the chains file as it was
+   before the change's first run, then again.
 2. For a sample of single-function changes in aten/src/ATen/native (a statement added to
    the body of a random C++/CUDA function), the selected fraction of test files and the
    run-everything rate, with the reasons; and `torchtalk select` per change once the
