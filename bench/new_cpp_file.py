@@ -1,7 +1,7 @@
 """Selection time for a new C++ file, as the number of its functions doubles.
 
 A change adding one file of N one-line functions, each calling the previous one, is
-selected (``select_tests``: the index updated for the new file, then placement, the
+selected (``select_changes``: the index updated for the new file, then placement, the
 impact walk and its fallbacks) on a copy of the minitorch fixture, for N and 2N
 functions; the ratio of the two times is printed. Selection cost must be linear in the
 size of the change: target ratio <= 2.5. ``--megabytes`` also times one generated file
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from indexer.build import build_index  # noqa: E402
-from indexer.select.engine import select_tests  # noqa: E402
+from indexer.select_changes import select_changes  # noqa: E402
 from indexer.workspace import Workspace  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "minitorch"
@@ -65,7 +65,7 @@ def time_selection(work: Path, count: int) -> tuple[float, float, int, bool, dic
     build_index(workspace, show_progress=False)
     (repo / NEW_FILE).write_text(chained_functions(count), encoding="utf-8")
     started, cpu = time.perf_counter(), time.process_time()
-    selection = select_tests(workspace, "HEAD")
+    selection = select_changes(workspace, "HEAD")
     took, cpu = time.perf_counter() - started, time.process_time() - cpu
     return took, cpu, len(selection.entities), selection.run_everything, selection.timings
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from indexer.build import build_index
 from indexer.query.index import Index
-from indexer.select.engine import select_tests
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
 FUNCTIONS = ("cpp_function", "cuda_kernel", "python_function")
@@ -95,7 +95,7 @@ def main() -> int:
             continue
         try:
             started = time.perf_counter()
-            selection = select_tests(workspace, None)
+            selection = select_changes(workspace, None)
             seconds.append(time.perf_counter() - started)
         finally:
             path.write_bytes(original)

@@ -3,10 +3,10 @@
 1. The time a one-function change adds: `torchtalk select` (a fresh process, as CI runs
    it) right after editing at::native::matmul, when the index must first be updated for
    the edited file, and again once it is up to date; with the engine's own breakdown.
-   Target: under 1 s with a built index. A selection reaching the hub (``torch``) keeps
-   the chain it found there (indexer/select/witness.py), which later selections follow:
-   the up-to-date run is timed without the change's own chain (put back as before its
-   first run), then again with it.
+   Target: under 1 s with a built index. Selections follow the chains to the hub
+   (``torch``) that the refresh keeps from the most used ops (indexer/select/hub_chains.py)
+   and keep none themselves: the up-to-date run is timed with the chains file as it was
+   before the change's first run, then again.
 2. For a sample of single-function changes in aten/src/ATen/native (a statement added to
    the body of a random C++/CUDA function), the selected fraction of test files and the
    run-everything rate, with the reasons; and `torchtalk select` per change once the
@@ -41,8 +41,8 @@ from collections import Counter
 from pathlib import Path
 
 from indexer.query.index import Index
-from indexer.select import hub, witness
-from indexer.select.engine import keep_hub_walk, select_tests
+from indexer.select import derived, hub, hub_chains
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
 DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
@@ -82,12 +82,12 @@ def _cli_select(source: Path) -> tuple[float, dict]:
 
 
 class KeptChains:
-    """The index's kept chains to the hub (indexer.select.witness): put back as they
+    """The index's kept chains to the hub (indexer.select.hub_chains): put back as they
     were before a change's first selection, so a timed selection follows only chains
     that other changes left, never one this change's own first walk found."""
 
     def __init__(self, workspace: Workspace) -> None:
-        self.path = workspace.db_path.with_name(workspace.db_path.name + witness.SUFFIX)
+        self.path = workspace.db_path.with_name(workspace.db_path.name + hub_chains.SUFFIX)
         self.saved: bytes | None = None
 
     def save(self) -> None:
@@ -210,7 +210,7 @@ def sample_changes(
         try:
             chains.save()
             started = time.perf_counter()
-            selection = select_tests(workspace)
+            selection = select_changes(workspace)
             times.append(time.perf_counter() - started)
             chains.restore()  # only chains earlier changes found
             cli_times.append(_cli_select(source)[0])  # the index is up to date now
@@ -284,7 +284,7 @@ def main() -> int:
     index = Index(workspace.db_path)
     if hub.load(index) is None:  # not prepared as 'torchtalk index build' leaves it
         started = time.perf_counter()
-        prepared = keep_hub_walk(workspace)
+        prepared = derived.prepare(workspace)
         print(f"prepared as index build does: {prepared} ({time.perf_counter() - started:.1f} s)")
     chains = KeptChains(workspace)
     one_function_change(source, index, args.function, chains)

@@ -43,11 +43,11 @@ from selection import _cli_select, _insert_statement  # the same edit bench/sele
 from indexer.query.index import Index
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record import storage
-from indexer.select.engine import select_tests
 from indexer.select.environment import current_environment
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
 from indexer.select.record_join import skip_environment, trusted_tests
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
 NATIVE = "aten/src/ATen/native/"
@@ -201,7 +201,7 @@ def main() -> int:
                 update_s, update_report = _cli_select(source)  # the PR job's: index updated
                 cli_s, cli_report = _cli_select(source)  # once the index is up to date
             started = time.perf_counter()
-            selection = select_tests(workspace)
+            selection = select_changes(workspace)
             select_s = time.perf_counter() - started
         finally:
             path.write_bytes(original)

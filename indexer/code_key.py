@@ -2,8 +2,9 @@
 
 An incremental update re-extracts only changed files; after an upgrade of TorchTalk (or an
 edit to its extractors) the unchanged files' facts would still be the old code's. The
-layers that only read an index (queries, selection, the audit), the snapshot store and the
-record (its own file beside the index) do not shape it.
+layers that only read an index (queries, selection, the audit, the refresh that decides
+when to build), the snapshot store and the record (its own file beside the index) do not
+shape it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ OTHER_CODE = "it was built by another version of TorchTalk's indexer"
 _READERS = (
     "indexer/query",
     "indexer/select",
+    "indexer/answers",
     "indexer/snapshot",
     "indexer/record",
     "indexer/audit",
+    "indexer/refresh.py",
+    "indexer/select_changes.py",
     "indexer/anchors",
 )
 

@@ -39,13 +39,12 @@ from indexer.build import (
     refuse_incomplete,
     scan_header_macros,
 )
+from indexer.changes import Changes, detect_changes
 from indexer.code_key import OTHER_CODE, extraction_code_key
 from indexer.cpp.shared_macros import SharedMacros, changed_names
 from indexer.extract.context import TreeContext, context_meta, stored_context
-from indexer.extract.discover import SourceEntry, TreeProblem, discover
-from indexer.extract.pipeline import content_hash, extract_all
+from indexer.extract.pipeline import extract_all
 from indexer.gitinfo import head_commit
-from indexer.harness import Manifest
 from indexer.link import link
 from indexer.paths import is_header, language_of
 from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
@@ -70,23 +69,6 @@ from indexer.workspace import Workspace
 
 INCLUDE_EDGE = "includes"
 SAMPLE_PATHS = 5
-
-
-@dataclass
-class Changes:
-    added: list[str] = field(default_factory=list)
-    modified: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    entries: dict[str, SourceEntry] = field(default_factory=dict)  # every discovered file
-    problems: list[TreeProblem] = field(default_factory=list)  # what discovery could not read
-    unreadable: list[str] = field(default_factory=list)  # indexed files that cannot be read now
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.modified or self.removed)
-
-    @property
-    def count(self) -> int:
-        return len(self.added) + len(self.modified) + len(self.removed)
 
 
 @dataclass
@@ -115,42 +97,6 @@ class UpdateResult:
         data = asdict(self)
         data["db_path"] = str(self.db_path)
         return data
-
-
-def detect_changes(source: Path, manifest: Manifest, conn: sqlite3.Connection) -> Changes:
-    """Which discovered files differ from what the index holds, by content."""
-    indexed = {
-        path: (sha, size)
-        for path, sha, size in conn.execute("SELECT path, sha, size FROM files ORDER BY path")
-    }
-    max_bytes = manifest.get("sources", "max_file_bytes", 4_000_000)
-    changes = Changes()
-    for entry in discover(source, manifest, changes.problems):
-        changes.entries[entry.path] = entry
-        old = indexed.get(entry.path)
-        if old is None:
-            changes.added.append(entry.path)
-            continue
-        old_sha, old_size = old
-        if not old_sha:
-            # Not read at build time (over the size limit, unreadable): cheap to redo, and
-            # the only way to notice it became readable.
-            if entry.size != old_size or entry.size <= max_bytes:
-                changes.modified.append(entry.path)
-            continue
-        if entry.size > max_bytes:
-            changes.modified.append(entry.path)
-            continue
-        try:
-            data = (source / entry.path).read_bytes()
-        except OSError:
-            changes.modified.append(entry.path)
-            changes.unreadable.append(entry.path)
-            continue
-        if content_hash(data) != old_sha:
-            changes.modified.append(entry.path)
-    changes.removed = sorted(set(indexed) - set(changes.entries))
-    return changes
 
 
 def _file_ids(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, int]:
@@ -254,8 +200,10 @@ def _orphan_warning(orphans: set[str]) -> str:
 def full_build_reason(
     workspace: Workspace, base_path: Path, compile_commands: Path | None = None
 ) -> str | None:
-    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot.
-    A ``compile_commands`` the index was not built with is one: the whole precise layer
+    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot:
+    the one rebuild policy (``index build``, ``index update`` and the refresh before a
+    selection all ask it). An index made by other extraction code is one: an update
+    would re-extract only the changed files. A ``compile_commands`` the index was not built with is one: the whole precise layer
     changes (its TUs come from the cache where they can)."""
     if not base_path.is_file():
         return "no index yet"

@@ -283,6 +283,11 @@ class ServerState:
                 )
             self._serve(self.full_path, "full")
             self.quick_path.unlink(missing_ok=True)
+            # What selections read beside the index, as `torchtalk index build` makes it
+            # (the tools themselves write nothing).
+            from indexer.refresh import Refresh, prepare_for_selection
+
+            prepare_for_selection(self.workspace, Refresh("built", "", None))
         except BuildCancelled:
             return
         except Exception as exc:  # the server keeps serving what it has, and says why

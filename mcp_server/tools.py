@@ -182,8 +182,9 @@ TOOL_NAMES = tuple(SPECS)
 
 
 def _query(module: str, function: str, tool: str) -> Callable[..., Answer]:
-    """The query function behind a tool, imported on first use (keeps start-up fast)."""
-    qualified = f"indexer.query.{module}"
+    """The query function behind a tool, imported on first use (keeps start-up fast):
+    ``module`` of ``indexer.query``, or a dotted module path."""
+    qualified = module if "." in module else f"indexer.query.{module}"
     try:
         found = getattr(import_module(qualified), function, None)
     except ModuleNotFoundError as exc:
@@ -439,7 +440,7 @@ class Tools:
         if missing:
             note = self.state.incomplete_note(SPECS["affected"].needs)
             raise ToolError(f"affected needs the complete index; {note}")
-        run = _query("affected", "affected", "affected")
+        run = _query("indexer.answers.affected", "affected", "affected")
         return self._answer("affected", lambda index: run(index, names, depth=depth, limit=limit))
 
     def functions(self) -> list[tuple[ToolSpec, Callable[..., Any]]]:

@@ -26,7 +26,6 @@ from _pytest.python import path_matches_patterns
 from indexer import durable
 from indexer.errors import TorchTalkError
 from indexer.paths import printable
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
 from indexer.select.report import (
@@ -37,6 +36,7 @@ from indexer.select.report import (
     shown_lines,
     summary_lines,
 )
+from indexer.select_changes import select_changes
 from indexer.wording import plural
 from indexer.workspace import Workspace
 
@@ -145,7 +145,7 @@ class AffectedSelection:
         harness = _option(config, "--torchtalk-harness", "torchtalk_harness")
         base = _option(config, "--torchtalk-base", "torchtalk_base")
         try:
-            return select_tests(Workspace.resolve(source, harness), base)
+            return select_changes(Workspace.resolve(source, harness), base)
         except TorchTalkError as exc:
             raise pytest.UsageError(f"torchtalk: {exc}") from None
 

@@ -13,8 +13,8 @@ import pytest
 
 from indexer.build import build_index
 from indexer.query.index import Index
-from indexer.select.engine import select_tests
 from indexer.select.model import Selection
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git, line_of, make_fixture_repo
 
@@ -64,7 +64,7 @@ class IndexedTree:
         return Workspace.resolve(self.root)
 
     def select(self, base: str | None = None, **options) -> Selection:
-        return select_tests(self.workspace, base, **options)
+        return select_changes(self.workspace, base, **options)
 
     def index(self) -> Index:
         return Index(self.workspace.db_path)

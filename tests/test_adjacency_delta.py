@@ -12,7 +12,8 @@ from pathlib import Path
 
 from indexer.build import build_index
 from indexer.query import adjacency
-from indexer.query.adjacency_delta import deltas_of, splice
+from indexer.query.adjacency import splice
+from indexer.query.adjacency_delta import deltas_of
 from indexer.store.db import read_meta
 from indexer.update import update_index
 from indexer.workspace import Workspace

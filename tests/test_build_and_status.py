@@ -70,12 +70,12 @@ def test_a_build_that_cannot_be_prepared_still_succeeds(
 ) -> None:
     """Preparing for selections is an extra: when it fails (here a disk error), the index
     stands, the build says so in one line, and selections walk the hub themselves."""
-    from indexer.select import engine
+    from indexer.select import derived
 
     def disk_error(workspace):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(engine, "keep_hub_walk", disk_error)
+    monkeypatch.setattr(derived, "prepare", disk_error)
     assert main(["index", "build", "--source", str(minitorch_repo), "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "not prepared for test selection" in err and "No space left" in err

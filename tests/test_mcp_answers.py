@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from indexer.answers.affected import affected
 from indexer.query import test_rank
-from indexer.query.affected import affected
 from indexer.query.answer import DEFAULT_BUDGET, Answer, Item
 from indexer.query.graph import graph
 from indexer.query.index import Index
@@ -470,7 +470,7 @@ def test_the_native_walk_over_the_edges_in_memory_is_the_walk_over_sqlite(built)
     holds it: the same nodes reached by the same steps, in the same order, from every
     native node of the fixture (and through ops, as a drifted call site makes it walk)."""
     from indexer.query import adjacency
-    from indexer.select.native_reach import NATIVE, walk_native
+    from indexer.query.native_reach import NATIVE, walk_native
 
     _, index = built
     graph = adjacency.shared(index.db_path, index.conn, index.meta)

@@ -292,3 +292,43 @@ def test_every_tool_answers_a_fixture_query_with_file_and_line(minitorch_repo: P
     )
     status = answers["get_status"].structured_content
     assert status["data"]["ready"] and status["data"]["serving"] == "full"
+
+
+def test_a_session_of_every_tool_leaves_the_index_folder_as_it_was(minitorch_repo: Path) -> None:
+    """The tools are declared read-only, and are: nothing beside the index is written,
+    not even what a walk derives (kept by index maintenance only, docs/selection.md)."""
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    folder = Workspace.resolve(minitorch_repo).db_path.parent
+    for kept in folder.glob("index.sqlite.*"):  # what the build kept: the walks redo it
+        kept.unlink()
+
+    def files() -> dict[str, tuple[bytes, int]]:
+        return {
+            path.name: (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted(folder.iterdir())
+            if path.is_file()
+        }
+
+    before = files()
+    calls = [
+        ("get_status", {}),
+        ("trace", {"func": "minitorch.add"}),
+        ("search", {"query": "fused_gelu"}),
+        ("graph", {"func": "at::native::cpublas::gemm", "mode": "impact", "depth": 2}),
+        ("modules", {"name": "minitorch.nn.Linear"}),
+        ("tests", {"query": "relu"}),
+        ("affected", {"funcs": "check_add_alpha"}),
+        ("affected", {"funcs": "minitorch.ops._OpNamespace.__init__"}),
+    ]
+
+    async def scenario() -> None:
+        async with stdio_session(minitorch_repo) as client:
+            for name, arguments in calls:
+                result = await client.call_tool(name, arguments)
+                assert not result.is_error, (name, text_of(result))
+            await anyio.sleep(2.5)  # idle: the server loads what queries read (warm)
+            assert not (await client.call_tool("get_status", {})).is_error
+
+    anyio.run(scenario)
+    assert sorted({name for name, _ in calls}) == sorted(SEVEN)
+    assert files() == before

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.query.affected import affected
+from indexer.answers.affected import affected
 from indexer.query.graph import graph
 from indexer.query.index import Index
 from indexer.query.search import search

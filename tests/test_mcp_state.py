@@ -307,6 +307,7 @@ def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
 
     monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.2)
     assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    monkeypatch.setattr(adjacency, "_loaded", {})  # the server is another process than the build
     state = ServerState(Workspace.resolve(minitorch_repo))
     state.start()
     try:
@@ -338,6 +339,7 @@ def test_a_failed_idle_load_is_said_on_stderr(
     from pytest_torchtalk.cli import main
 
     assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    monkeypatch.setattr(adjacency, "_loaded", {})  # the server is another process than the build
     index = Index(Workspace.resolve(minitorch_repo).db_path)
 
     def broken(*_):

@@ -21,8 +21,8 @@ from indexer.record import storage
 from indexer.record.children import NOT_FOLLOWED
 from indexer.record.model import Record
 from indexer.record.observer import STOOD_ASIDE
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import FIXTURES, commit_all, environment, git
 from tests.record_support import build_fixture_library, run_pytest
@@ -124,7 +124,7 @@ def test_a_profiler_tracing_python_passes_and_its_test_is_unrecorded(recorded) -
 
 
 def kept(repo: Path) -> dict[str, str]:
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert not selection.run_everything, selection.everything
     matcher = ItemMatcher(selection)
     out = {}

@@ -21,8 +21,8 @@ import pytest
 from indexer.record import storage
 from indexer.record.children import NOT_FOLLOWED
 from indexer.record.model import Record
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import FIXTURES, commit_all, environment, git
 from tests.record_support import build_fixture_library, run_pytest
@@ -114,7 +114,7 @@ def test_a_live_worker_that_replaces_its_profile_function_is_unrecorded(recorded
 
 
 def kept(repo: Path) -> dict[tuple[str, str], str]:
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo), None)
     assert not selection.run_everything, selection.everything
     matcher = ItemMatcher(selection)
     out = {}

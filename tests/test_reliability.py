@@ -31,7 +31,7 @@ from indexer.harness import builtin_manifest_dir
 from indexer.query.freshness import Freshness, check_freshness
 from indexer.query.index import Index
 from indexer.select import impact
-from indexer.select.engine import select_tests
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git
 from tests.mcp_session import stdio_session, text_of
@@ -202,7 +202,7 @@ def test_new_cpp_file_selection_walks_linearly(
         (repo / NEW_CPP).write_text(chained(count))
         with pytest.MonkeyPatch.context() as patch:
             sizes = walked_nodes(patch)
-            selection = select_tests(workspace, "HEAD")
+            selection = select_changes(workspace, "HEAD")
         walked[count] = sum(sizes)
         assert (
             len([e for e in selection.entities if e.label.startswith("at::native::gen")]) == count

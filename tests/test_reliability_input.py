@@ -162,12 +162,16 @@ def test_mcp_serve_on_a_busy_port_fails_before_it_says_it_serves(minitorch_repo:
 
 
 def test_deeply_nested_selection_caches_read_as_a_miss(tmp_path: Path) -> None:
-    """The judgments and witnesses sidecars beside the index are JSON a selection reads;
-    one nested 100,000 deep (crafted, or damaged) was a RecursionError in every
-    selection, where any other unreadable cache is a miss."""
-    from indexer.select import judgments, witness
+    """The judgments sidecar beside the index is JSON a selection reads, the chains to
+    the hub an array file behind a JSON header; one nested 100,000 deep (crafted, or
+    damaged) was a RecursionError in every selection, where any other unreadable cache
+    is a miss."""
+    from indexer.select import hub_chains, judgments
+    from indexer.store import array_file
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     assert judgments._read(deep) == {}
-    assert witness._read(deep, "key") == ([], [], None)
+    chains = tmp_path / "index.sqlite.witnesses"
+    chains.write_bytes(hub_chains.MAGIC + deep.read_bytes() + b"\n")
+    assert array_file.read(chains, hub_chains.MAGIC, "key", hub_chains._ARRAYS) is None

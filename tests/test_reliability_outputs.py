@@ -15,8 +15,8 @@ import pytest
 from indexer import durable
 from indexer.record import storage
 from indexer.record.model import Record
-from indexer.select.engine import select_tests
 from indexer.select.report import markdown_table
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.reliability_support import (
     build,
@@ -196,7 +196,7 @@ def test_a_change_of_thousands_of_files_prints_a_summary(
     assert len(lines) < 40, len(lines)
     assert "... and 4,990 more: every one is in the JSON report" in out
     # What the plugin appends to $GITHUB_STEP_SUMMARY, for the same selection.
-    summary = markdown_table(select_tests(Workspace.resolve(minitorch_repo), "HEAD"))
+    summary = markdown_table(select_changes(Workspace.resolve(minitorch_repo), "HEAD"))
     assert len(summary.encode()) < 1024**2
     assert "4,990 more" in summary
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from indexer.answers.affected import affected
 from indexer.build import build_index
-from indexer.query.affected import affected
 from indexer.query.index import Index
 from indexer.workspace import Workspace
 from tests.helpers import line_of

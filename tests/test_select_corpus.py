@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.select.engine import select_tests
 from indexer.select.model import Selection
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import corpus_db
 
@@ -72,7 +72,7 @@ def vllm(vllm_index, tmp_path_factory) -> tuple[Path, Path]:
 def _select(tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Selection:
     source, cache = tree
     monkeypatch.setenv("TORCHTALK_CACHE_DIR", str(cache))
-    return select_tests(Workspace.resolve(source))
+    return select_changes(Workspace.resolve(source))
 
 
 @pytest.mark.xdist_group("pytorch-clone")

@@ -1,15 +1,16 @@
 """The walk past the hub (indexer.select.hub): a selection whose walk makes the root
 package live takes what the package's import reaches from a sidecar, walked once per
-index, and reaches exactly what walking it again would, with chains from the change."""
+index by the refresh that made it (indexer.select.derived), and reaches exactly what
+walking it again would, with chains from the change. Selections write none of it."""
 
 from __future__ import annotations
 
-import json
+from array import array
 from contextlib import closing
 from itertools import pairwise
 
 from indexer.query.index import Index
-from indexer.select import hub, witness
+from indexer.select import derived, hub, hub_chains, witness
 from indexer.select.impact import ImpactWalker
 from tests.select_support import IndexedTree, tree_fixtures
 
@@ -37,10 +38,15 @@ def test_the_hub_is_the_package_the_tests_import(tree: IndexedTree) -> None:
         assert index.node(hub.find_hub(index)).qualname == "minitorch"
 
 
+def _files(tree: IndexedTree) -> dict[str, bytes]:
+    folder = tree.workspace.db_path.parent
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
+
+
 def test_a_change_run_at_import_splices_the_hubs_walk_kept_once(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
-    first = tree.select()
-    assert "walked, and kept" in first.index["hub_walk"]
+    first = tree.select()  # the update before it walks from the hub and keeps that walk
+    assert "read from the index's hub sidecar" in first.index["hub_walk"]
     assert _sidecar(tree).is_file()
     again = tree.select()
     assert "read from the index's hub sidecar" in again.index["hub_walk"]
@@ -87,7 +93,6 @@ def test_a_change_not_reaching_the_hub_walks_alone(tree: IndexedTree) -> None:
     tree.replace(LINALG, *NOT_AT_IMPORT)
     selection = tree.select()
     assert "hub_walk" not in selection.index
-    assert not _sidecar(tree).exists()
     assert "test/test_linalg.py" in selection.files
     assert len(selection.files) < selection.test_files_total
 
@@ -98,9 +103,14 @@ def test_a_damaged_sidecar_is_walked_again(tree: IndexedTree) -> None:
     data = bytearray(_sidecar(tree).read_bytes())
     data[-3] ^= 0xFF
     _sidecar(tree).write_bytes(bytes(data))
+    before = _files(tree)
     again = tree.select()
-    assert "walked, and kept" in again.index["hub_walk"]
+    assert "walked; no walk was kept" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
+    assert _files(tree) == before  # walked in memory: a selection writes nothing
+    # Index maintenance (here as `torchtalk index build` on an up-to-date index) keeps it.
+    assert "walked, and kept" in str(derived.prepare(tree.workspace))
+    assert "read from the index's hub sidecar" in tree.select().index["hub_walk"]
 
 
 def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:
@@ -142,10 +152,9 @@ def test_an_update_that_changed_nothing_the_walk_met_keeps_the_walk(tree: Indexe
     _updated(tree)  # a new index file
     with closing(tree.index()) as index:
         assert hub._kept_across_update(index) is not None
-    taken_over = _kept(tree)  # and kept under the new index's key
+    taken_over = _kept(tree)
     _sidecar(tree).unlink()
-    fresh = tree.select()
-    assert "walked, and kept" in fresh.index["hub_walk"]
+    assert "walked, and kept" in str(derived.prepare(tree.workspace))
     assert _kept(tree) == taken_over
 
 
@@ -229,8 +238,7 @@ def test_an_update_that_only_moved_what_the_walk_met_moves_the_walk(tree: Indexe
     assert kept_line == edge_line == tree.line(ACTIVATION, "return at::relu(at::relu(self));")
     taken_over = _kept(tree)
     _sidecar(tree).unlink()
-    fresh = tree.select()
-    assert "walked, and kept" in fresh.index["hub_walk"]
+    assert "walked, and kept" in str(derived.prepare(tree.workspace))
     assert _kept(tree) == taken_over  # what walking again gives, lines and all
 
 
@@ -257,7 +265,29 @@ def test_an_update_of_a_python_file_the_walk_met_walks_again(tree: IndexedTree) 
 
 
 def _witnesses(tree: IndexedTree):
-    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + witness.SUFFIX)
+    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + hub_chains.SUFFIX)
+
+
+def _node(index, qualname: str) -> int:
+    (found,) = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,))
+    return found[0]
+
+
+def _keep_chain_from(tree: IndexedTree, qualname: str) -> ImpactWalker:
+    """Keep the chain to the hub from ``qualname``, as the refresh keeps the most used
+    ops' (``hub_chains.derive``); the walker that derived it."""
+    with closing(tree.index()) as index:
+        walker = ImpactWalker(index, tree.root, splice_hub=True, keep=True)
+        hub_node = hub.find_hub(index)
+        derivation = hub_chains.derive(index, walker, hub_node, [_node(index, qualname)])
+        assert derivation.chains()
+        hub_chains.save(index, derivation)
+        return walker
+
+
+def _kept_chains(tree: IndexedTree) -> list:
+    with closing(tree.index()) as index:
+        return [[list(key) for key in chain] for chain in hub_chains.load(index).chains()]
 
 
 def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
@@ -265,14 +295,16 @@ def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()
     assert "kept chain" not in first.index["hub_walk"]
-    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
+    # No op reaches the hub here: the refresh derived no chain, and the selection kept
+    # the one it found in memory only.
+    assert _kept_chains(tree) == []
+    _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
+    kept = _kept_chains(tree)
     assert kept[0][0][1] == "minitorch.ops._OpNamespace.__init__"
     assert kept[0][-1][1] == "minitorch"
     again = tree.select()
     assert "reached by a kept chain" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
-    # Resolved once in this index: kept with their ids, for the next selection.
-    assert "ids" in json.loads(_witnesses(tree).read_text(encoding="utf-8"))
     for selected in again.files.values():
         assert selected.reasons[0].entity == "minitorch.ops._OpNamespace.__init__"
 
@@ -281,38 +313,37 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     plain = tree.select()
     # A chain from the change through a node it does not reach first: it cannot be
-    # followed, so the walk finds its own way, and the chain is forgotten.
-    bogus = [
-        ["python_function", "minitorch.ops._OpNamespace.__init__", OPS],
-        ["python_function", "minitorch.ops._fused_gelu", OPS],
-        ["python_module", "minitorch", "minitorch/__init__.py"],
-    ]
-    code = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["code"]
-    _witnesses(tree).write_text(json.dumps({"code": code, "chains": [bogus]}), encoding="utf-8")
+    # followed, so the walk finds its own way.
+    bogus = (
+        ("python_function", "minitorch.ops._OpNamespace.__init__", OPS),
+        ("python_function", "minitorch.ops._fused_gelu", OPS),
+        ("python_module", "minitorch", "minitorch/__init__.py"),
+    )
+    with closing(tree.index()) as index:
+        start = _node(index, "minitorch.ops._OpNamespace.__init__")
+        empty = hub_chains.OpChain(start, bogus, array("i"), array("i"), array("i"), array("q"))
+        ids = witness.resolve(index, [bogus])
+        hub_chains.save(index, hub_chains.Derivation(hub.find_hub(index), [empty], ids))
+    assert _kept_chains(tree) == [[list(key) for key in bogus]]
     again = tree.select()
     assert "kept chain" not in again.index["hub_walk"]
     assert set(again.files) == set(plain.files)
-    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))
-    assert bogus not in kept["chains"] and kept["chains"]  # the walk's own chain instead
-    assert bogus in kept["failed"]  # and it is not kept again, should a walk find it
+    # The refresh derives the walk's own chain instead.
+    _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
+    kept = _kept_chains(tree)
+    assert kept and [list(key) for key in bogus] not in kept
 
 
 def test_a_chain_to_the_hub_is_kept_without_walking_past_it(tree: IndexedTree) -> None:
-    """How ``torchtalk index build`` keeps chains from the most used ops: a walk that
-    stops once the hub is live, and keeps the chain that got there."""
+    """How the refresh keeps chains from the most used ops: a walk that stops once the
+    hub is live, and keeps the chain that got there."""
     _witnesses(tree).unlink(missing_ok=True)
     tree.replace(OPS, *AT_IMPORT)
     tree.select()  # the index is brought up to date with the change
     _witnesses(tree).unlink(missing_ok=True)
-    with closing(tree.index()) as index:
-        start = index.conn.execute(
-            "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
-        ).fetchone()[0]
-        walker = ImpactWalker(index, tree.root, splice_hub=True)
-        assert walker.chain_to_hub(start)
-        assert walker.hub_use is None  # stopped at the hub: nothing past it was spliced
-        walker.save()
-    kept = json.loads(_witnesses(tree).read_text(encoding="utf-8"))["chains"]
+    walker = _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
+    assert walker.hub_use is None  # stopped at the hub: nothing past it was spliced
+    kept = _kept_chains(tree)
     assert [chain[0][1] for chain in kept] == ["minitorch.ops._OpNamespace.__init__"]
     assert kept[0][-1][1] == "minitorch"
 

@@ -18,10 +18,10 @@ import pytest
 from bench.join_check import needed_tests
 from indexer.query.recorded import record_path_for
 from indexer.record import storage
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.record_join import trusted_tests
 from indexer.select.report import selection_to_dict, summary_lines
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import FIXTURES, commit_all, environment, git
 from tests.record_support import require_torch, run_pytest
@@ -103,7 +103,7 @@ def _record_path(repo: Path) -> Path:
 
 def kept(repo: Path, selection=None) -> dict[str, str]:
     """node id -> 'record'/'static' for every recorded test the selection keeps."""
-    selection = selection or select_tests(Workspace.resolve(repo))
+    selection = selection or select_changes(Workspace.resolve(repo))
     assert not selection.run_everything, selection.everything
     matcher = ItemMatcher(selection)
     out = {}
@@ -120,7 +120,7 @@ def test_a_structured_kernel_change_selects_the_tests_of_its_in_place_and_out_va
     # cumsum's CPU kernel runs for aten::cumsum and aten::cumsum_ (structured delegates
     # of cumsum.out: they never dispatch cumsum.out) and for aten::cumsum.out.
     edit(repo, *CUMSUM_KERNEL)
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert kept(repo, selection) == {
         "test/test_cumsum.py::test_cumsum": "record",
         "test/test_cumsum.py::test_cumsum_inplace": "record",
@@ -169,7 +169,7 @@ def test_the_independent_check_finds_no_test_the_selection_misses(
 ) -> None:
     edit(repo, *change)
     workspace = Workspace.resolve(repo)
-    selection = select_tests(workspace)
+    selection = select_changes(workspace)
     record = storage.read(_record_path(repo))
     from indexer.query.recorded import RecordedRuns
 
@@ -211,7 +211,7 @@ def test_a_file_whose_recorded_tests_all_run_nothing_changed_is_not_selected(
     # test_nothing_to_run.py names torch.cumsum (the static walk reaches it), but its
     # test calls it only for long inputs: recorded, it never did.
     edit(repo, *CUMSUM_KERNEL)
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert "test/test_nothing_to_run.py" in selection.files  # kept for unrecorded tests
     report = selection_to_dict(selection)
     selected = {f["path"]: f for f in report["selected"]}
@@ -240,7 +240,7 @@ def test_a_skipped_test_is_decided_on_the_same_environment_and_not_on_another(
     # test_cumsum_on_cuda skipped here (no CUDA) before running anything; the strict
     # xfail test_sort_expected_failure ran sort, not cumsum.
     edit(repo, *CUMSUM_KERNEL)
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     selected = kept(repo, selection)
     assert "test/test_skips.py::test_cumsum_on_cuda" not in selected
     assert "test/test_skips.py::test_sort_expected_failure" not in selected
@@ -252,7 +252,7 @@ def test_a_skipped_test_is_decided_on_the_same_environment_and_not_on_another(
     record.meta["environment"]["torch"]["version"] = "2.6.0"
     try:
         storage.write(record, path)
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         selected = kept(repo, selection)
         assert selected["test/test_skips.py::test_cumsum_on_cuda"] == "static"
         assert selected["test/test_skips.py::test_sort_expected_failure"] == "static"
@@ -286,7 +286,7 @@ def test_a_record_made_with_uncommitted_edits_is_not_the_clean_commits_record(
     git(repo, "checkout", "-q", "--", ".")  # the edit reverted: the record's commit again
     # A change that breaks both tests of total() through scaled().
     edit(repo, "recaten/helpers.py", "return x * 2", "return x * 3")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     selected = kept(repo, selection)
     assert selected["test/test_helpers.py::test_total"] == "static"
     assert selected["test/test_helpers.py::test_total_of_three"] == "static"

@@ -5,8 +5,7 @@ for some names only; these cases are made here.)"""
 
 from __future__ import annotations
 
-from indexer.select.bridges import Step
-from indexer.select.reach import Overlay, Reach
+from indexer.select.reach import Overlay, Reach, Step
 
 LIVE, NAMED, WHOLE, NEW = 1, 2, 3, 4  # module ids
 

@@ -19,8 +19,8 @@ import pytest
 
 from indexer.query.recorded import record_path_for
 from indexer.record import storage
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git
 from tests.record_support import (
@@ -89,7 +89,7 @@ def _mark_recorded(recorded):
 
 def kept(repo: Path) -> dict[str, str]:
     """node id -> 'record'/'static' for every fixture test the selection keeps."""
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert not selection.run_everything, selection.everything
     matcher = ItemMatcher(selection)
     out = {}
@@ -127,7 +127,7 @@ def test_a_test_that_failed_when_recorded_is_decided_where_it_would_fail_the_sam
     # A scale change reaches what test_scale_then_fail ran: it runs. test_failing ran
     # nothing of it: it would fail as recorded, so it is not run, and the report says so.
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     selected = kept(repo)
     assert selected["tests/test_scale.py::test_scale_then_fail"] == "record"
     assert "tests/test_outcomes.py::test_failing" not in selected
@@ -144,7 +144,7 @@ def test_a_test_that_failed_when_recorded_is_decided_where_it_would_fail_the_sam
     record.meta["environment"]["python"] = "3.0.0 cpython"
     try:
         storage.write(record, path)
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert kept(repo)["tests/test_scale.py::test_scale_then_fail"] == "static"
         assert "failed_when_recorded_not_run" not in selection.record
         assert any(why.startswith("failed when recorded: recorded on another environment")
@@ -163,7 +163,7 @@ def test_a_cpp_autograd_backward_change_selects_the_tests_whose_backward_ran_it(
     # Square::apply reaches Square::backward, but only a backward pass runs it: the
     # record's node torch::autograd::CppNode<recext::Square> says whose did.
     edit(repo, *SQUARE_BACKWARD)
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
     from indexer.select.report import chain_text
 
@@ -192,7 +192,7 @@ def test_a_helper_reached_through_a_kernel_selects_that_ops_tests(repo: Path) ->
 
 def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     reason = selection.files["tests/test_scale.py"].recorded["test_scale"]
     from indexer.select.report import chain_text
 
@@ -210,7 +210,7 @@ def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Pa
     # recext.probes runs recext::probe once at import, as torch._dynamo probes operators,
     # and every test file imports it (through recext): no test runs it itself.
     edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     by_record = {n for n, by in kept(repo).items() if by == "record"}
     assert len(by_record) == 1, by_record
     (nodeid,) = by_record
@@ -228,7 +228,7 @@ def test_an_op_whose_import_time_result_is_kept_selects_its_users(repo: Path) ->
     # test_table depends on it though it never runs shift; test_shift runs it itself.
     edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
          "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     by_record = {n for n, by in kept(repo).items() if by == "record"}
     assert by_record == {"tests/test_shift.py::test_shift", "tests/test_scale.py::test_table"}
     from indexer.select.report import chain_text
@@ -244,7 +244,7 @@ def test_an_op_no_recorded_test_ran_keeps_only_what_the_record_does_not_decide(
     # recext::unused is called by recext.negate, which no test calls: statically its users
     # are a guess (the importers of recext); the record shows no trusted test runs it.
     edit(repo, "csrc/ops.cpp", "return x.neg();", "return x.neg().contiguous();")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert not selection.run_everything
     selected = kept(repo)
     assert "record" not in selected.values(), selected
@@ -290,6 +290,33 @@ def test_a_module_level_change_selects_the_importers(repo: Path) -> None:
         assert selected.get(nodeid) == "static"
 
 
+def test_a_change_the_record_answers_beside_one_it_does_not_walks_each_entity_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel change is the record's to answer; the module-level one the static walk's,
+    # for every test of the files importing recext, the record's trusted ones included.
+    from indexer.select.impact import ImpactWalker
+
+    edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
+    edit(repo, "recext/__init__.py", "import torch\n", "import torch\n\nLIMIT = 3\n")
+    select_changes(Workspace.resolve(repo))  # the index brought up to date (its upkeep walks)
+    starts: list[int] = []
+    walk = ImpactWalker.walk
+
+    def counted(self, begin, quota=None, max_depth=None, known=None):
+        if quota is None and max_depth is None:  # a selection's walk, not a bounded probe
+            starts.extend(begin)
+        return walk(self, begin, quota, max_depth, known)
+
+    monkeypatch.setattr(ImpactWalker, "walk", counted)
+    selected = kept(repo)
+    assert selected["tests/test_scale.py::test_scale"] == "record"
+    # Ran no scale, so the record alone would not run it: the module change does.
+    assert selected["tests/test_scale.py::test_reuses_module_fixture"] == "static"
+    assert selected["tests/test_shift.py::test_shift"] == "static"
+    assert starts and len(starts) == len(set(starts)), "an entity was walked twice"
+
+
 def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo: Path) -> None:
     from indexer.audit.compare import compare
     from indexer.audit.outcomes import Outcomes
@@ -297,7 +324,7 @@ def test_the_audit_counts_a_file_as_run_only_when_one_of_its_tests_is_kept(repo:
     # recext::probe runs at import of recext.probes, which every file importing recext
     # imports: the static walk names each such file, the record keeps one importer.
     edit(repo, "csrc/ops.cpp", "return x.clone();", "return x.clone().contiguous();")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     assert {"tests/test_scale.py", "tests/test_shift.py"} <= set(selection.files)
     matcher = ItemMatcher(selection)
     running = sorted(
@@ -324,7 +351,7 @@ def test_a_new_test_file_and_a_changed_test_file_fall_back_to_static(repo: Path)
         "import recext\n\n\ndef test_new():\n    assert recext.scale\n"
     )
     edit(repo, "tests/test_shift.py", "def test_sorted():", "def test_sorted():  # changed")
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     matcher = ItemMatcher(selection)
     assert matcher.verdict("tests/test_new.py", ["test_new"]).keep
     verdict = matcher.verdict("tests/test_shift.py", ["test_sorted"])
@@ -340,7 +367,7 @@ def test_a_module_changed_since_the_record_distrusts_every_test_importing_it(
     commit_all(repo, "probes keep a flag")
     edit(repo, "csrc/ops.cpp", "return at::add(x, shift_amount(offset));",
          "return at::add(x, shift_amount(offset) * 1.0);")  # fmt: skip
-    selection = select_tests(Workspace.resolve(repo))
+    selection = select_changes(Workspace.resolve(repo))
     # Only test_outcomes.py's failed, skipped and xfailed tests stay trusted: they import
     # nothing of recext (and stop the same way in this environment).
     assert selection.record["used"] and selection.record["trusted_tests"] == 3
@@ -377,7 +404,7 @@ def test_a_cuda_kernel_change_with_a_gpu_record_selects_the_tests_that_used_cuda
     try:
         storage.write(record, path)
         edit(repo, *CUDA_SCALE)
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert kept(repo) == {"tests/test_scale.py::test_scale": "record"}
         # test_scale_by_name and test_scale_then_fail: on the CPU
         assert selection.record["used_no_cuda"] == 2
@@ -393,7 +420,7 @@ def test_a_record_of_another_history_is_not_used_and_says_why(repo: Path) -> Non
     git(repo, "checkout", "-q", "--orphan", "elsewhere")
     commit_all(repo, "another history")
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-    selection = select_tests(Workspace.resolve(repo), "elsewhere")
+    selection = select_changes(Workspace.resolve(repo), "elsewhere")
     assert selection.record["used"] is False
     assert "not in the history of the base" in selection.record["why_not"]
     assert all(not f.recorded for f in selection.files.values())
@@ -407,7 +434,7 @@ def test_a_record_older_than_the_age_limit_is_not_used(repo: Path) -> None:
     try:
         storage.write(record, path)
         edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert selection.record["used"] is False
         assert "40d old, over the 30 days of [record] max_age_days" in selection.record["why_not"]
     finally:
@@ -420,7 +447,7 @@ def test_a_damaged_record_is_refused_not_read_as_running_nothing(repo: Path) -> 
     try:
         path.write_bytes(saved[: len(saved) // 2])
         edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
-        selection = select_tests(Workspace.resolve(repo))
+        selection = select_changes(Workspace.resolve(repo))
         assert selection.record["used"] is False and "cannot be used" in selection.record["why_not"]
         assert "tests/test_scale.py" in selection.files  # the static walk answers
     finally:
@@ -445,7 +472,7 @@ def test_the_plugin_deselects_by_record_and_counts_right_under_xdist(repo: Path,
 
 
 def test_mcp_answers_name_the_tests_that_really_ran_it(repo: Path) -> None:
-    from indexer.query.affected import affected
+    from indexer.answers.affected import affected
     from indexer.query.index import Index
     from indexer.query.tests import tests
 
@@ -476,10 +503,9 @@ def test_affected_walks_native_code_once_for_the_record_and_the_ranking(
 ) -> None:
     """The record's evidence and the ranking's nearest ops come from one walk (it was run
     twice: a sixth of a GEMM's answer), and the evidence is what a walk of its own gives."""
-    from indexer.query import recorded_answers
-    from indexer.query.affected import affected
+    from indexer.answers.affected import affected
+    from indexer.query import native_reach, recorded_answers
     from indexer.query.index import Index
-    from indexer.select import native_reach
 
     index = Index(Workspace.resolve(repo).db_path)
     try:
@@ -511,7 +537,7 @@ def test_the_native_walk_over_the_edges_in_memory_sees_autograd_backwards_as_sql
     walk over SQLite does, from every native node, with and without stopping."""
     from indexer.query import adjacency
     from indexer.query.index import Index
-    from indexer.select.native_reach import NATIVE, walk_native
+    from indexer.query.native_reach import NATIVE, walk_native
 
     index = Index(Workspace.resolve(repo).db_path)
     try:

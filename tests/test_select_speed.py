@@ -78,10 +78,12 @@ def test_sidecar_is_written_once_and_reused(indexed, tmp_path, monkeypatch) -> N
     db_path = _copy(indexed[1], tmp_path)
     index = Index(db_path)
     builds = _builds(monkeypatch)
-    first = adjacency.load(db_path, index.conn, index.meta)
+    assert adjacency.load(db_path, index.conn, index.meta) is not None
+    assert not adjacency.sidecar_path(db_path).exists()  # a reader writes nothing
+    first = adjacency.keep(db_path, index.conn, index.meta)  # index maintenance does
     assert adjacency.sidecar_path(db_path).is_file()
     again = adjacency.load(db_path, index.conn, index.meta)
-    assert len(builds) == 1, "the second load reads the sidecar"
+    assert len(builds) == 2, "the second load reads the sidecar"
     _same_as_index(first, index)
     _same_as_index(again, index)
     assert adjacency.cached(db_path, index.meta) is not None
@@ -94,7 +96,7 @@ def test_sidecar_of_another_index_is_rebuilt(indexed, tmp_path, monkeypatch) -> 
     repo, shared_db = indexed
     db_path = _copy(shared_db, tmp_path / "a")
     index = Index(db_path)
-    adjacency.load(db_path, index.conn, index.meta)
+    adjacency.keep(db_path, index.conn, index.meta)
     sidecar = adjacency.sidecar_path(db_path)
     stale = sidecar.read_bytes()
     index.close()
@@ -110,7 +112,7 @@ def test_sidecar_of_another_index_is_rebuilt(indexed, tmp_path, monkeypatch) -> 
     index = Index(rebuilt)
     assert adjacency.cached(rebuilt, index.meta) is None
     builds = _builds(monkeypatch)
-    graph = adjacency.load(rebuilt, index.conn, index.meta)
+    graph = adjacency.keep(rebuilt, index.conn, index.meta)
     assert builds == [1]
     _same_as_index(graph, index)
     assert adjacency.sidecar_path(rebuilt).read_bytes() != stale
@@ -131,11 +133,11 @@ def test_sidecar_of_another_index_is_rebuilt(indexed, tmp_path, monkeypatch) -> 
 def test_damaged_sidecar_is_rebuilt(indexed, tmp_path, monkeypatch, damage) -> None:
     db_path = _copy(indexed[1], tmp_path)
     index = Index(db_path)
-    adjacency.load(db_path, index.conn, index.meta)
+    adjacency.keep(db_path, index.conn, index.meta)
     sidecar = adjacency.sidecar_path(db_path)
     sidecar.write_bytes(damage(sidecar.read_bytes()))
     builds = _builds(monkeypatch)
-    graph = adjacency.load(db_path, index.conn, index.meta)
+    graph = adjacency.keep(db_path, index.conn, index.meta)
     assert builds == [1]
     _same_as_index(graph, index)
     assert adjacency.load(db_path, index.conn, index.meta) is not None and builds == [1]
@@ -171,7 +173,7 @@ def test_walk_over_the_adjacency_reaches_what_the_walk_over_sql_does(indexed) ->
     index.close()
 
 
-def test_a_big_walk_builds_the_adjacency_and_the_next_reads_it(
+def test_a_big_walk_builds_the_adjacency_and_the_next_walk_of_the_process_reads_it(
     indexed, tmp_path, monkeypatch
 ) -> None:
     repo, shared_db = indexed
@@ -181,7 +183,7 @@ def test_a_big_walk_builds_the_adjacency_and_the_next_reads_it(
     builds = _builds(monkeypatch)
     start = index.conn.execute("SELECT id FROM nodes WHERE kind = 'op' LIMIT 1").fetchone()[0]
     ImpactWalker(index, repo).walk({start: 0})
-    assert builds == [1] and adjacency.sidecar_path(db_path).is_file()
+    assert builds == [1] and not adjacency.sidecar_path(db_path).exists()  # in memory
     walker = ImpactWalker(index, repo)
     assert walker.graph() is not None and builds == [1]
     index.close()
@@ -237,7 +239,10 @@ def test_module_scope_judgments_are_kept_and_a_walk_from_them_parses_nothing(
         "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
     ).fetchone()[0]
     try:
-        first = ImpactWalker(index, repo).walk({start: 0})
+        keeping = ImpactWalker(index, repo, keep=True)
+        first = keeping.walk({start: 0})
+        assert not sidecar.exists()  # written when asked to: index maintenance asks
+        keeping.save()
         assert any(key.split(":", 1)[1].startswith("use:") for key in judgments._read(sidecar))
 
         def no_parsing(*args, **kwargs):

@@ -75,17 +75,22 @@ def test_an_updated_index_selects_what_a_rebuilt_one_does(
         git(tree.root, "checkout", "-q", ".")
 
     # An index another version of the indexer made: its facts are that code's (here it
-    # read no op registrations). Selection does not read it as describing the tree, and
-    # `index update` builds it again rather than mixing the old facts with new ones.
+    # read no op registrations). Selection does not read it as describing the tree: not
+    # refreshed, it runs everything; refreshed, it is built again (the one refresh policy,
+    # `index update`'s too) rather than updated, mixing the old facts with new ones.
     db_path = tree.workspace.db_path
     with sqlite3.connect(db_path) as conn:
         conn.execute("UPDATE meta SET value = 'older' WHERE key = 'extraction_code'")
         conn.execute("DELETE FROM edges WHERE kind = 'dispatches'")
     rel, old, new = EDITS[1]
     tree.replace(rel, old, new)
-    stale = tree.select()
+    stale = tree.select(update=False)
     assert stale.index["stale"] is True
     assert stale.everything and "another version of TorchTalk's indexer" in stale.everything[0]
+    refreshed = tree.select()
+    assert refreshed.index["stale"] is True and refreshed.index["updated"] is True
+    assert "built again" in refreshed.index["update"], refreshed.index
+    assert "another version of TorchTalk's indexer" in refreshed.index["update"]
     assert main(["index", "update", "--source", str(tree.root), "-q"]) == 0
     updated = _seen(tree.select())
     assert "test/test_ops.py" in updated[0]

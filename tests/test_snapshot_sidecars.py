@@ -17,7 +17,7 @@ import pytest
 from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select import hub
-from indexer.select.engine import keep_hub_walk
+from indexer.select.derived import prepare
 from indexer.snapshot.store import SIDECAR_FILES
 from indexer.store.db import read_meta
 from indexer.workspace import Workspace
@@ -62,7 +62,7 @@ def test_sidecars_travel_with_an_exported_snapshot(
     repo = minitorch_repo
     build_and_save(repo, "bare", capsys)
     workspace = Workspace.resolve(repo)
-    assert keep_hub_walk(workspace) is not None  # as the nightly build does: hub, chains
+    assert prepare(workspace) is not None  # as the nightly build does: hub, chains
     with closing(Index(workspace.db_path)) as index:
         made_adjacency = _arrays(adjacency.shared(index.db_path, index.conn, index.meta))
         made_walk = _walk(hub.load(index))
@@ -121,9 +121,9 @@ def test_a_loaded_snapshot_updated_before_any_selection_still_takes_them_over(
     repo = minitorch_repo
     build_and_save(repo, "bare", capsys)
     workspace = Workspace.resolve(repo)
-    assert keep_hub_walk(workspace) is not None
+    assert prepare(workspace) is not None
     with closing(Index(workspace.db_path)) as index:  # a walk of PyTorch's size makes it
-        adjacency.shared(index.db_path, index.conn, index.meta)
+        adjacency.keep(index.db_path, index.conn, index.meta)
     assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0
     assert run(capsys, "snapshot", "load", "nightly", "--source", str(repo))[0] == 0
     _update_for_a_kernel_edit(workspace)
@@ -141,7 +141,7 @@ def test_sidecars_of_the_index_before_an_update_are_taken_over_from_a_snapshot(
     build_and_save(repo, "bare", capsys)
     workspace = Workspace.resolve(repo)
     with closing(Index(workspace.db_path)) as index:
-        adjacency.shared(index.db_path, index.conn, index.meta)
+        adjacency.keep(index.db_path, index.conn, index.meta)
     _update_for_a_kernel_edit(workspace)
     assert run(capsys, "snapshot", "save", "nightly", "--source", str(repo))[0] == 0
     assert run(capsys, "snapshot", "load", "nightly", "--source", str(repo))[0] == 0

@@ -11,8 +11,8 @@ import itertools
 from collections.abc import Iterable
 
 from indexer.anchors.spec import Anchor, Anchors
+from indexer.answers.affected import affected
 from indexer.harness import Manifest, detect_harness
-from indexer.query.affected import affected
 from indexer.query.health import shortfalls
 from indexer.query.index import Index, Node, spelled
 from indexer.query.op_chain import dispatch_hops, keys_of

@@ -1,6 +1,6 @@
 """What the selection kept against what really failed, for one mutation.
 
-The selection is the engine's (``indexer.select.engine.select_tests``) for the diff the
+The selection is the engine's (``indexer.select_changes.select_changes``) for the diff the
 mutation makes against HEAD, read as pytest would apply it: a failing test is selected
 when ``ItemMatcher`` keeps its item. ``record`` is the recorded run a selection may use
 besides the static index; the audit passes it through only when one is given.
@@ -15,16 +15,16 @@ from indexer.audit.outcomes import COLLECTION, CRASH, Outcomes
 from indexer.errors import UsageError
 from indexer.query.recorded import RecordedRuns
 from indexer.record.storage import RecordError
-from indexer.select.engine import select_tests
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
+from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
 
 def run_selection(workspace: Workspace, record: Path | None = None) -> Selection:
     """The selection for the working tree's changes since HEAD: static alone, or with
     ``record``."""
-    return select_tests(workspace, "HEAD", record=record if record is not None else False)
+    return select_changes(workspace, "HEAD", record=record if record is not None else False)
 
 
 def require_record(path: Path) -> None:

@@ -23,11 +23,10 @@ from indexer.audit.compare import compare, require_record, run_selection
 from indexer.audit.mutation import Mutation, rewrite
 from indexer.audit.outcomes import Outcomes
 from indexer.audit.report import SCHEMA, markdown, totals
-from indexer.audit.run import Audit, AuditOptions, _git, _now, sigterm_restores
+from indexer.audit.run import Audit, AuditOptions, _git, _now, refreshed, sigterm_restores
 from indexer.durable import write_atomic
 from indexer.errors import UsageError
 from indexer.query.index import Index
-from indexer.select.staleness import try_update
 from indexer.workspace import Workspace
 
 BUILT = ("caught", "uncaught")
@@ -134,7 +133,7 @@ class Replay:
             report["replay_seconds"] = round(time.monotonic() - started, 1)
             self._save(report)
         # The selections updated the index to each mutated tree: leave it the tree's.
-        report["index_update"] = try_update(self.workspace)[1]
+        report["index_update"] = refreshed(self.workspace)
         report["finished_at"] = _now()
         self._save(report)
         return report

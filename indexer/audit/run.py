@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -29,9 +30,7 @@ from indexer.durable import write_atomic
 from indexer.errors import TorchTalkError, UsageError
 from indexer.paths import under_any
 from indexer.query.index import Index
-from indexer.select.engine import test_files
 from indexer.select.placement import categorize
-from indexer.select.staleness import try_update
 from indexer.workspace import Workspace
 
 STATE_DIR = "torchtalk-audit"  # under the tree's git directory: never part of its diff
@@ -121,24 +120,19 @@ class Audit:
     def _test_files(self) -> list[str]:
         index = self._index()
         try:
-            return sorted(test_files(index, self.workspace.manifest).values())
+            return sorted(index.test_file_paths().values())
         finally:
             index.close()
 
     def _index(self) -> Index:
-        """The tree's index, built first when there is none or it cannot be updated.
+        """The tree's index, brought up to date first (the one refresh policy: built
+        again when an update cannot do, as before every selection)."""
+        from indexer.refresh import rebuild_reason, refresh_index
 
-        A selection against an index that needs a full build (another manifest, another
-        schema) runs everything, so every measurement of the audit would be void.
-        """
-        from indexer.update import full_build_reason
-
-        reason = full_build_reason(self.workspace, self.workspace.db_path)
+        reason = rebuild_reason(self.workspace)
         if reason is not None:
-            from indexer.build import build_index
-
             self.progress(f"building the index of {self.source}: {reason}")
-            build_index(self.workspace, show_progress=False)
+        refresh_index(self.workspace, show_progress=False)
         return Index(self.workspace.db_path)
 
     # --- the report -----------------------------------------------------------------
@@ -222,7 +216,7 @@ class Audit:
         rebuilt = run_command(self.options.build, self.source)
         report["final_build"] = {"ok": rebuilt.ok, "seconds": round(rebuilt.seconds, 1)}
         # The selections updated the index to each mutated tree: leave it the tree's.
-        report["index_update"] = try_update(self.workspace)[1]
+        report["index_update"] = refreshed(self.workspace)
         report["finished_at"] = _now()
         self._save(report)
         return report
@@ -441,3 +435,13 @@ def _now() -> str:
 def tty_progress(line: str) -> None:
     if sys.stderr.isatty():
         print(line, file=sys.stderr, flush=True)
+
+
+def refreshed(workspace: Workspace) -> str:
+    """Refresh the index (``indexer.refresh``); what was done, in a few words."""
+    from indexer.refresh import refresh_index
+
+    try:
+        return refresh_index(workspace, show_progress=False).describe()
+    except (TorchTalkError, OSError, sqlite3.Error) as exc:
+        return f"updating it failed ({exc})"

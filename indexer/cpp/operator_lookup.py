@@ -29,7 +29,7 @@ from indexer.cpp.names import owner_arguments
 from indexer.graph.vocabulary import NodeKind
 
 if TYPE_CHECKING:
-    from indexer.cpp.resolve import CppSymbols
+    from indexer.cpp.symbols import CppSymbols
     from indexer.link.symbols import Ref
 
 _CLASS = NodeKind.CPP_CLASS.value
@@ -41,7 +41,15 @@ CALLABLE = frozenset(
 
 class OperatorIndex:
     """The free operator definitions of a symbol table, by operator name (built once per
-    table, on its first operator ref: ``CppSymbols.operators``)."""
+    table, on its first operator ref: :meth:`of`)."""
+
+    @classmethod
+    def of(cls, index: CppSymbols) -> OperatorIndex:
+        """One per symbol table's C++ index (as ``CppSymbols.of`` keeps one per table)."""
+        found = getattr(index, "_operators", None)
+        if found is None:
+            found = index._operators = cls(index)  # type: ignore[attr-defined]
+        return found
 
     def __init__(self, index: CppSymbols) -> None:
         self.index = index
@@ -121,7 +129,7 @@ def operator_targets(
         return []
     names = "|".join(map(re.escape, sorted(class_names)))
     mentions = re.compile(r"\b(?:" + names + r")\b(?:\s*<((?:[^<>]|<[^<>]*>)*)>)?")
-    operators = index.operators
+    operators = OperatorIndex.of(index)
     free: list[int] = []
     exact: list[int] = []
     for node_id, namespace, signature in operators.free(name):

@@ -17,7 +17,7 @@ So a change to a registered function reaches the callers of its op, as a C++ ker
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from indexer.bindings.python_names import ops_names
 from indexer.bindings.schema import split_op_name
@@ -25,7 +25,19 @@ from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.python.scope import dotted_chain
 
 if TYPE_CHECKING:
-    from indexer.python.extractor import FileIndexer
+    from indexer.graph.facts import FileFacts
+    from indexer.python.scope import Scope
+
+
+class FileBeingRead(Protocol):
+    """What is read of the file being extracted (``indexer.python.extractor``'s
+    ``FileIndexer``, which hands itself over)."""
+
+    facts: FileFacts
+    defs: list[tuple[ast.AST, int, str | None]]  # (definition, its node, enclosing class)
+    scope: Scope
+    module_node: int
+
 
 DEFINERS = frozenset({"custom_op", "triton_op"})
 REGISTRARS = frozenset(
@@ -42,7 +54,7 @@ LIBRARY_MODULES = ("torch.library.", "torch._library.custom_ops.", "torch._custo
 class LibraryOps:
     """Reads one file's ``torch.library`` definitions and registrations (see above)."""
 
-    def __init__(self, indexer: FileIndexer) -> None:
+    def __init__(self, indexer: FileBeingRead) -> None:
         self.indexer = indexer
         self.facts = indexer.facts
         self.ops: dict[str, int] = {}  # qualname -> op node of this file

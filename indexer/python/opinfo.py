@@ -12,12 +12,33 @@ over an unknown list covers every OpInfo: when in doubt, select more.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from indexer.python.scope import callee_name, dotted_chain
 
 if TYPE_CHECKING:
-    from indexer.python.extractor import FileIndexer
+    from indexer.graph.facts import FileFacts
+    from indexer.python.modname import PackageLayout
+    from indexer.python.scope import Scope
+
+
+class ScanContext(Protocol):
+    """What the scanner reads of, and writes through, the file being extracted
+    (``indexer.python.extractor``'s ``FileIndexer``, which hands itself over)."""
+
+    facts: FileFacts
+    modname: str
+    module_node: int
+    scope: Scope
+    consumed: set[int]  # ids of ast nodes already attributed
+    layout: PackageLayout
+
+    def emit_ref(
+        self, src: int, kind: str, scheme: str, target: str, line: int, **attrs: Any
+    ) -> None: ...
+
+    def walk_expr(self, root: ast.AST, src: int, scope: Scope, cls: str | None = None) -> None: ...
+
 
 # The OpInfo family: OpInfo and every subclass PyTorch defines (UnaryUfuncInfo,
 # ReductionOpInfo, ForeachFuncInfo, ElementwiseBinaryPythonRefInfo...) ends with one of
@@ -156,9 +177,9 @@ def _isinstance_filter(conditions: list[ast.expr], var: str) -> list[str] | None
 
 
 class OpinfoScanner:
-    """Finds the entries and list summaries of one module for a :class:`FileIndexer`."""
+    """Finds the entries and list summaries of one module for a :class:`ScanContext`."""
 
-    def __init__(self, ctx: FileIndexer) -> None:
+    def __init__(self, ctx: ScanContext) -> None:
         self.ctx = ctx
         self.summaries: dict[str, Summary] = {}
         self.factories: dict[str, ast.FunctionDef] = {}

@@ -6,13 +6,13 @@ held as compact arrays (CSR: per node, the offset of its first edge in parallel 
 of neighbour, kind, file, line and ref), once by destination and once by source, with
 each node's kind and file.
 
-Building them reads every edge (~960,000 on PyTorch: about 6 s), so they are kept in a
+Building them reads every edge (~960,000 on PyTorch: seconds), so they are kept in a
 sidecar file next to ``index.sqlite`` and reused while the index is the same file with
 the same content. The sidecar is keyed by the index's build metadata and the database
 file's identity (inode, size, mtime: an update writes a new file and renames it over
-the old one), written to a temporary file and renamed into place, and rebuilt, never
-trusted, when its key differs or it cannot be read. When it cannot be written (a
-read-only cache), the arrays live for this process only.
+the old one), and rebuilt, never trusted, when its key differs or it cannot be read.
+Only index maintenance writes it (:func:`keep`, after a build or an update); readers
+(selections, the MCP server) make what is missing in memory, for their process only.
 
 Three ways to ask, by what a miss may cost: :func:`shared` makes them if need be (a
 selection walk, a server when idle), :func:`cached` also reads the sidecar (~0.1 s),
@@ -25,7 +25,6 @@ arrays meets edges in the order a walk over SQL did.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 from array import array
@@ -33,6 +32,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
+from indexer.query.adjacency_delta import deltas_of, index_key
 from indexer.store import array_file
 
 MAGIC = b"torchtalk-adjacency 1\n"
@@ -56,7 +56,6 @@ _ARRAYS = {
     "out_line": "i",
     "out_ref": "i",
 }
-_META_KEYS = ("schema_version", "git_commit", "files_fingerprint", "built_at", "counts")
 
 # (src, dst, edge kind, evidence file id, evidence line, ref id or None)
 EdgeRow = tuple[int, int, str, int, int, int | None]
@@ -64,14 +63,6 @@ EdgeRow = tuple[int, int, str, int, int, int | None]
 
 def sidecar_path(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + SUFFIX)
-
-
-def index_key(db_path: Path, meta: dict[str, str]) -> str:
-    """What changes whenever the database does: its build metadata and the file itself."""
-    stat = db_path.stat()
-    parts = [meta.get(key, "") for key in _META_KEYS]
-    parts += [str(stat.st_ino), str(stat.st_size), str(stat.st_mtime_ns)]
-    return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()
 
 
 class Adjacency:
@@ -253,22 +244,30 @@ def cached(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
 
 def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
     """The adjacency of the index at ``db_path``: from its sidecar when that was written
-    for this very database, else built from ``conn`` (and the sidecar rewritten)."""
+    for this very database, else made from ``conn`` (nothing is written)."""
     key = index_key(db_path, meta)
     path = sidecar_path(db_path)
     found = _read(path, key)
     if found is not None:
         return found
-    built = _spliced(path, conn, meta) or build(conn)
-    _write(path, key, built)
-    return built
+    return _spliced(path, conn, meta) or build(conn)
+
+
+def keep(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
+    """:func:`load`, and the sidecar written for this database when it was not (index
+    maintenance only). Not held for the process: a reader of the index reads it then."""
+    key = index_key(db_path, meta)
+    path = sidecar_path(db_path)
+    found = _read(path, key)
+    if found is None:
+        found = _spliced(path, conn, meta) or build(conn)
+        _write(path, key, found)
+    return found
 
 
 def _spliced(path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency | None:
     """The sidecar of the index this one was updated from, with the update's touched
     nodes read again (``indexer.query.adjacency_delta``); None when there is none."""
-    from indexer.query.adjacency_delta import deltas_of, splice
-
     for delta in deltas_of(meta):
         base = _read(path, delta.base)
         if base is not None:
@@ -367,3 +366,101 @@ def _write(path: Path, key: str, adjacency: Adjacency) -> None:
     header = {"node_kinds": adjacency.node_kinds, "edge_kinds": adjacency.edge_kinds}
     arrays = {name: getattr(adjacency, name) for name in _ARRAYS}
     array_file.write(path, MAGIC, key, header, arrays)
+
+
+def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:
+    """``base`` with the rows of ``touched`` nodes read again from ``conn``; None when
+    the result could not equal a build (a kind ``base`` has no code for)."""
+    node_codes = {kind: code for code, kind in enumerate(base.node_kinds)}
+    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
+    max_id = max(
+        conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
+        for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
+    )
+    if max_id + 1 < base.node_count:
+        return None  # the highest ids went: the arrays would be shorter than a build's
+    touched = sorted(set(touched))
+    node_kind = base.node_kind[:] + array("b", [NONE]) * (max_id + 1 - base.node_count)
+    node_file = base.node_file[:] + array("i", [NONE]) * (max_id + 1 - base.node_count)
+    grown = list(range(base.node_count, max_id + 1))
+    for node in touched + grown:
+        if node <= max_id:
+            node_kind[node], node_file[node] = NONE, NONE
+    rows = _in_batches(
+        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", touched + grown
+    )
+    for node, kind, file in rows:
+        if kind not in node_codes:
+            return None
+        node_kind[node], node_file[node] = node_codes[kind], file
+    arrays: dict[str, array] = {"node_kind": node_kind, "node_file": node_file}
+    changed = sorted({n for n in touched if n <= max_id} | set(grown))
+    for side, end, other in (("in", "dst_id", "src_id"), ("out", "src_id", "dst_id")):
+        fresh = _in_batches(
+            conn,
+            f"SELECT {end}, {other}, kind, file_id, line, COALESCE(ref_id, {NONE}) FROM edges"
+            f" WHERE {end} IN ({{}}) ORDER BY {end}, kind, id",
+            changed,
+        )
+        if any(row[2] not in edge_codes for row in fresh):
+            return None
+        fresh.sort(key=lambda row: (row[0], row[2]))  # batches each come sorted
+        spliced = _splice_side(base, side, changed, fresh, edge_codes, max_id)
+        arrays.update({f"{side}_{name}": values for name, values in spliced.items()})
+    return Adjacency(base.node_kinds, base.edge_kinds, arrays)
+
+
+def _splice_side(
+    base: Adjacency,
+    side: str,
+    changed: list[int],
+    fresh: list[tuple],
+    edge_codes: dict[str, int],
+    max_id: int,
+) -> dict[str, array]:
+    offsets: array = getattr(base, f"{side}_offsets")
+    columns = {
+        name: getattr(base, f"{side}_{name}") for name in ("other", "kind", "file", "line", "ref")
+    }
+    out = {name: array(values.typecode) for name, values in columns.items()}
+    new_offsets = array("q")
+    by_node: dict[int, list[tuple]] = {}
+    for row in fresh:
+        by_node.setdefault(row[0], []).append(row)
+    base_nodes = base.node_count
+    kept_from = 0  # the next base node whose rows are still to be copied
+    for node in [*changed, max_id + 1]:
+        # Base nodes kept_from .. node-1 keep their rows: one slice per column.
+        stop = min(node, base_nodes)
+        if kept_from < stop:
+            first, last = offsets[kept_from], offsets[stop]
+            shift = len(out["other"]) - first
+            kept = offsets[kept_from:stop]
+            new_offsets.extend(kept if shift == 0 else map(shift.__add__, kept))
+            for name, values in columns.items():
+                out[name].extend(values[first:last])
+        untouched_new = node - max(kept_from, base_nodes)  # new ids with no row of their own
+        if untouched_new > 0:
+            new_offsets.extend([len(out["other"])] * untouched_new)
+        if node > max_id:
+            break
+        new_offsets.append(len(out["other"]))
+        for _, neighbour, kind, file, line, ref in by_node.get(node, ()):
+            out["other"].append(neighbour)
+            out["kind"].append(edge_codes[kind])
+            out["file"].append(file)
+            out["line"].append(line)
+            out["ref"].append(ref)
+        kept_from = node + 1
+    new_offsets.append(len(out["other"]))
+    result = {"offsets": new_offsets}
+    result.update(out)
+    return result
+
+
+def _in_batches(conn: sqlite3.Connection, sql: str, ids: list[int], size: int = 900) -> list:
+    rows: list = []
+    for start in range(0, len(ids), size):
+        batch = ids[start : start + size]
+        rows.extend(conn.execute(sql.format(",".join("?" * len(batch))), batch))
+    return rows

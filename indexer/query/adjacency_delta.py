@@ -5,9 +5,10 @@ the other files' edges into them); rebuilding the arrays from all ~960,000 edges
 PyTorch costs ~5 s, most of a PR job's selection. So the update notes which nodes it
 touched (temporary triggers on ``nodes`` and ``edges``: every row inserted, deleted or
 updated names its ends) and stores them in the new index's meta with the key of the
-index it started from. The first reader of the new index that finds the base's sidecar
-(``indexer.query.adjacency``) splices the touched nodes' rows, read from SQLite in the
-order a build gives, into the base arrays, and writes the result as the new sidecar.
+index it started from (:func:`index_key`). The refresh after the update finds the base's
+sidecar and splices the touched nodes' rows, read from SQLite in the order a build gives,
+into the base arrays (``indexer.query.adjacency.splice``), and writes the result as the
+new sidecar.
 
 The result equals a build from scratch (tested array for array); anything it cannot
 express that way (a node or edge kind the base never had, a delta too large to be worth
@@ -16,14 +17,13 @@ it, a base sidecar written for another index) is built from scratch instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.query import moved_facts
-from indexer.query.adjacency import NONE, Adjacency, index_key
 
 META_KEY = "adjacency_delta"
 # Past this share of the nodes (and this many), splicing saves little over a build.
@@ -34,6 +34,8 @@ MAX_CHAIN = 4  # deltas kept per index: from its base, and from that one's bases
 # changed, and every node whose own row did (inserted, deleted, updated).
 _TOUCHED = "torchtalk_touched"
 _ROWS = "torchtalk_rows"
+# What an index file's key (:func:`index_key`) is made of, besides the file itself.
+_META_KEYS = ("schema_version", "git_commit", "files_fingerprint", "built_at", "counts")
 
 
 @dataclass(frozen=True)
@@ -158,99 +160,9 @@ def _lines(values) -> dict[str, dict[str, int]] | None:
     return {str(f): {str(o): int(n) for o, n in m.items()} for f, m in values.items()}
 
 
-def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:
-    """``base`` with the rows of ``touched`` nodes read again from ``conn``; None when
-    the result could not equal a build (a kind ``base`` has no code for)."""
-    node_codes = {kind: code for code, kind in enumerate(base.node_kinds)}
-    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
-    max_id = max(
-        conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
-        for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
-    )
-    if max_id + 1 < base.node_count:
-        return None  # the highest ids went: the arrays would be shorter than a build's
-    touched = sorted(set(touched))
-    node_kind = base.node_kind[:] + array("b", [NONE]) * (max_id + 1 - base.node_count)
-    node_file = base.node_file[:] + array("i", [NONE]) * (max_id + 1 - base.node_count)
-    grown = list(range(base.node_count, max_id + 1))
-    for node in touched + grown:
-        if node <= max_id:
-            node_kind[node], node_file[node] = NONE, NONE
-    rows = _in_batches(
-        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", touched + grown
-    )
-    for node, kind, file in rows:
-        if kind not in node_codes:
-            return None
-        node_kind[node], node_file[node] = node_codes[kind], file
-    arrays: dict[str, array] = {"node_kind": node_kind, "node_file": node_file}
-    changed = sorted({n for n in touched if n <= max_id} | set(grown))
-    for side, end, other in (("in", "dst_id", "src_id"), ("out", "src_id", "dst_id")):
-        fresh = _in_batches(
-            conn,
-            f"SELECT {end}, {other}, kind, file_id, line, COALESCE(ref_id, {NONE}) FROM edges"
-            f" WHERE {end} IN ({{}}) ORDER BY {end}, kind, id",
-            changed,
-        )
-        if any(row[2] not in edge_codes for row in fresh):
-            return None
-        fresh.sort(key=lambda row: (row[0], row[2]))  # batches each come sorted
-        spliced = _splice_side(base, side, changed, fresh, edge_codes, max_id)
-        arrays.update({f"{side}_{name}": values for name, values in spliced.items()})
-    return Adjacency(base.node_kinds, base.edge_kinds, arrays)
-
-
-def _splice_side(
-    base: Adjacency,
-    side: str,
-    changed: list[int],
-    fresh: list[tuple],
-    edge_codes: dict[str, int],
-    max_id: int,
-) -> dict[str, array]:
-    offsets: array = getattr(base, f"{side}_offsets")
-    columns = {
-        name: getattr(base, f"{side}_{name}") for name in ("other", "kind", "file", "line", "ref")
-    }
-    out = {name: array(values.typecode) for name, values in columns.items()}
-    new_offsets = array("q")
-    by_node: dict[int, list[tuple]] = {}
-    for row in fresh:
-        by_node.setdefault(row[0], []).append(row)
-    base_nodes = base.node_count
-    kept_from = 0  # the next base node whose rows are still to be copied
-    for node in [*changed, max_id + 1]:
-        # Base nodes kept_from .. node-1 keep their rows: one slice per column.
-        stop = min(node, base_nodes)
-        if kept_from < stop:
-            first, last = offsets[kept_from], offsets[stop]
-            shift = len(out["other"]) - first
-            kept = offsets[kept_from:stop]
-            new_offsets.extend(kept if shift == 0 else map(shift.__add__, kept))
-            for name, values in columns.items():
-                out[name].extend(values[first:last])
-        untouched_new = node - max(kept_from, base_nodes)  # new ids with no row of their own
-        if untouched_new > 0:
-            new_offsets.extend([len(out["other"])] * untouched_new)
-        if node > max_id:
-            break
-        new_offsets.append(len(out["other"]))
-        for _, neighbour, kind, file, line, ref in by_node.get(node, ()):
-            out["other"].append(neighbour)
-            out["kind"].append(edge_codes[kind])
-            out["file"].append(file)
-            out["line"].append(line)
-            out["ref"].append(ref)
-        kept_from = node + 1
-    new_offsets.append(len(out["other"]))
-    result = {"offsets": new_offsets}
-    result.update(out)
-    return result
-
-
-def _in_batches(conn: sqlite3.Connection, sql: str, ids: list[int], size: int = 900) -> list:
-    rows: list = []
-    for start in range(0, len(ids), size):
-        batch = ids[start : start + size]
-        rows.extend(conn.execute(sql.format(",".join("?" * len(batch))), batch))
-    return rows
+def index_key(db_path: Path, meta: dict[str, str]) -> str:
+    """What changes whenever the database does: its build metadata and the file itself."""
+    stat = db_path.stat()
+    parts = [meta.get(key, "") for key in _META_KEYS]
+    parts += [str(stat.st_ino), str(stat.st_size), str(stat.st_mtime_ns)]
+    return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()

@@ -17,7 +17,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
+from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import edge_extractor
+from indexer.harness import Manifest
 from indexer.store.db import connect_readonly, read_meta
 
 T = TypeVar("T")
@@ -125,17 +127,20 @@ class Index:
         )
 
     def test_file_paths(self) -> dict[int, str]:
-        """file id -> path of the files the index holds a test file node for (read once
-        per index)."""
-        return self.shared(
-            "test-file-paths",
-            lambda: dict(
-                self.conn.execute(
-                    "SELECT DISTINCT f.id, f.path FROM files f JOIN nodes n ON n.file_id = f.id"
-                    " WHERE n.kind = 'test_file'"
-                )
-            ),
-        )
+        """file id -> path of every indexed test file: the one definition,
+        ``indexer.extract.discover.is_test_file``, under the manifest the index was built
+        with (read once per index)."""
+
+        def load() -> dict[int, str]:
+            data = json.loads(self.meta.get("manifest") or "{}")
+            manifest = Manifest(self.meta.get("harness", ""), data, ())
+            return {
+                file_id: path
+                for file_id, path in self.file_paths().items()
+                if is_test_file(path, manifest)
+            }
+
+        return self.shared("test-file-paths", load)
 
     def precise_edges(self) -> frozenset[tuple[int, int, int]]:
         """(src, dst, line) of the edges precise C++ mode made (indexer/precise), for

@@ -3,7 +3,7 @@
 `affected` and `tests` answer from the static graph; where a record lies beside the
 index, they also say which recorded tests executed the op (or ran the function, or an op
 whose kernel reaches the C++ function): "tests that really run aten::mm: 31 in 4 files
-(record of abc123, 2d old)". The same join as selection (``indexer.select.native_reach``
+(record of abc123, 2d old)". The same join as selection (``indexer.query.native_reach``
 up to the ops, then the record), without a diff.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from indexer.query import adjacency
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
+from indexer.query.native_reach import NATIVE, NativeReach, walk_native
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.storage import RecordError
-from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.snapshot.fingerprint import short_commit
 from indexer.wording import age, plural
 

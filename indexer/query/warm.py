@@ -23,10 +23,10 @@ def _query_modules(index: Index) -> None:
 
 def tables() -> list[tuple[str, Callable[[Index], object]]]:
     from indexer.query.below_kernel import raw_calls
+    from indexer.query.native_reach import autograd_apply_targets
     from indexer.query.op_chain import dispatch_keys, stub_registrations
     from indexer.query.op_lookup import python_names
     from indexer.query.py_lookup import short_names
-    from indexer.select.native_reach import autograd_apply_targets
 
     return [
         ("the query modules", _query_modules),

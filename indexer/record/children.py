@@ -37,6 +37,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from indexer import durable
 from indexer.record import child_channel
 
 ENV = "TORCHTALK_RECORD_CHILDREN"  # JSON: {"dir", "root", "stretch", "package"}
@@ -378,9 +379,7 @@ def _install_startup_hook() -> Path | str:
     remove_stale_hooks(site)
     target = site / f"{_HOOK_PREFIX}{os.getpid()}.pth"
     try:
-        tmp = site / f".{target.name}.tmp"
-        tmp.write_text(_PTH_LINE.format(env=ENV))
-        os.replace(tmp, target)
+        durable.write_atomic(target, _PTH_LINE.format(env=ENV).encode())
     except OSError as exc:
         return f"the start-up hook cannot be put in {site}: {exc.strerror or exc}"
     atexit.register(_remove_hook, target, os.getpid())
@@ -589,9 +588,7 @@ class Reporter:
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{stretch}-{self.pid}-{self.sequence}.json"
         self.sequence += 1
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, folder / name)
+        durable.write_atomic(folder / name, json.dumps(data).encode())
         if final:
             self.finished = True
             if self.listener is not None:

@@ -2,7 +2,9 @@
 
 ``diff`` reads the change, ``tokens`` tells code from comments, ``placement`` maps changed
 lines to graph entities (or to run-everything / nothing), ``impact`` walks the graph back
-to tests, ``granularity`` narrows a selected file where the evidence is precise,
-``staleness`` checks the index against the tree, ``report`` is the JSON schema, and
-``engine.select_tests`` ties them together for the plugin, the CLI and the MCP tool.
+to tests, ``chains`` renders a walk's chain as a reason, ``granularity`` narrows a
+selected file where the evidence is precise, ``report`` is the JSON schema, and
+``engine.select_tests`` ties them together over a current index, writing nothing
+(``indexer.select_changes`` refreshes the index first); ``derived`` makes what the walks
+read beside the index, for index maintenance only (docs/selection.md).
 """

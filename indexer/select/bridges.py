@@ -15,10 +15,11 @@ method calls and decorator registries, stay unresolved refs in the index. The wa
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.select.overrides import OVERRIDES, ClassHierarchy
+from indexer.select.reach import Step
 
 if TYPE_CHECKING:
     from indexer.query.index import Index
@@ -43,18 +44,6 @@ DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLA
 REGISTERS = "registers"  # a decorated definition -> the registry its decorator fills
 RARE_METHOD_DEFINITIONS = 3  # a method name defined this rarely is matched by name alone
 BATCH = 900
-
-
-class Step(NamedTuple):
-    """How a node was first reached: the edge, and the node it was reached from. (A
-    tuple: a walk makes tens of thousands, and splices in as many at once.)"""
-
-    prev: int
-    kind: str
-    src: int
-    dst: int
-    file_id: int | None
-    line: int
 
 
 Found = tuple[int, Step, str, int]  # (node reached, how, its kind, its file id)

@@ -1,5 +1,11 @@
-"""One selection engine behind ``pytest --torchtalk-affected``, ``torchtalk select`` and
-the MCP ``affected`` tool: diff -> placement -> impact -> granularity -> Selection."""
+"""The selection: a pure function of a current index, a diff and the record.
+
+diff -> placement -> record -> static walk (impact, fallbacks, granularity) -> merge
+(``indexer.select.merge``: the record decides the tests it trusts, for the changes it
+answers; the static walk decides the rest) -> Selection. The index
+is brought up to date before (``indexer.refresh``, by ``indexer.select_changes``, the
+entry of the plugin, ``torchtalk select`` and the audit); nothing here writes
+(docs/selection.md)."""
 
 from __future__ import annotations
 
@@ -8,22 +14,28 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from indexer.errors import IndexMissingError, TorchTalkError, UsageError
+from indexer.errors import TorchTalkError, UsageError
 from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import Extractor
 from indexer.paths import printable
 from indexer.query.index import Index
-from indexer.select.diff import Diff, read_diff
+from indexer.select.chains import reasons_for
+from indexer.select.diff import Diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
-from indexer.select.hub import find_hub as hub_node
 from indexer.select.impact import ImpactWalker
-from indexer.select.indirect_uses import READS_PATH
-from indexer.select.model import ChangedFile, Entity, Hop, Reason, SelectedFile, Selection
+from indexer.select.merge import (
+    DIRECT,
+    StaticEvidence,
+    answered_by_record,
+    merge,
+    settle_unreached,
+    walk_order,
+)
+from indexer.select.model import ChangedFile, Entity, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
 from indexer.select.reach import Reach
-from indexer.select.record_join import RecordAnswer, consult_record
-from indexer.select.staleness import check_freshness, try_update
+from indexer.select.record_join import consult_record
 from indexer.workspace import Workspace
 
 FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value
@@ -50,120 +62,56 @@ def _index_info(workspace: Workspace, index: Index | None) -> dict:
     return info
 
 
-def _open(workspace: Workspace) -> tuple[Index | None, str | None]:
-    """The index, or None and why there is none usable. A damaged index is no index: the
-    selection runs everything saying so, as without one (docs/reliability.md)."""
-    rebuild = f"run 'torchtalk index build --source {workspace.source}'"
-    try:
-        return Index(workspace.db_path), None
-    except IndexMissingError:
-        return None, (
-            f"no index of {workspace.source} ({workspace.harness}) at {workspace.db_path}: "
-            f"{rebuild}"
-        )
-    except TorchTalkError as exc:
-        return None, f"the index cannot be used ({exc}): {rebuild}"
-
-
 def select_tests(
     workspace: Workspace,
-    base: str | None = None,
-    *,
-    update: bool = True,
+    index: Index,
+    diff: Diff,
     record: Path | Literal[False] | None = None,
 ) -> Selection:
-    """The tests that the changes of ``workspace.source`` since ``base`` can break.
+    """The tests that ``diff`` can break, by an index that describes the tree (brought
+    up to date first: ``indexer.refresh.current_index``). Reads the index, the tree and
+    the record; writes nothing.
 
     ``record``: the recorded run to decide recorded tests by (None: the one beside the
     index, if any; False: none, the static walk alone).
-
-    Raises a UsageError for a tree that is not a git repository or an unknown base.
     """
     started = time.perf_counter()
-    diff = read_diff(workspace.source, base)
-    timings = {"diff_s": time.perf_counter() - started}
-    index, unusable = _open(workspace)
     selection = Selection(
         str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, index)
     )
-    selection.timings = timings
-    if index is None:
-        _without_index(workspace, diff, selection, str(unusable))
-        return selection
     try:
-        index = _ensure_fresh(workspace, index, diff, selection, update)
-        tests = test_files(index, workspace.manifest)
+        tests = index.test_file_paths()
         selection.test_files_total = len(tests)
-        if not selection.everything:
-            _select(workspace, index, diff, selection, tests, record)
+        _select(workspace, index, diff, selection, tests, record)
     except (sqlite3.DatabaseError, TorchTalkError) as exc:  # damaged past its header
         if isinstance(exc, UsageError):
             raise
-        selection = Selection(
-            str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, None)
-        )
-        selection.timings = timings
-        _without_index(workspace, diff, selection, f"the index cannot be used ({exc})")
-        return selection
-    finally:
-        index.close()
-    timings["total_s"] = time.perf_counter() - started
+        return run_everything(workspace, diff, f"the index cannot be used ({exc})")
+    selection.timings["total_s"] = time.perf_counter() - started
     return selection
 
 
-def _without_index(workspace: Workspace, diff: Diff, selection: Selection, why: str) -> None:
-    """Everything runs, for ``why``; the changed files are still listed."""
-    _list_changes(workspace, diff, selection)
-    selection.index["problem"] = why
-    selection.everything.append(why)
-
-
-def _list_changes(workspace: Workspace, diff: Diff, selection: Selection) -> None:
-    """The changed files, by category, for a selection that runs everything unplaced."""
+def run_everything(
+    workspace: Workspace, diff: Diff, why: str, index: Index | None = None
+) -> Selection:
+    """Every test runs, for ``why``: no index, a damaged one, or (``index``) one that does
+    not describe the tree. The changed files are still listed, so the header counts them
+    rather than "0 files"."""
+    selection = Selection(
+        str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, index)
+    )
     for change in diff.files:
         category, _ = categorize(change.path, workspace.manifest)
         old = printable(change.old_path) if change.old_path else None
         selection.changed_files.append(
             ChangedFile(printable(change.path), old, change.status, category)
         )
-
-
-def _ensure_fresh(
-    workspace: Workspace, index: Index, diff: Diff, selection: Selection, update: bool
-) -> Index:
-    phase = time.perf_counter()
-    freshness = check_freshness(workspace, index, diff)
-    selection.index["stale"] = not freshness.fresh
-    if not freshness.fresh:
-        stale = freshness.describe()
-        if update:
-            index.close()
-            updated, how = try_update(workspace)
-            index = Index(workspace.db_path)
-        else:
-            updated, how = False, "updating it was turned off"
-        selection.index["update"] = how
-        after = check_freshness(workspace, index, diff) if updated else freshness
-        selection.index["updated"] = updated
-        selection.index.update(_index_info(workspace, index))
-        if after.fresh:
-            selection.notes.append(f"the index was stale ({stale}); {how}")
-        else:
-            selection.everything.append(
-                f"the index is stale ({after.describe()}) and {how}: running everything"
-            )
-            _list_changes(workspace, diff, selection)  # the header counts them, not "0 files"
-    selection.timings["freshness_s"] = time.perf_counter() - phase
-    return index
-
-
-def test_files(index: Index, manifest) -> dict[int, str]:
-    """file id -> path of every indexed test file (the manifest's dirs and patterns)."""
-    return {
-        file_id: path
-        for file_id, path in index.conn.execute("SELECT id, path FROM files")
-        if is_test_file(path, manifest)
-    }
+    if index is None:
+        selection.index["problem"] = why
+    else:
+        selection.test_files_total = len(index.test_file_paths())
+    selection.everything.append(why)
+    return selection
 
 
 def _select(
@@ -204,57 +152,29 @@ def _select(
         selection.notes += answer.notes
     selection.timings["record_s"] = time.perf_counter() - phase
     phase = time.perf_counter()
-    # The index describes the tree (``_ensure_fresh``): the hub's kept walk may be used.
-    # With a record, this walk answers for the tests the record does not decide.
+    # The index describes the tree (``indexer.refresh``): the hub's kept walk may be used.
     walker = ImpactWalker(index, workspace.source, splice_hub=True)
-    reach = walker.walk(_starts(selection.entities))
-    recorded = frozenset(answer.answered) if answer is not None and answer.used else frozenset()
-    widened = apply_fallbacks(
-        index, walker, reach, placer, selection, set(tests), recorded, tests.values()
-    )
-    if answer is not None:
-        answer.answered |= widened
+    static = StaticEvidence()
+    reach: Reach | None = None
+    for group in walk_order(len(selection.entities), answered_by_record(answer)):
+        part = walker.walk(_starts(selection.entities, group))
+        found = apply_fallbacks(index, walker, part, placer, selection, set(tests), group)
+        static.covers.update(found.covers)
+        static.unreached += found.unreached
+        if reach is None:
+            reach = part
+        else:
+            reach.merge(part)
+    settle_unreached(selection, static, answer, tests.values())
     if walker.hub_use:
         selection.index["hub_walk"] = walker.hub_use
     selection.timings["impact_s"] = time.perf_counter() - phase
     if selection.everything:
         return
     phase = time.perf_counter()
-    _collect(index, reach, selection, direct, tests)
-    if answer is not None and answer.used:
-        _apply_record(walker, selection, answer, direct, tests)
+    _collect(index, reach or Reach(), selection, direct, tests, static)
+    merge(selection, static, answer)
     selection.timings["granularity_s"] = time.perf_counter() - phase
-
-
-def _apply_record(
-    walker: ImpactWalker,
-    selection: Selection,
-    answer: RecordAnswer,
-    direct: dict[str, str],
-    tests: dict[int, str],
-) -> None:
-    """Lay the record's decisions over the static selection: the static evidence of an
-    entity the record answers applies only to the tests the record does not decide."""
-    others = [i for i in range(len(selection.entities)) if i not in answer.answered]
-    if not answer.answered:
-        return  # every entity is the static walk's, for every test
-    static_all: set[str] = set(direct)
-    if others:
-        starts = _starts(selection.entities, others)
-        reached = walker.walk(starts)
-        static_all |= {tests[f] for f in reached.file_id.values() if f in tests}
-    for path, selected in selection.files.items():
-        selected.static_for = "all" if path in static_all else "unrecorded"
-        selected.decided = answer.decided.get(path, set())
-        selected.undecided = answer.undecided.get(path, 0)
-    for path, chosen in answer.selected.items():
-        selected = selection.files.get(path)
-        if selected is None:
-            selected = selection.files[path] = SelectedFile(path, static_for=None)
-            selected.decided = answer.decided.get(path, set())
-            selected.undecided = answer.undecided.get(path, 0)
-        selected.recorded = dict(sorted(chosen.items()))
-    selection.files = dict(sorted(selection.files.items()))
 
 
 def unindexed_tests(index: Index, manifest) -> list[tuple[str, str]]:
@@ -278,21 +198,13 @@ def _starts(entities: list[Entity], positions: list[int] | None = None) -> dict[
     return starts
 
 
-def _label(nodes: dict[int, object], node_id: int) -> str:
-    node = nodes.get(node_id)
-    return getattr(node, "qualname", str(node_id))
-
-
-def _kind(nodes: dict[int, object], node_id: int) -> str:
-    return getattr(nodes.get(node_id), "kind", "")
-
-
 def _collect(
     index: Index,
     reach: Reach,
     selection: Selection,
     direct: dict[str, str],
     tests: dict[int, str],
+    static: StaticEvidence,
 ) -> None:
     paths = dict(index.conn.execute("SELECT id, path FROM files"))
     by_file: dict[str, list[int]] = {}
@@ -304,129 +216,14 @@ def _collect(
         path = printable(raw)  # a name that is not UTF-8 is keyed as reports show it
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(Reason(path, f"{path}:1", note=reason))
-    # Each file's nearest reached node, and the nodes of all their chains read at once
-    # (a central change selects ~900 files, each chain ~15 hops).
-    firsts = {
-        path: min(node_ids, key=lambda n: reach.depth.get(n, 0))
-        for path, node_ids in by_file.items()
-    }
-    chains = {path: reach.chain(first) for path, first in firsts.items()}
-    ids = set(firsts.values())
-    for steps in chains.values():
-        ids.update(step.src for step in steps)
-        ids.update(step.dst for step in steps)
-    nodes = {node.id: node for node in index.nodes(ids)}
-    precise = index.precise_edges()
-    for path, node_ids in sorted(by_file.items()):
+        static.sources.setdefault(path, set()).add(DIRECT)
+    # Each file's reason: the chain to its nearest reached node.
+    ordered = sorted(by_file.items())
+    firsts = [min(node_ids, key=lambda n: reach.depth.get(n, 0)) for _, node_ids in ordered]
+    reasons = reasons_for(index, reach, firsts, selection.entities, paths)
+    for (path, node_ids), reason in zip(ordered, reasons, strict=True):
         selected = selection.files.setdefault(path, SelectedFile(path))
-        reason = _reason(
-            reach, firsts[path], chains[path], selection.entities, paths, nodes, precise
-        )
         selected.reasons.append(reason)
+        static.sources.setdefault(path, set()).update(reach.origin[n] for n in node_ids)
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))
-
-
-def reasons_for(
-    index: Index,
-    reach: Reach,
-    node_ids: list[int],
-    entities: list[Entity],
-    paths: dict[int, str],
-) -> list[Reason]:
-    """The chain of steps from a changed entity out to each of ``node_ids``, with
-    evidence; the nodes of all the chains read in one query (``affected`` gives each of
-    its 50 files a chain)."""
-    chains = [reach.chain(node_id) for node_id in node_ids]
-    ids = set(node_ids)
-    for steps in chains:
-        ids.update(step.src for step in steps)
-        ids.update(step.dst for step in steps)
-    nodes = {node.id: node for node in index.nodes(ids)}
-    precise = index.precise_edges()
-    return [
-        _reason(reach, node_id, steps, entities, paths, nodes, precise)
-        for node_id, steps in zip(node_ids, chains, strict=True)
-    ]
-
-
-def _reason(
-    reach: Reach,
-    node_id: int,
-    steps: list,
-    entities: list[Entity],
-    paths: dict[int, str],
-    nodes: dict[int, object],
-    precise: frozenset[tuple[int, int, int]] = frozenset(),
-) -> Reason:
-    entity = entities[reach.origin[node_id]]
-    hops = [
-        Hop(
-            step.kind,
-            _label(nodes, step.src),
-            _label(nodes, step.dst),
-            f"{paths.get(step.file_id, '?')}:{step.line}",
-            _kind(nodes, step.src),
-            _kind(nodes, step.dst),
-            PRECISE if (step.src, step.dst, step.line) in precise else FAST,
-        )
-        for step in steps
-    ]
-    if not hops:
-        node = nodes.get(node_id)
-        note = f"{node.qualname} changed" if node is not None else ""
-        if entity.kind == READS_PATH:
-            note = entity.reason  # the test itself is unchanged: it reads a changed file
-        return Reason(entity.label, entity.evidence, note=note)
-    return Reason(entity.label, entity.evidence, hops)
-
-
-# Ops from which ``keep_hub_walk`` keeps chains to the hub, the most used first: a
-# central change's walk meets one within a few hops and follows it (indexer.select.witness).
-SEEDED_OPS = 400
-SEEDING_S = 30.0  # and no longer than this
-
-
-def keep_hub_walk(workspace: Workspace) -> str | None:
-    """Walk from the hub of the workspace's index and keep that walk next to it, as the
-    first selection reaching the hub would, and keep chains to the hub from the most used
-    ops: after ``torchtalk index build`` a central change is answered at once. The index
-    was just built from the tree, so the text the walks read is what it describes. None
-    when no test file imports a package."""
-    index = Index(workspace.db_path)
-    try:
-        walker = ImpactWalker(index, workspace.source, splice_hub=True)
-        hub = hub_node(index)
-        if hub is None:
-            return None
-        walker.walk({hub: 0})
-        started = time.perf_counter()
-        tried = reached = 0
-        for op in _most_used_ops(index, SEEDED_OPS):
-            if time.perf_counter() - started > SEEDING_S:
-                break
-            tried += 1
-            reached += walker.chain_to_hub(op)
-        walker.save()
-        return f"{walker.hub_use}; chains to it kept from {reached} of the {tried} most used ops"
-    finally:
-        index.close()
-
-
-def _most_used_ops(index: Index, count: int) -> list[int]:
-    """Ops by how many edges lead into them (calls, references, dispatches), most first."""
-    return [
-        op
-        for (op,) in index.conn.execute(
-            "SELECT e.dst_id FROM edges e JOIN nodes d ON d.id = e.dst_id"
-            " WHERE d.kind = 'op' AND e.kind IN ('calls', 'references', 'dispatches')"
-            " GROUP BY e.dst_id ORDER BY COUNT(*) DESC, e.dst_id LIMIT ?",
-            (count,),
-        )
-    ]
-
-
-def select_for_source(
-    source: str | Path | None, harness: str | None = None, base: str | None = None
-) -> Selection:
-    return select_tests(Workspace.resolve(source, harness), base)

@@ -31,7 +31,7 @@ from indexer.precise.merge import not_superseded
 from indexer.query.index import Index, Node
 from indexer.select.compiled_users import CPP_KINDS, compiled_files, users_in_compiled_file
 from indexer.select.impact import STATEFUL, ImpactWalker
-from indexer.select.model import Entity, Reason, SelectedFile, Selection
+from indexer.select.model import Entity, Selection
 from indexer.select.outside_users import ends, unnamed_ops
 from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
 from indexer.select.placement import Placer
@@ -302,14 +302,6 @@ def _widen(index: Index, placer: Placer, unreached: list[tuple[int, Entity]]) ->
     return widening
 
 
-def _everything(selection: Selection, label: str, entity: Entity) -> None:
-    selection.everything.append(
-        f"nothing in the index reaches {label} (changed at {entity.evidence}): "
-        "its users are invisible to the index (generated code, function pointers, "
-        "dynamic lookup), so any test may reach it"
-    )
-
-
 def _only_outside_users(
     index: Index, walker: ImpactWalker, placer: Placer, entities: list[Entity]
 ) -> list[str] | None:
@@ -320,6 +312,17 @@ def _only_outside_users(
     return unnamed_ops(index, placer.diff.source, ends(alone, starts, index))
 
 
+@dataclass
+class Fallbacks:
+    """What widening found for the entities no test reaches."""
+
+    # position of each widened entity -> the positions of the entities it stands for
+    covers: dict[int, list[int]] = field(default_factory=dict)
+    # (position, what names it) of the entities nothing reaches even widened, whose
+    # chains do not all end at ops outside the tree: any test may reach them
+    unreached: list[tuple[int, str]] = field(default_factory=list)
+
+
 def apply_fallbacks(
     index: Index,
     walker: ImpactWalker,
@@ -327,25 +330,22 @@ def apply_fallbacks(
     placer: Placer,
     selection: Selection,
     tests: set[int],
-    recorded: frozenset[int] = frozenset(),
-    test_paths: Iterable[str] = (),
-) -> set[int]:
-    """Widen each entity no test reaches, once; run everything for one whose widened
-    set reaches no test either, or, for one a record answers (positions in
-    ``recorded``), every test file for the tests the record does not decide: the record
-    has shown which of its tests run the entity's ops. The walks share what they learn
-    (:class:`Known`), so the cost grows with the nodes walked, not with entities times
-    nodes. Returns the positions of the widened entities that stand only for entities
-    in ``recorded``: their guess of hidden users is for the tests the record does not
-    decide, as the entities' own evidence is."""
+    positions: Iterable[int],
+) -> Fallbacks:
+    """Widen each entity of ``positions`` that no test in ``reach`` reaches, once, and
+    add what the widened entities reach to ``reach``. Those nothing reaches even widened
+    are returned: the merge decides what they select (``indexer.select.merge``). The
+    walks share what they learn (:class:`Known`), so the cost grows with the nodes
+    walked, not with entities times nodes."""
+    found = Fallbacks()
     credited = {reach.origin[n] for n, f in reach.file_id.items() if f in tests}
     asked = [
-        (position, entity)
-        for position, entity in enumerate(selection.entities)
-        if position not in credited and entity.node_ids
+        (position, selection.entities[position])
+        for position in positions
+        if position not in credited and selection.entities[position].node_ids
     ]
     if not asked:
-        return set()
+        return found
     known = known_from(reach, tests)  # only now: a central change's walk is large
     unreached = [
         (position, entity)
@@ -353,7 +353,7 @@ def apply_fallbacks(
         if not _reaches_tests(walker, entity, position, tests, known)
     ]
     if not unreached:
-        return set()
+        return found
     widening = _widen(index, placer, unreached)
     first = len(selection.entities)
     selection.entities += widening.entities
@@ -363,27 +363,22 @@ def apply_fallbacks(
     added = reach.merge(walked)
     credited |= {reach.origin[n] for n in added if reach.file_id[n] in tests}
     covered: set[int] = set()
-    for offset, positions in enumerate(widening.covers):
+    for offset, positions_covered in enumerate(widening.covers):
         position = first + offset
-        if covered.issuperset(positions):
+        found.covers[position] = positions_covered
+        if covered.issuperset(positions_covered):
             continue
         wider = selection.entities[position]
         if position in credited or _reaches_tests(walker, wider, position, tests, known):
-            covered.update(positions)
-    for_recorded = {
-        first + offset
-        for offset, positions in enumerate(widening.covers)
-        if positions and set(positions) <= recorded
-    }
+            covered.update(positions_covered)
     left = [(position, entity) for position, entity in unreached if position not in covered]
     if not left:
-        return for_recorded
-    # One question for all of them: a walk per entity would cost entities times nodes,
-    # and one entity that runs everything makes the whole selection run everything.
+        return found
+    # One question for all of them: a walk per entity would cost entities times nodes.
     wider = [
         selection.entities[first + offset]
-        for offset, positions in enumerate(widening.covers)
-        if any(position in positions for position, _ in left)
+        for offset, positions_covered in enumerate(widening.covers)
+        if any(position in positions_covered for position, _ in left)
     ]
     outside = _only_outside_users(index, walker, placer, [*wider, *(e for _, e in left)])
     for position, entity in left:
@@ -393,19 +388,6 @@ def apply_fallbacks(
                 f"chain from it ends at ops nothing in the tree names ({', '.join(outside)}),"
                 " whose callers are outside the tree"
             )
-        elif position in recorded:
-            _unrecorded_everything(selection, entity, test_paths)
         else:
-            _everything(selection, widening.named.get(position, entity.label), entity)
-    return for_recorded
-
-
-def _unrecorded_everything(selection: Selection, entity: Entity, test_paths: Iterable[str]) -> None:
-    why = (
-        f"nothing in the index reaches {entity.label} (changed at {entity.evidence}) but its "
-        "ops: which tests run them is the record's answer; the tests it does not decide may "
-        "reach it"
-    )
-    for path in test_paths:
-        selected = selection.files.setdefault(path, SelectedFile(path))
-        selected.reasons.append(Reason(entity.label, entity.evidence, note=why))
+            found.unreached.append((position, widening.named.get(position, entity.label)))
+    return found

@@ -41,11 +41,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
-from indexer.query.adjacency import index_key
-from indexer.query.adjacency_delta import Delta, deltas_of
-from indexer.select.bridges import Step
+from indexer.query.adjacency_delta import Delta, deltas_of, index_key
 from indexer.select.judgments import CODE_VERSION
-from indexer.select.reach import Overlay
+from indexer.select.reach import Overlay, Step
 from indexer.store import array_file
 
 if TYPE_CHECKING:
@@ -214,15 +212,22 @@ def sidecar_path(index: Index) -> Path:
 
 
 def load(index: Index) -> HubWalk | None:
-    """The hub's walk kept for this very index and code, or None."""
+    """The hub's walk kept for this very index and code (or carried to it), or None."""
+    return kept_walk(index)[0]
+
+
+def kept_walk(index: Index) -> tuple[HubWalk | None, bool]:
+    """The hub's walk kept for this very index and code, or None; and whether it was
+    carried across an update from the walk kept for the index before it (then only a
+    keeping walker saves it under this index's key)."""
     if not CODE_VERSION:
-        return None  # the walking code cannot be hashed: nothing kept can be trusted
+        return None, False  # the walking code cannot be hashed: nothing kept can be trusted
     found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index), _ARRAYS)
     carried = found is None
     if carried:
         found = _kept_across_update(index)
     if found is None:
-        return None
+        return None, False
     header, arrays = found
     try:
         walk = HubWalk(
@@ -235,12 +240,10 @@ def load(index: Index) -> HubWalk | None:
             [(int(m), int(d)) for m, d in header["deferred_calls"]],
         )
     except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+        return None, False
     if not _consistent(walk):
-        return None
-    if carried:
-        save(index, walk)  # under this index's key
-    return walk
+        return None, False
+    return walk, carried
 
 
 def _kept_across_update(index: Index):
@@ -274,8 +277,7 @@ def _moved(found, delta: Delta):
 
 
 def _unchanged_by(index: Index, delta: Delta, found) -> bool:
-    """Whether nothing the kept walk met is among what ``delta`` changed (rows that
-    only moved to other lines aside, where the update compared them)."""
+    """Whether nothing the kept walk met is among what ``delta`` touched."""
     header, arrays = found
     met = set(arrays["node"]) | set(arrays["src"]) | set(arrays["dst"])
     try:
@@ -284,21 +286,26 @@ def _unchanged_by(index: Index, delta: Delta, found) -> bool:
         met.update(int(n) for pair in header["deferred_calls"] for n in pair)
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
-    # A changed edge has both ends among the touched nodes: none may be a node it met.
-    if not met.isdisjoint(delta.nodes if delta.changed is None else delta.changed):
-        return False
-    # A node whose row changed beside one it met changes what the walk read of an edge.
+    return met.isdisjoint(touched_by(index, delta))
+
+
+def touched_by(index: Index, delta: Delta) -> set[int]:
+    """The nodes a walk that met none of was not changed by ``delta`` (rows that only
+    moved to other lines aside, where the update compared them): the ends of every
+    changed edge, and the ends of every edge of a node whose row changed (it changes
+    what a walk reads of that edge)."""
+    touched = set(delta.nodes if delta.changed is None else delta.changed)
     rows = delta.rows if delta.changed_rows is None else delta.changed_rows
     for start in range(0, len(rows), 900):
         batch = rows[start : start + 900]
         marks = ",".join("?" * len(batch))
-        ends = index.conn.execute(
+        for src, dst in index.conn.execute(
             f"SELECT src_id, dst_id FROM edges WHERE src_id IN ({marks}) OR dst_id IN ({marks})",
             batch + batch,
-        )
-        if any(src in met or dst in met for src, dst in ends):
-            return False
-    return True
+        ):
+            touched.add(src)
+            touched.add(dst)
+    return touched
 
 
 def save(index: Index, walk: HubWalk) -> None:

@@ -43,12 +43,12 @@ from indexer.paths import under_any
 from indexer.python.reflection import is_pattern
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
-from indexer.select import judgments
-from indexer.select.bridges import Bridges, Found, Step, placeholders
+from indexer.select import hub_chains, judgments
+from indexer.select.bridges import Bridges, Found, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
 from indexer.select.module_scope import ModuleStatements, StatementUse
-from indexer.select.reach import FileQuota, Known, Reach
+from indexer.select.reach import FileQuota, Known, Reach, Step
 from indexer.select.witness import Witnesses
 
 REVERSE_KINDS = (
@@ -96,16 +96,27 @@ class ImpactWalker(Bridges, EdgeRows):
     """Reverse reachability over one index; reusable across walks.
 
     ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
-    what the hub reaches from its sidecar (walked and kept there the first time), not
-    walk it again (``indexer.select.hub``). Only for an index known to describe the
-    tree, as a selection's is: the kept walk read the tree's text.
+    what the hub reaches from its sidecar, not walk it again (``indexer.select.hub``).
+    Only for an index known to describe the tree, as a selection's is: the kept walk
+    read the tree's text.
+
+    ``keep``: write what the walks derive (the hub's walk, chains to it, judgments) beside
+    the index. Only index maintenance keeps (``indexer.select.derived``); a selection's
+    walker writes nothing (docs/selection.md, "A current index").
     """
 
-    def __init__(self, index: Index, source: Path | None = None, splice_hub: bool = False) -> None:
+    def __init__(
+        self,
+        index: Index,
+        source: Path | None = None,
+        splice_hub: bool = False,
+        keep: bool = False,
+    ) -> None:
         Bridges.__init__(self)
         EdgeRows.__init__(self)
         self.index = index
         self.splice_hub = splice_hub
+        self.keeps = keep
         self._hub: int | None = None
         self._hub_walk: hub_walks.HubWalk | None = None
         self.hub_use: str | None = None  # how a walk last met the hub, if one did
@@ -278,11 +289,15 @@ class ImpactWalker(Bridges, EdgeRows):
         nodes already, in the same state (a module's state may differ: modules stay)."""
         use = "read from the index's hub sidecar"
         if self._hub_walk is None:
-            self._hub_walk = hub_walks.load(self.index)
+            self._hub_walk, carried = hub_walks.kept_walk(self.index)
+            if carried and self.keeps and self._hub_walk.hub == hub:
+                hub_walks.save(self.index, self._hub_walk)  # under this index's key
             if self._hub_walk is None or self._hub_walk.hub != hub:
-                use = "walked, and kept in the index's hub sidecar"
+                use = "walked; no walk was kept for this index"
                 self._hub_walk = hub_walks.HubWalk.of(hub, self._walk({hub: 0}, None, None))
-                hub_walks.save(self.index, self._hub_walk)
+                if self.keeps:
+                    use = "walked, and kept in the index's hub sidecar"
+                    hub_walks.save(self.index, self._hub_walk)
         added = self._hub_walk.splice_into(reach)
         name = self.index.node(hub).qualname
         self.hub_use = f"{added} nodes past the hub {name}: {use}{self._lead}"
@@ -293,8 +308,14 @@ class ImpactWalker(Bridges, EdgeRows):
 
     def _witness_store(self) -> Witnesses:
         if self._witnesses is None:
-            self._witnesses = Witnesses(self.index)
+            kept = hub_chains.load(self.index)  # derived by the refresh for this index
+            chains, ids = (kept.chains(), kept.chain_ids) if kept is not None else ([], [])
+            self._witnesses = Witnesses(self.index, chains, ids)
         return self._witnesses
+
+    def lead_by(self, witnesses: Witnesses) -> None:
+        """Follow these chains to the hub, not those kept for the index."""
+        self._witnesses = witnesses
 
     def _follow_leads(self, reach: Reach, frontier: list[int], hub: int) -> list[int]:
         """Follow a kept chain to the hub from a node about to be expanded, by this
@@ -310,11 +331,12 @@ class ImpactWalker(Bridges, EdgeRows):
                 continue
             for lead in witnesses.leads(node_id):
                 followed = self._walk({node_id: 0}, None, None, only=lead.only)
-                if hub in followed.import_live:
+                reached = hub in followed.import_live
+                witnesses.followed(node_id, lead, followed, reached)
+                if reached:
                     name = self.index.node(node_id).qualname
                     self._lead = f"; reached by a kept chain ({len(lead.chain)} nodes, from {name})"
                     return reach.graft(followed, node_id)
-                witnesses.drop(lead)
         return []
 
     def walk(
@@ -332,23 +354,23 @@ class ImpactWalker(Bridges, EdgeRows):
         not gone on from (``known.reaches_none``): see :class:`Known`.
         """
         splice = self.splice_hub and quota is None and max_depth is None
-        try:
-            return self._walk(starts, quota, max_depth, splice, known=known)
-        finally:
-            self.save()
+        return self._walk(starts, quota, max_depth, splice, known=known)
 
     def chain_to_hub(self, start: int) -> bool:
-        """Walk from ``start`` only until the hub goes live, and keep the chain that got
-        there (``indexer.select.witness``); whether it did. Nothing is saved: ``save``."""
-        reach = self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
+        """Whether a walk from ``start`` makes the hub live (``walk_to_hub``)."""
         hub = self._hub_node()
-        return hub is not None and hub in reach.import_live
+        return hub is not None and hub in self.walk_to_hub(start).import_live
+
+    def walk_to_hub(self, start: int) -> Reach:
+        """Walk from ``start`` only until the hub goes live, giving the chain that got
+        there to the witnesses (``indexer.select.hub_chains`` keeps it)."""
+        return self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
 
     def save(self) -> None:
-        """Write what this walker learnt for later ones: judgments, kept chains."""
-        self.judgments.save()
-        if self._witnesses is not None:
-            self._witnesses.save()
+        """Write the judgments this walker made for later walks. Only a keeping walker
+        writes."""
+        if self.keeps:
+            self.judgments.save()
 
     def _walk(
         self,

@@ -1,7 +1,7 @@
 """An op's family: every dispatcher name under which a changed op's kernel can run.
 
 A test's record names the ops the dispatcher called, as the dispatcher names them. The
-native walk (``indexer.select.native_reach``) ends at the op whose kernel reaches the
+native walk (``indexer.query.native_reach``) ends at the op whose kernel reaches the
 change, but the same kernel also runs under other names:
 
 - every overload of the name (``aten::sort``, ``aten::sort.stable``, ``.values``...): a

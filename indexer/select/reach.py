@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from indexer.select.bridges import Step
+
+class Step(NamedTuple):
+    """How a node was first reached: the edge, and the node it was reached from. (A
+    tuple: a walk makes tens of thousands, and splices in as many at once.)"""
+
+    prev: int
+    kind: str
+    src: int
+    dst: int
+    file_id: int | None
+    line: int
 
 
 @dataclass

@@ -12,7 +12,7 @@ Three steps, each with its own source of truth:
    test skipped on a CPU recorder ran nothing, it was not shown to run nothing), tests of
    changed files, tests that ran code changed since, and tests the record does not hold
    at all (new tests, new parametrizations, unrecorded files).
-2. **Which ops and functions reach the change?** (``indexer.select.native_reach``) For a
+2. **Which ops and functions reach the change?** (``indexer.query.native_reach``) For a
    C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
    for a change inside a Python function's body, that function itself. Module-level and
    class-level Python changes, and everything else, are the static walk's.
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from indexer.graph.vocabulary import NodeKind, edge_extractor
 from indexer.query.index import Index, Node
+from indexer.query.native_reach import NATIVE, NativeReach, walk_native
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.model import COMPLETE_OUTCOMES, Record
@@ -45,7 +46,6 @@ from indexer.select.diff import Diff
 from indexer.select.environment import current_environment, mismatch
 from indexer.select.import_work import import_uses
 from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason
-from indexer.select.native_reach import NATIVE, NativeReach, walk_native
 from indexer.select.op_family import Family, base_name, op_family
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.wording import age

@@ -24,10 +24,10 @@ from typing import Any
 
 from indexer import durable
 from indexer.build import build_lock
+from indexer.changes import detect_changes
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.locations import cache_dir
-from indexer.query.adjacency import index_key
-from indexer.query.adjacency_delta import MAX_CHAIN, Delta, deltas_of
+from indexer.query.adjacency_delta import MAX_CHAIN, Delta, deltas_of, index_key
 from indexer.query.adjacency_delta import META_KEY as DELTA_KEY
 from indexer.query.recorded import RECORD_FILE as RECORD_NAME
 from indexer.query.recorded import RecordedRuns, record_path_for
@@ -335,8 +335,6 @@ def save_snapshot(workspace: Workspace, name: str, *, force: bool = False) -> Sn
     The index must match the tree (HEAD and file contents); ``force`` saves a stale one,
     recording no content fingerprint so that it never passes for the tree's exact state.
     """
-    from indexer.update import detect_changes
-
     validate_name(name)
     db_path = workspace.db_path
     conn = connect_readonly(db_path)  # raises IndexMissingError, or for a wrong schema
@@ -410,7 +408,7 @@ def record_summary(path: Path) -> dict[str, Any]:
 
 
 # Sidecars kept as arrays behind a header (indexer.store.array_file); the others are JSON.
-ARRAY_SIDECARS = (DB_FILE + ".adjacency", DB_FILE + ".hub")
+ARRAY_SIDECARS = (DB_FILE + ".adjacency", DB_FILE + ".hub", DB_FILE + ".witnesses")
 
 
 def check_sidecar(path: Path) -> None:
@@ -537,8 +535,11 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                 if sidecars:
                     # The same graph as the index saved: nothing changed against it, nor
                     # against the indexes its own deltas start from (a sidecar may be
-                    # one of theirs, saved before anything read the index).
-                    deltas = [Delta(info.sidecars_for, [], []), *deltas_of(read_meta(conn))]
+                    # one of theirs, saved before anything read the index). Nothing
+                    # moved either: said so, or an update after it would count every
+                    # node it rewrote as changed (the hub's walk and chains walked again).
+                    same = Delta(info.sidecars_for, [], [], [], [], {})
+                    deltas = [same, *deltas_of(read_meta(conn))]
                     kept = [delta.as_json() for delta in deltas[:MAX_CHAIN]]
                     values.append((DELTA_KEY, json.dumps(kept)))
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
@@ -563,14 +564,8 @@ def _install_record(record: Path, target: Path) -> None:
     if not record.is_file():
         return
     record_summary(record)
-    tmp = target.with_name(f"{target.name}.loading-{os.getpid()}")
-    try:
-        shutil.copyfile(record, tmp)
-        _fsync(tmp)
-        durable.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with record.open("rb") as source, durable.atomic_output(target) as out:
+        shutil.copyfileobj(source, out)
 
 
 def snapshot_for_update(workspace: Workspace, name: str) -> Path:

@@ -64,8 +64,8 @@ def _demo(repo: Path) -> None:
     from indexer.build import build_index
     from indexer.query.index import Index
     from indexer.query.trace import trace
-    from indexer.select.engine import select_tests
     from indexer.select.report import summary_lines
+    from indexer.select_changes import select_changes
     from indexer.wording import plural
     from indexer.workspace import Workspace
 
@@ -96,7 +96,7 @@ def _demo(repo: Path) -> None:
     print(f"  +{AFTER}")
 
     _step(3, "torchtalk select: the tests this change can break, and why")
-    selection = select_tests(workspace, "main")
+    selection = select_changes(workspace, "main")
     for text in summary_lines(selection, detail=True):
         for part in _wrapped_chain(text):
             print(f"  {part}")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
-import time
 from pathlib import Path
 
 from indexer.errors import UsageError
@@ -124,10 +122,7 @@ def run_build(args: argparse.Namespace) -> int:
             f"index of {workspace.source} is up to date: nothing to do ({took:.1f}s; "
             f"--force builds it again) -> {workspace.db_path}"
         )
-        if not _prepared(workspace):
-            _prepare(workspace, args.verbose)
-        return 0
-    if done.how == "updated" and done.updated is not None:
+    elif done.how == "updated" and done.updated is not None:
         print(f"updated incrementally: {update_summary(done.updated)}")
         _print_precise(done.updated.precise)
         _warn_updated(done.updated)
@@ -152,40 +147,23 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
     else:
         print(f"built ({done.reason}) -> {workspace.db_path}")
-    _prepare(workspace, args.verbose)
+    _print_prepared(done, args.verbose)
     return 0
 
 
-def _prepared(workspace: Workspace) -> bool:
-    """Whether the walk past the hub kept for selections is this index's."""
-    from indexer.query.index import Index
-    from indexer.select.hub import load
-
-    index = Index(workspace.db_path)
-    try:
-        return load(index) is not None
-    finally:
-        index.close()
-
-
-def _prepare(workspace: Workspace, verbose: bool) -> None:
-    """Walk once what every selection reaching the tree's root package would walk, so that
-    a central change is answered at once; a failure leaves selections to walk it."""
-    from indexer.select.engine import keep_hub_walk  # the selection engine, only here
-
-    started = time.perf_counter()
-    try:
-        kept = keep_hub_walk(workspace)
-    except (OSError, sqlite3.Error) as exc:  # the index is built: selections walk it then
+def _print_prepared(done, verbose: bool) -> None:
+    """What preparing for selections did (``indexer.select.derived``), when it was needed;
+    a failure leaves the index standing and selections to walk what is missing."""
+    if done.prepare_problem:
         print(
-            f"warning: not prepared for test selection ({exc}); selections will do it",
+            f"warning: not prepared for test selection ({done.prepare_problem}); "
+            "selections will walk what is missing",
             file=sys.stderr,
         )
-        return
-    if kept:
-        print(f"prepared for test selection in {time.perf_counter() - started:.1f}s")
+    elif done.prepared:
+        print(f"prepared for test selection in {done.prepare_s:.1f}s")
         if verbose:
-            print(f"  walked from the root package: {kept}")
+            print(f"  walked from the root package: {done.prepared}")
 
 
 def update_summary(result) -> str:
@@ -224,6 +202,13 @@ def run_update(args: argparse.Namespace) -> int:
         compile_commands=args.compile_commands,
     )
     _warn_updated(result)
+    from indexer.refresh import Refresh, prepare_for_selection
+
+    done = Refresh("built" if result.full_build else "updated", result.reason, None, result)
+    if not result.up_to_date:
+        prepare_for_selection(workspace, done)
+    if done.prepare_problem:
+        print(f"warning: not prepared for test selection ({done.prepare_problem})", file=sys.stderr)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
         return 0

@@ -30,12 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every torchtalk command builds the parser, only this one selects.
-    from indexer.select.engine import select_tests
     from indexer.select.report import selection_to_dict, summary_lines
+    from indexer.select_changes import select_changes
     from indexer.workspace import Workspace
 
     workspace = Workspace.resolve(args.source, args.harness)
-    selection = select_tests(workspace, args.base, update=not args.no_update)
+    selection = select_changes(workspace, args.base, update=not args.no_update)
     if args.json:
         # Indented for a person at a terminal; compact for the programs it is piped to (a
         # central change's report is ~3 MB indented, ~2 MB not, and quicker to write).

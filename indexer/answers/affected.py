@@ -28,14 +28,14 @@ from threading import Lock
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
+from indexer.query.native_reach import NativeReach
 from indexer.query.py_lookup import reexported
 from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.query.test_rank import FURTHER, TIER_TEXT
 from indexer.query.tests import RankedTests, ReachedTest, named_for, rank_tests, with_named
-from indexer.select.engine import reasons_for
+from indexer.select.chains import reasons_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
-from indexer.select.native_reach import NativeReach
 from indexer.select.reach import FileQuota
 from indexer.wording import plural
 
