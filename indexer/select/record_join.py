@@ -151,23 +151,21 @@ def _consult(
     answer.summary["label"] = label
     chosen: set[int] = set()  # test indexes selected so far
     imported: list[tuple[int, Entity, Chains, dict[str, set[int]]]] = []
-    # (file, what the chain is made of) -> the group: one chain per file and reason, not
-    # one per test (a broad change selects most of a suite: docs/performance.md)
-    groups: dict[tuple, RecordedGroup] = {}
+    # What a chain is made of -> (entity, how to make the chain, the tests it selected):
+    # one chain per file and reason, not one per test (a broad change selects most of a
+    # suite: docs/performance.md); each test keeps the first reason that selected it.
+    pending: dict[tuple, tuple[Entity, Callable[[], list[Hop]], list[int]]] = {}
     grouped: set[int] = set()  # tests given a reason (import_uses adds to `chosen` itself)
 
     def select(test_index: int, entity: Entity, key: tuple, chain: Callable[[], list[Hop]]) -> None:
         chosen.add(test_index)
         if test_index in grouped:
-            return  # a test keeps the first reason that selected it
+            return
         grouped.add(test_index)
-        file = runs.file_of(test_index)
-        group = groups.get((file, key))
-        if group is None:
-            reason = Reason(entity.label, entity.evidence, chain(), label, "record")
-            group = groups[file, key] = RecordedGroup(reason, _Named(runs, file))
-            answer.selected.setdefault(file, []).append(group)
-        group.tests.add(test_index)  # type: ignore[attr-defined]
+        found = pending.get(key)
+        if found is None:
+            found = pending[key] = (entity, chain, [])
+        found[2].append(test_index)
 
     cuda_users = runs.tests_using_device("cuda")
     used_no_cuda: set[int] = set()  # ran an op whose changed CUDA kernel they never launched
@@ -203,7 +201,34 @@ def _consult(
             name = record.names[use.name]
             key = (position, name, use.module, use.role, use.entered)
             select(use.test, entity, key, partial(_imported, chains, name, use))
+    for entity, chain, tests in pending.values():
+        reason = Reason(entity.label, entity.evidence, chain(), label, "record")
+        for file, named in _by_file(runs, tests):
+            answer.selected.setdefault(file, []).append(RecordedGroup(reason, named))
     return answer
+
+
+def _by_file(runs: RecordedRuns, tests: list[int]) -> Iterator[tuple[str, _Named]]:
+    """``tests`` split by their file: one lookup per file where a file's tests are
+    consecutive in the record (as a stored record keeps them), else one per test."""
+    tests = sorted(tests)
+    at = 0
+    while at < len(tests):
+        file = runs.file_of(tests[at])
+        members = runs.tests_of_file(file)
+        named = _Named(runs, file)
+        if members and members[-1] - members[0] + 1 == len(members):
+            last = members[-1]
+            while at < len(tests) and tests[at] <= last:
+                named.add(tests[at])
+                at += 1
+        else:
+            named.add(tests[at])
+            at += 1
+            while at < len(tests) and runs.file_of(tests[at]) == file:
+                named.add(tests[at])
+                at += 1
+        yield file, named
 
 
 def _executed(chains: Chains, name: tuple[str, str]) -> list[Hop]:
@@ -237,14 +262,20 @@ class _Named(Sequence[str]):
     def __len__(self) -> int:
         return len(self._indexes)
 
-    def __getitem__(self, at):  # type: ignore[override]
+    def _named(self) -> list[str]:
         if self._names is None:
             parts = dict(
                 zip(self._runs.tests_of_file(self._file),
                     self._runs.parts_of_file(self._file), strict=True)
             )  # fmt: skip
             self._names = sorted(parts[i] for i in self._indexes)
-        return self._names[at]
+        return self._names
+
+    def __getitem__(self, at):  # type: ignore[override]
+        return self._named()[at]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._named())
 
 
 class _Decided(Mapping[str, Collection[str]]):
