@@ -415,6 +415,14 @@ def main() -> int:
         "docs/performance.md: a smaller machine measures a fraction and says so)",
     )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="cProfile one select")
+    parser.add_argument(
+        "--record", type=Path, default=None,
+        help="a merged record of an earlier run (its report's scale) to select with, instead "
+        "of making and merging the shards: the same record for two codes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--select-only", action="store_true", help="skip the MCP and snapshot measurements"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"source": str(args.source)}
@@ -427,6 +435,12 @@ def main() -> int:
     if args.stop_after == "collect":
         return 0
 
+    merged = args.out / "record.ttr"
+    if args.record is not None:
+        if args.record.resolve() != merged.resolve():
+            shutil.copyfile(args.record, merged)
+        report["record_reused"] = str(args.record)
+        return measure(args, report, merged)
     templates = []
     for path in sorted(args.records.glob("*.ttr")):
         record = storage.read(path)
@@ -449,7 +463,6 @@ def main() -> int:
     print(f"made {len(shards)} shards from {len(templates)} per-file records in "
           f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
 
-    merged = args.out / "record.ttr"
     timed = torchtalk("record", "merge", *map(str, shards), "-o", str(merged))
     report["merge_s"], report["merge_cpu_s"] = round(timed.wall, 1), round(timed.cpu, 1)
     report["merge_peak_mib"] = timed.peak // 1024
@@ -461,7 +474,11 @@ def main() -> int:
     print(json.dumps(report, indent=2), flush=True)
     if args.stop_after == "merge":
         return 0
+    return measure(args, report, merged)
 
+
+def measure(args: argparse.Namespace, report: dict, merged: Path) -> int:
+    """2-4: select, MCP affected and snapshots with the merged record beside the index."""
     db_path = private_index(args.source, args.out)
     shutil.copyfile(merged, db_path.with_name("record.ttr"))
     print("torchtalk select with the record, index up to date:", flush=True)
@@ -473,8 +490,15 @@ def main() -> int:
     report["select_matmul_cpu_s"] = rows[0]["select_cpu_s"]
     report["select_sampled_median_s"] = statistics.median(times[1:]) if len(times) > 1 else None
     report["select_sampled_max_s"] = max(times[1:], default=None)
+    report["select_sampled_cpu_median_s"] = (
+        statistics.median(r["select_cpu_s"] for r in rows[1:]) if len(rows) > 1 else None
+    )
     if args.profile:
         report["select_profile"] = profile_select(args.source, args.out, picked[0])
+    if args.select_only:
+        (args.out / "report.json").write_text(json.dumps(report, indent=2))
+        print(json.dumps({k: v for k, v in report.items() if k != "select"}, indent=2))
+        return 0
     print("MCP affected with the record:", flush=True)
     report["mcp_affected"] = mcp_affected(
         args.source, [MATMUL, MATMUL, "at::native::addmm_out_cpu"]

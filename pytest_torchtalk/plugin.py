@@ -41,6 +41,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the selection and its reasons as JSON (ini: torchtalk_report)",
     )
     group.addoption(
+        "--torchtalk-report-tests",
+        action="store_true",
+        default=None,
+        help="name in the report every test the record decides and selects, not only "
+        "those of the files it narrows (ini: torchtalk_report_tests)",
+    )
+    group.addoption(
         "--torchtalk-source",
         metavar="PATH",
         default=None,
@@ -77,6 +84,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("torchtalk_affected", "turn test selection on", type="bool", default=False)
     parser.addini("torchtalk_base", "base revision for the diff", default="")
     parser.addini("torchtalk_report", "path of the JSON selection report", default="")
+    parser.addini(
+        "torchtalk_report_tests", "name every recorded test in the report", type="bool",
+        default=False,
+    )  # fmt: skip
     parser.addini("torchtalk_source", "indexed source tree", default="")
     parser.addini("torchtalk_harness", "harness manifest name", default="")
     parser.addini("torchtalk_record", "record each test's execution: true, or a path", default="")

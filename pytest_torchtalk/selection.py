@@ -153,7 +153,8 @@ class AffectedSelection:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[WORKER_INPUT] = selection_to_dict(self.selection)
+        # With every test named: a worker's verdicts look tests up by name.
+        node.workerinput[WORKER_INPUT] = selection_to_dict(self.selection, tests=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -298,7 +299,11 @@ class AffectedSelection:
         counts = self.counts.as_dict()
         self._junit_properties(counts)
         if self.report_path is not None:
-            text = json.dumps(selection_to_dict(self.selection, counts), indent=2)
+            tests = bool(
+                self.config.getoption("--torchtalk-report-tests")
+                or self.config.getini("torchtalk_report_tests")
+            )
+            text = json.dumps(selection_to_dict(self.selection, counts, tests), indent=2)
             try:
                 durable.write_atomic(self.report_path, (text + "\n").encode("utf-8"))
             except OSError as exc:  # checked at start; the disk may fill meanwhile

@@ -1,4 +1,4 @@
-"""The JSON report (schema torchtalk.selection/1), `torchtalk select`, and the stale-index
+"""The JSON report (schema torchtalk.selection/2), `torchtalk select`, and the stale-index
 case."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 from dataclasses import asdict
+
+import pytest
 
 from indexer.select.report import SCHEMA, selection_from_dict, selection_to_dict
 from pytest_torchtalk.cli import main
@@ -25,6 +27,8 @@ HOP = {
     "extractor": str,
 }
 REASON = {"entity": str, "evidence": str, "chain": [HOP], "note": str, "decided_by": str}
+# A reason the record's tests of a file share: how many, and (where listed) which.
+RECORD_REASON = {**REASON, "tests": int, "test_ids": ([str], type(None))}
 SCOPE = {
     "cls": (str, type(None)),
     "function": (str, type(None)),
@@ -38,14 +42,15 @@ SELECTED_FILE = {
     "devices": (list, type(None)),
     "device_classes": [str],
     "static_for": (str, type(None)),
-    "selected_tests": [dict],
-    "decided_by_record": [str],
+    "record_reasons": [RECORD_REASON],
+    "decided_by_record": int,
     "undecided_by_record": int,
     "tests_run": {"by_record": int, "by_static": (int, type(None))},
     "runs": bool,
 }
 REPORT = {
     "schema": str,
+    "per_test_lists": bool,
     "source": str,
     "harness": str,
     "base": {"rev": str, "commit": str, "merge_base": str, "head": str, "chosen_by": str},
@@ -90,6 +95,9 @@ REPORT = {
     "timings": dict,
     "record": dict,  # the record used, or why not ({} without one)
 }
+# With every recorded test named (torchtalk select --json --tests; xdist workers' input).
+LISTED_FILE = {**SELECTED_FILE, "decided_by_record_tests": [str]}
+REPORT_LISTED = {**REPORT, "selected": [LISTED_FILE], "decided_nothing_to_run": [LISTED_FILE]}
 
 
 def conforms(value, spec, where="report") -> None:
@@ -116,16 +124,22 @@ def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
     tree.replace(ADD_CU, "  if (idx < n) {", "  if (idx < n && n > 0) {")
     tree.path("docs/index.md").write_text("# docs\n")
     assert main(["select", "--source", str(tree.root), "--json"]) == 0
+    compact = json.loads(capsys.readouterr().out)
+    conforms(compact, REPORT)
+    assert compact["per_test_lists"] is False
+    with pytest.raises(ValueError, match="without per-test lists"):
+        selection_from_dict(compact)
+    assert main(["select", "--source", str(tree.root), "--json", "--tests"]) == 0
     data = json.loads(capsys.readouterr().out)
-    conforms(data, REPORT)
-    assert data["schema"] == SCHEMA == "torchtalk.selection/1"
+    conforms(data, REPORT_LISTED)
+    assert data["schema"] == SCHEMA == "torchtalk.selection/2"
     assert data["counts"]["test_files_selected"] == len(data["selected"]) > 0
     assert data["counts"]["test_files_narrowed"] >= 1
     ops = next(s for s in data["selected"] if s["path"] == "test/test_ops.py")
     assert ops["devices"] == ["cuda"] and ops["tests"][0]["opinfos"] == ["add"]
     categories = {c["path"]: c["category"] for c in data["changed_files"]}
     assert categories == {ADD_CU: "cuda", "docs/index.md": "never-affects"}
-    again = selection_to_dict(selection_from_dict(data))
+    again = selection_to_dict(selection_from_dict(data), tests=True)
     assert {k: v for k, v in again.items() if k != "timings"} == {
         k: v for k, v in data.items() if k != "timings"
     }
@@ -133,17 +147,17 @@ def test_json_report_schema_and_round_trip(tree: IndexedTree, capsys) -> None:
     # decisions under the names the report gives them).
     rebuilt = selection_from_dict(data)
     renamed = {
-        "decided": "decided_by_record",
-        "recorded": "selected_tests",
+        "decided": "decided_by_record_tests",
+        "recorded_groups": "record_reasons",
         "undecided": "undecided_by_record",
     }
-    derived = {"tests_run", "runs"}  # properties: what runs, from the fields
+    derived = {"tests_run", "runs", "decided_by_record"}  # counts, and what runs
     for selected, raw in zip(rebuilt.files.values(), data["selected"], strict=True):
         fields = {renamed.get(k, k): v for k, v in asdict(selected).items()}
         assert set(fields) == set(raw) - derived
         assert fields["path"] == raw["path"] and fields["tests"] == raw["tests"]
         assert [r["source"] for r in fields["reasons"]] == [r["decided_by"] for r in raw["reasons"]]
-        assert sorted(fields["decided_by_record"]) == raw["decided_by_record"]
+        assert sorted(fields["decided_by_record_tests"]) == raw["decided_by_record_tests"]
 
 
 def test_select_text_lists_files_reasons_and_narrowing(tree: IndexedTree, capsys) -> None:

@@ -75,7 +75,7 @@ class ItemMatcher:
         if selected is None:
             return Verdict(False, "file not affected")
         key = "::".join(parts)
-        if key in selected.recorded:
+        if key in selected.recorded_names:
             return Verdict(True, "recorded executing changed code", "record")
         if selected.static_for is None or (
             selected.static_for == "unrecorded" and key in selected.decided

@@ -98,11 +98,11 @@ def merge(selection: Selection, static: StaticEvidence, answer: RecordAnswer | N
         selected.static_for = "unrecorded" if record_only else "all"
         selected.decided = answer.decided.get(path, set())
         selected.undecided = answer.undecided.get(path, 0)
-    for path, chosen in answer.selected.items():
+    for path, groups in answer.selected.items():
         selected = selection.files.get(path)
         if selected is None:
             selected = selection.files[path] = SelectedFile(path, static_for=None)
             selected.decided = answer.decided.get(path, set())
             selected.undecided = answer.undecided.get(path, 0)
-        selected.recorded = dict(sorted(chosen.items()))
+        selected.recorded_groups = groups
     selection.files = dict(sorted(selection.files.items()))

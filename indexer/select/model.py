@@ -6,7 +6,9 @@ with :func:`indexer.select.report.selection_from_dict`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 
 @dataclass
@@ -61,6 +63,22 @@ class Reason:
 
 
 @dataclass
+class RecordedGroup:
+    """Tests of one file that the record selected for one reason: the chain they share,
+    whose hop naming the test (``src`` of its last hop) is each of ``tests`` in turn. One
+    chain per file and reason, not per test (docs/selection.md, "Report")."""
+
+    reason: Reason
+    tests: Sequence[str]  # node-id parts after the file, sorted
+
+    def reason_of(self, path: str, parts: str) -> Reason:
+        """The reason of one of the group's tests, its chain ending at that test."""
+        *hops, last = self.reason.chain
+        chain = [*hops, replace(last, src=f"{path}::{parts}" if parts else path)]
+        return replace(self.reason, chain=chain)
+
+
+@dataclass
 class TestScope:
     """The tests kept in a narrowed file: a generic test and, for @ops tests, its OpInfos.
 
@@ -91,13 +109,40 @@ class SelectedFile:
     # only to tests a record does not decide ('unrecorded'), or to none (None: the file is
     # selected by the record alone).
     static_for: str | None = "all"
-    # Node-id parts after the file ('TestFoo::test_bar[x]') of the tests a record decides,
-    # and of those it selects, each with its reason.
-    decided: set[str] = field(default_factory=set)
-    recorded: dict[str, Reason] = field(default_factory=dict)
+    # Node-id parts after the file ('TestFoo::test_bar[x]') of the tests a record decides
+    # (their count known, their names made when asked), and the groups of those it
+    # selects, each with the reason its tests share.
+    decided: Collection[str] = field(default_factory=set)
+    recorded_groups: list[RecordedGroup] = field(default_factory=list)
     # How many tests of the file the record holds without deciding them (they failed when
     # recorded, ran changed code...): the static evidence decides those.
     undecided: int = 0
+
+    @property
+    def recorded_count(self) -> int:
+        """How many of the file's tests the record selects."""
+        return sum(len(group.tests) for group in self.recorded_groups)
+
+    @property
+    def recorded(self) -> dict[str, Reason]:
+        """Node-id parts -> reason, of each test the record selects (each named: for
+        pytest's verdicts and per-test reports, not for counting)."""
+        return {
+            parts: group.reason_of(self.path, parts)
+            for group in self.recorded_groups
+            for parts in group.tests
+        }
+
+    @cached_property
+    def recorded_names(self) -> frozenset[str]:
+        """The node-id parts of the tests the record selects (asked once its groups are
+        complete: pytest's verdict for each item)."""
+        return frozenset(parts for group in self.recorded_groups for parts in group.tests)
+
+    @property
+    def narrowed_by_record(self) -> bool:
+        """Whether the record selects some, not all, of the file's tests it decides."""
+        return self.recorded_count < len(self.decided)
 
     @property
     def tests_run_by_static(self) -> int | None:
@@ -109,7 +154,7 @@ class SelectedFile:
         if not held:
             return None
         if self.static_for == "all":
-            return held - len(self.recorded)
+            return held - self.recorded_count
         return self.undecided
 
     @property
@@ -118,7 +163,7 @@ class SelectedFile:
         that it holds and selects none (tests it does not hold run as the static walk
         says: under pytest, collected and run)."""
         static = self.tests_run_by_static
-        return bool(self.recorded) or static is None or static > 0
+        return bool(self.recorded_groups) or static is None or static > 0
 
 
 @dataclass

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from indexer.graph.vocabulary import NodeKind, edge_extractor
+from indexer.paths import language_of
 from indexer.query.index import Index, Node
 from indexer.query.native_reach import NATIVE, NativeReach, walk_native
 from indexer.query.recorded import RecordedRuns, record_path_for
@@ -45,7 +47,7 @@ from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
 from indexer.select.environment import current_environment, mismatch
 from indexer.select.import_work import import_uses
-from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason
+from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason, RecordedGroup
 from indexer.select.op_family import Family, base_name, op_family
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.wording import age
@@ -66,9 +68,11 @@ class RecordAnswer:
     # test file -> node-id parts after the file ('TestFoo::test_bar[x]') of the tests the
     # record decides: each runs only if `selected` holds it (or static evidence for an
     # entity the record does not answer selects it)
-    decided: dict[str, set[str]] = field(default_factory=dict)
+    decided: Mapping[str, Collection[str]] = field(default_factory=dict)
     undecided: dict[str, int] = field(default_factory=dict)  # file -> tests held, not decided
-    selected: dict[str, dict[str, Reason]] = field(default_factory=dict)
+    # test file -> the tests selected, grouped by the reason they share (a test keeps the
+    # first reason that selected it); named only when asked (docs/selection.md, "Report")
+    selected: dict[str, list[RecordedGroup]] = field(default_factory=dict)
     answered: set[int] = field(default_factory=set)  # positions of the entities it answers
     notes: list[str] = field(default_factory=list)
 
@@ -130,27 +134,38 @@ def _consult(
     skips = skip_environment(runs)
     trusted_indexes, untrusted = trusted_test_indexes(runs, drift.to_base, skips)
     answer = RecordAnswer(summary={**summary, "used": True})
-    # Each file's decided tests are named only when the selection asks for that file.
-    answer.decided = _Decided(runs, trusted_indexes)
     failing: list[int] = []  # trusted tests that failed or errored when recorded
+    decided_counts: Counter = Counter()
     for (file, outcome, _), tests in runs.test_groups().items():
-        held = len(tests) - len(trusted_indexes.intersection(tests))
-        if held:
-            answer.undecided[file] = answer.undecided.get(file, 0) + held
+        trusted = len(trusted_indexes.intersection(tests))
+        decided_counts[file] += trusted
+        if len(tests) - trusted:
+            answer.undecided[file] = answer.undecided.get(file, 0) + len(tests) - trusted
         if outcome in FAILURES:
             failing.extend(i for i in tests if i in trusted_indexes)
+    # Each file's decided tests are counted here, named only when something asks for them.
+    answer.decided = _Decided(runs, trusted_indexes, +decided_counts)
     answer.summary["trusted_tests"] = len(trusted_indexes)
     answer.summary["untrusted_tests"] = dict(sorted(untrusted.items()))
     label = f"record of {short_commit(record.meta['commit'])}, {age(runs.age_seconds())} old"
     answer.summary["label"] = label
     chosen: set[int] = set()  # test indexes selected so far
-    imported: list[tuple[Entity, Chains, dict[str, set[int]]]] = []
+    imported: list[tuple[int, Entity, Chains, dict[str, set[int]]]] = []
+    # What a chain is made of -> (entity, how to make the chain, the tests it selected):
+    # one chain per file and reason, not one per test (a broad change selects most of a
+    # suite: docs/performance.md); each test keeps the first reason that selected it.
+    pending: dict[tuple, tuple[Entity, Callable[[], list[Hop]], list[int]]] = {}
+    grouped: set[int] = set()  # tests given a reason (import_uses adds to `chosen` itself)
 
-    def select(test_index: int, entity: Entity, chain: list[Hop]) -> None:
-        reason = Reason(entity.label, entity.evidence, chain, label, "record")
-        selected = answer.selected.setdefault(runs.file_of(test_index), {})
-        selected.setdefault(_parts(runs.nodeid(test_index)), reason)
+    def select(test_index: int, entity: Entity, key: tuple, chain: Callable[[], list[Hop]]) -> None:
         chosen.add(test_index)
+        if test_index in grouped:
+            return
+        grouped.add(test_index)
+        found = pending.get(key)
+        if found is None:
+            found = pending[key] = (entity, chain, [])
+        found[2].append(test_index)
 
     cuda_users = runs.tests_using_device("cuda")
     used_no_cuda: set[int] = set()  # ran an op whose changed CUDA kernel they never launched
@@ -167,13 +182,11 @@ def _consult(
             if users is not None and test_index not in users:
                 used_no_cuda.add(test_index)
                 continue
-            hops, (kind, text, where) = _chain_to(chains, record.names[min(hits)])
-            executed = Hop(EXECUTED, runs.nodeid(test_index), text, where or "record",
-                           "test", kind, "record")  # fmt: skip
-            select(test_index, entity, [*hops, executed])
+            name = record.names[min(hits)]
+            select(test_index, entity, (position, name), partial(_executed, chains, name))
         work = runs.import_work(names)
         if work:
-            imported.append((entity, chains, work))
+            imported.append((position, entity, chains, work))
     if used_no_cuda:
         answer.summary["used_no_cuda"] = len(used_no_cuda - chosen)
     not_run = [runs.nodeid(i) for i in failing if i not in chosen]
@@ -183,43 +196,138 @@ def _consult(
             "tests": len(not_run), "first": sorted(not_run)[:20]
         }  # fmt: skip
     # After every change's own executors: an importer already chosen stands for the rest.
-    for entity, chains, work in imported:
+    for position, entity, chains, work in imported:
         for use in import_uses(runs, work, trusted_indexes, chosen):
-            hops, (kind, text, where) = _chain_to(chains, record.names[use.name])
-            ran = Hop(IMPORT_WORK, use.module, text, where or "record", "module", kind, "record")
-            nodeid = runs.nodeid(use.test)
-            how = Hop(use.role, nodeid, use.module, use.entered or "record", "test", "module",
-                      "record")  # fmt: skip
-            select(use.test, entity, [*hops, ran, how])
+            name = record.names[use.name]
+            key = (position, name, use.module, use.role, use.entered)
+            select(use.test, entity, key, partial(_imported, chains, name, use))
+    for entity, chain, tests in pending.values():
+        reason = Reason(entity.label, entity.evidence, chain(), label, "record")
+        for file, named in _by_file(runs, tests):
+            answer.selected.setdefault(file, []).append(RecordedGroup(reason, named))
     return answer
 
 
-class _Decided(Mapping[str, set[str]]):
-    """Test file -> the node-id parts of its tests the record decides, made for a file
-    when it is asked (a selection asks for the files it reaches, not all of a suite's)."""
+def _by_file(runs: RecordedRuns, tests: list[int]) -> Iterator[tuple[str, _Named]]:
+    """``tests`` split by their file: one lookup per file where a file's tests are
+    consecutive in the record (as a stored record keeps them), else one per test."""
+    tests = sorted(tests)
+    at = 0
+    while at < len(tests):
+        file = runs.file_of(tests[at])
+        members = runs.tests_of_file(file)
+        named = _Named(runs, file)
+        if members and members[-1] - members[0] + 1 == len(members):
+            last = members[-1]
+            while at < len(tests) and tests[at] <= last:
+                named.add(tests[at])
+                at += 1
+        else:
+            named.add(tests[at])
+            at += 1
+            while at < len(tests) and runs.file_of(tests[at]) == file:
+                named.add(tests[at])
+                at += 1
+        yield file, named
 
-    def __init__(self, runs: RecordedRuns, trusted: set[int]) -> None:
-        self._runs, self._trusted = runs, trusted
-        self._files: dict[str, set[str]] = {}
 
-    def __getitem__(self, file: str) -> set[str]:
+def _executed(chains: Chains, name: tuple[str, str]) -> list[Hop]:
+    """The chain of a test that ran ``name``: to the op, then the test ran it (its ``src``,
+    the test, is each of the group's: ``RecordedGroup``)."""
+    hops, (kind, text, where) = _chain_to(chains, name)
+    return [*hops, Hop(EXECUTED, "", text, where or "record", "test", kind, "record")]
+
+
+def _imported(chains: Chains, name: tuple[str, str], use) -> list[Hop]:
+    """The chain of a test that depends on a module whose import ran ``name``."""
+    hops, (kind, text, where) = _chain_to(chains, name)
+    ran = Hop(IMPORT_WORK, use.module, text, where or "record", "module", kind, "record")
+    how = Hop(use.role, "", use.module, use.entered or "record", "test", "module", "record")
+    return [*hops, ran, how]
+
+
+class _Named(Sequence[str]):
+    """The node-id parts of tests of one file, by their indexes in the record: named (a
+    lookup for the file, not one per test) only when something reads them."""
+
+    def __init__(self, runs: RecordedRuns, file: str) -> None:
+        self._runs, self._file = runs, file
+        self._indexes: list[int] = []
+        self._names: list[str] | None = None
+
+    def add(self, test: int) -> None:
+        self._indexes.append(test)
+        self._names = None
+
+    def __len__(self) -> int:
+        return len(self._indexes)
+
+    def _named(self) -> list[str]:
+        if self._names is None:
+            parts = dict(
+                zip(self._runs.tests_of_file(self._file),
+                    self._runs.parts_of_file(self._file), strict=True)
+            )  # fmt: skip
+            self._names = sorted(parts[i] for i in self._indexes)
+        return self._names
+
+    def __getitem__(self, at):  # type: ignore[override]
+        return self._named()[at]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._named())
+
+
+class _Decided(Mapping[str, Collection[str]]):
+    """Test file -> the node-id parts of its tests the record decides: counted for every
+    file, named for a file only when a test is looked up in it (pytest's verdicts, a
+    report with per-test lists), not for each of the files a selection reaches."""
+
+    def __init__(self, runs: RecordedRuns, trusted: set[int], counts: Counter) -> None:
+        self._runs, self._trusted, self._counts = runs, trusted, counts
+        self._files: dict[str, _FileDecided] = {}
+
+    def __getitem__(self, file: str) -> Collection[str]:
         if file not in self._files:
-            tests = self._runs.tests_of_file(file)
-            parts = self._runs.parts_of_file(file)
-            if len(self._trusted.intersection(tests)) == len(tests):
-                found = set(parts)  # the common case: every test of the file decided
-            else:
-                found = {part for i, part in zip(tests, parts, strict=True) if i in self._trusted}
-            if not found:
+            if not self._counts.get(file):
                 raise KeyError(file)
-            self._files[file] = found
+            self._files[file] = _FileDecided(self._runs, self._trusted, file, self._counts[file])
         return self._files[file]
 
     def __iter__(self) -> Iterator[str]:
-        return (file for file in sorted(self._runs.test_files()) if file in self)
+        return iter(sorted(self._counts))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._counts)
+
+
+class _FileDecided(Collection[str]):
+    """One file's decided tests: their count known, their names made on first use."""
+
+    def __init__(self, runs: RecordedRuns, trusted: set[int], file: str, count: int) -> None:
+        self._runs, self._trusted, self._file, self._count = runs, trusted, file, count
+        self._names: frozenset[str] | None = None
+
+    def _named(self) -> frozenset[str]:
+        if self._names is None:
+            tests = self._runs.tests_of_file(self._file)
+            parts = self._runs.parts_of_file(self._file)
+            if self._count == len(tests):
+                self._names = frozenset(parts)  # the common case: every test decided
+            else:
+                self._names = frozenset(
+                    part for i, part in zip(tests, parts, strict=True) if i in self._trusted
+                )
+        return self._names
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, parts: object) -> bool:
+        return parts in self._named()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._named())
 
 
 def _device_code(index: Index, entity: Entity) -> bool:
@@ -284,30 +392,57 @@ def _drift(source: Path, commit: str, diff: Diff, record: Record) -> Drift | Non
         lines = changed_lines.setdefault(change.path, set())
         for hunk in change.hunks:
             lines.update(range(hunk.new_start, hunk.new_start + max(hunk.new_count, 1)))
-    dirty = _content_drift(diff, record, to_base)
+    dirty = _content_drift(source, commit, diff, record, to_base)
     return Drift(to_base | dirty, changed_lines, dirty)
 
 
-def _content_drift(diff: Diff, record: Record, known: frozenset[str]) -> frozenset[str]:
+def _content_drift(
+    source: Path, commit: str, diff: Diff, record: Record, known: frozenset[str]
+) -> frozenset[str]:
     """The paths whose content when recorded (the record's hashes of the files it ran,
     and of the files its meta lists as dirty) is not the base's: a record made with
-    uncommitted edits is not its commit's record for those files (issue 36)."""
+    uncommitted edits is not its commit's record for those files (issue 36).
+
+    Where the record says which files differed from its commit (``meta.dirty``), a file
+    it does not list that git tracks at the commit had the commit's content when
+    recorded, and has it at the base unless git lists it in ``known`` (changed from the
+    commit to the base): only the others are hashed (docs/recording.md, "Whose record it
+    is")."""
     expected = dict(record.files)
     dirty = record.meta.get("dirty")
+    listed: set[str] = set()
     if isinstance(dirty, dict):
         for path, digest in dirty.items():
             if isinstance(path, str):
                 expected[path] = digest if isinstance(digest, str) else ""  # "": deleted
+                listed.add(path)
+    tracked = _tracked_at(source, commit) if isinstance(dirty, dict) else None
     changed = {p for change in diff.files for p in (change.path, change.old_path) if p}
     differs = set()
     for path, digest in expected.items():
         if path in known:
             continue
+        if (
+            tracked is not None
+            and path in tracked
+            and path not in listed
+            and language_of(path) != "other"  # meta.dirty lists the indexed languages only
+        ):
+            continue  # the commit's content then and at the base: git says so
         # The base's copy: the working tree's where the change leaves the file alone.
         data = diff.old_bytes(path) if path in changed else diff.new_bytes(path)
         if (content_hash(data) if data is not None else "") != digest:
             differs.add(path)
     return frozenset(differs)
+
+
+def _tracked_at(source: Path, commit: str) -> frozenset[str] | None:
+    """The paths git tracks at ``commit`` (relative to ``source``); None where git
+    cannot say."""
+    out = git(source, "ls-tree", "-r", "-z", "--name-only", commit)
+    if out is None:
+        return None
+    return frozenset(n.decode("utf-8", "surrogateescape") for n in out.split(b"\0") if n)
 
 
 def skip_environment(runs: RecordedRuns) -> str | None:
@@ -525,6 +660,3 @@ def _function_name(index: Index, node: Node) -> tuple[str, str] | None:
             return ("function", f"{node.path}:{qualname[len(prefix) :]}")
     return None
 
-
-def _parts(nodeid: str) -> str:
-    return nodeid.split("::", 1)[1] if "::" in nodeid else ""

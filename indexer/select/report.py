@@ -1,5 +1,10 @@
-"""The selection as JSON (schema ``torchtalk.selection/1``, see docs/selection.md), as
-text for a terminal, and as a Markdown table for a CI job summary."""
+"""The selection as JSON (schema ``torchtalk.selection/2``, see docs/selection.md), as
+text for a terminal, and as a Markdown table for a CI job summary.
+
+The report grows with what is selected and what a reader needs, not with the tests the
+record decides: per file, counts and the reasons (a chain per reason the record's tests
+share, not per test); the tests themselves where the record narrows a file, or with
+``tests=True`` (what pytest-xdist's workers are handed, ``--tests``)."""
 
 from __future__ import annotations
 
@@ -17,19 +22,25 @@ from indexer.select.model import (
     Entity,
     Hop,
     Reason,
+    RecordedGroup,
     SelectedFile,
     Selection,
     TestScope,
 )
 from indexer.wording import plural
 
-SCHEMA = "torchtalk.selection/1"
+SCHEMA = "torchtalk.selection/2"
 
 
-def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None) -> dict:
-    """The report. ``counts`` adds what only a test run knows (collected/deselected items)."""
+def selection_to_dict(
+    selection: Selection, counts: dict[str, int] | None = None, tests: bool = False
+) -> dict:
+    """The report. ``counts`` adds what only a test run knows (collected/deselected items);
+    ``tests`` lists every test the record decides and selects, in every file (else only
+    in the files it narrows)."""
     data: dict[str, Any] = {
         "schema": SCHEMA,
+        "per_test_lists": tests,
         "source": selection.source,
         "harness": selection.harness,
         "base": selection.base,
@@ -45,8 +56,8 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
         ],
         # A file is selected when a test of it runs; those the static walk reaches whose
         # every recorded test the record decides, selecting none, are listed apart.
-        "selected": [selected_to_dict(selected) for selected in selection.running],
-        "decided_nothing_to_run": [selected_to_dict(f) for f in selection.nothing_to_run],
+        "selected": [selected_to_dict(selected, tests) for selected in selection.running],
+        "decided_nothing_to_run": [selected_to_dict(f, tests) for f in selection.nothing_to_run],
         "counts": {
             "changed_files": len(selection.changed_files),
             "changed_entities": len(selection.entities),
@@ -65,7 +76,7 @@ def selection_to_dict(selection: Selection, counts: dict[str, int] | None = None
         "record": dict(selection.record),
     }
     data["counts"]["tests_selected_by_record"] = sum(
-        len(f.recorded) for f in selection.files.values()
+        f.recorded_count for f in selection.files.values()
     )
     return data
 
@@ -75,30 +86,41 @@ def files_selected(selection: Selection) -> int:
     return selection.test_files_total if selection.run_everything else len(selection.running)
 
 
-def selected_to_dict(selected: SelectedFile) -> dict[str, Any]:
-    """``asdict(selected)``, written out: a central change selects ~900 files with
-    chains of ~15 hops, and asdict's recursive deep copy takes 0.1 s of a selection."""
-    return {
+def selected_to_dict(selected: SelectedFile, tests: bool = False) -> dict[str, Any]:
+    """One file of the report, written out (asdict's recursive deep copy of ~900 files'
+    chains took 0.1 s of a selection). ``tests``: name every decided and selected test;
+    else only the selected ones of a file the record narrows."""
+    listed = tests or selected.narrowed_by_record
+    data = {
         "path": selected.path,
         "reasons": [_reason_to_dict(reason) for reason in selected.reasons],
         "tests": None if selected.tests is None else [asdict(t) for t in selected.tests],
         "devices": None if selected.devices is None else list(selected.devices),
         "device_classes": list(selected.device_classes),
         "static_for": selected.static_for,
-        "selected_tests": [
-            {"nodeid": f"{selected.path}::{parts}", **_reason_to_dict(reason)}
-            for parts, reason in selected.recorded.items()
+        # the record's reasons, each with the tests it selected (their chain's last hop
+        # names no test: each of them); the tests named where listed, else counted
+        "record_reasons": [
+            {
+                **_reason_to_dict(group.reason),
+                "tests": len(group.tests),
+                "test_ids": list(group.tests) if listed else None,
+            }
+            for group in selected.recorded_groups
         ],
-        "decided_by_record": sorted(selected.decided),
+        "decided_by_record": len(selected.decided),
         "undecided_by_record": selected.undecided,
         # tests that run: chosen by the record, and kept by the static evidence among the
         # tests the record holds (null: it holds none, every test the evidence keeps runs)
         "tests_run": {
-            "by_record": len(selected.recorded),
+            "by_record": selected.recorded_count,
             "by_static": selected.tests_run_by_static,
         },
         "runs": selected.runs,
     }
+    if tests:
+        data["decided_by_record_tests"] = sorted(selected.decided)
+    return data
 
 
 def _reason_to_dict(reason: Reason) -> dict[str, Any]:
@@ -119,9 +141,12 @@ def _reason_from_dict(raw: dict) -> Reason:
 
 
 def selection_from_dict(data: dict) -> Selection:
-    """Rebuild a Selection from :func:`selection_to_dict` output (for xdist workers)."""
+    """Rebuild a Selection from :func:`selection_to_dict` output written with ``tests``
+    (for xdist workers: a verdict needs the names of the tests the record decides)."""
     if data.get("schema") != SCHEMA:
         raise ValueError(f"not a {SCHEMA} report: {data.get('schema')!r}")
+    if not data.get("per_test_lists"):
+        raise ValueError("a report without per-test lists cannot be rebuilt (write it with them)")
     selection = Selection(data["source"], data["harness"], data["base"], data["index"])
     selection.changed_files = [ChangedFile(**change) for change in data["changed_files"]]
     selection.entities = [
@@ -137,11 +162,11 @@ def selection_from_dict(data: dict) -> Selection:
             raw["devices"],
             list(raw.get("device_classes") or []),
             raw.get("static_for", "all"),
-            set(raw.get("decided_by_record") or ()),
-            {
-                t["nodeid"].split("::", 1)[1]: _reason_from_dict(t)
-                for t in raw.get("selected_tests") or ()
-            },
+            set(raw.get("decided_by_record_tests") or ()),
+            [
+                RecordedGroup(_reason_from_dict(group), list(group["test_ids"]))
+                for group in raw.get("record_reasons") or ()
+            ],
             int(raw.get("undecided_by_record") or 0),
         )
         selection.files[selected.path] = selected
@@ -160,23 +185,25 @@ _IMPORT_ROLES = {
 }
 
 
-def chain_text(reason: Reason) -> str:
-    """``matmul changed @ L.cpp:10 <- calls _matmul_impl @ L.cpp:40 <- ...``"""
+def chain_text(reason: Reason, tests: str = "the tests") -> str:
+    """``matmul changed @ L.cpp:10 <- calls _matmul_impl @ L.cpp:40 <- ...``; ``tests``
+    names the tests of a chain shared by several (``RecordedGroup``: its last hop names
+    none)."""
     if not reason.chain:
         return reason.note or f"{reason.entity} changed @ {reason.evidence}"
     parts = [f"{reason.entity} changed @ {reason.evidence}"]
     for hop in reason.chain:
         if hop.kind == EXECUTED:  # the record's hop: a test ran the op
             parts.append(f"{hop.dst_kind} {hop.dst} @ {hop.evidence}")
-            parts.append(f"executed by {hop.src} ({reason.note})")
+            parts.append(f"executed by {hop.src or tests} ({reason.note})")
             continue
         if hop.kind == IMPORT_WORK:
             parts.append(f"{hop.dst_kind} {hop.dst} @ {hop.evidence}")
             parts.append(f"run by the import of {hop.src}")
             continue
         if hop.kind in _IMPORT_ROLES:
-            parts.append(f"{_IMPORT_ROLES[hop.kind].format(test=hop.src, at=hop.evidence)}"
-                         f" ({reason.note})")  # fmt: skip
+            role = _IMPORT_ROLES[hop.kind].format(test=hop.src or tests, at=hop.evidence)
+            parts.append(f"{role} ({reason.note})")
             continue
         src, dst = hop.src, hop.dst
         if src == dst:  # 'derivative aten::mm derives op aten::mm'
@@ -264,7 +291,7 @@ def record_lines(selection: Selection) -> list[str]:
     if not record.get("used"):
         return [f"record: not used: {record.get('why_not', '?')}"]
     untrusted = sum(record.get("untrusted_tests", {}).values())
-    chosen = sum(len(f.recorded) for f in selection.files.values())
+    chosen = sum(f.recorded_count for f in selection.files.values())
     line = (
         f"record: {record['label']}: decides {record.get('trusted_tests', 0)} tests, selects "
         f"{chosen} of them"
@@ -293,10 +320,11 @@ def record_lines(selection: Selection) -> list[str]:
 def _file_why(selected: SelectedFile) -> str:
     """A file's first reason: the record's tests, then its static chain."""
     bits = []
-    if selected.recorded:
-        first = next(iter(selected.recorded.values()))
-        count = len(selected.recorded)
-        bits.append(f"{plural(count, 'test')} by the record: {chain_text(first)}")
+    if selected.recorded_groups:
+        count = selected.recorded_count
+        first = selected.recorded_groups[0]
+        why = chain_text(first.reason, _group_tests(selected, first))
+        bits.append(f"{plural(count, 'test')} by the record: {why}")
     if selected.reasons and selected.static_for:
         scope = "" if selected.static_for == "all" else " (tests the record does not decide)"
         bits.append(f"static{scope}: {chain_text(selected.reasons[0])}")
@@ -304,7 +332,20 @@ def _file_why(selected: SelectedFile) -> str:
 
 
 DETAIL_REASONS = 3  # static chains listed per file; --json has every one
-DETAIL_RECORDED = 5  # tests the record selected, listed per file
+DETAIL_RECORDED = 5  # the record's reasons listed per file, and tests named per reason
+
+
+def _group_tests(selected: SelectedFile, group: RecordedGroup) -> str:
+    """Who ran a reason's chain: its tests named (the first few) where the record narrows
+    the file, else how many."""
+    count = len(group.tests)
+    if count == 1:
+        return f"{selected.path}::{group.tests[0]}" if group.tests[0] else selected.path
+    if not selected.narrowed_by_record:
+        return f"{count} tests of the file"
+    names = ", ".join(group.tests[:DETAIL_RECORDED])
+    more = f" and {count - DETAIL_RECORDED} more" if count > DETAIL_RECORDED else ""
+    return f"{names}{more}"
 
 
 def _detail_lines(selected: SelectedFile) -> list[str]:
@@ -318,14 +359,15 @@ def _detail_lines(selected: SelectedFile) -> list[str]:
         lines.append(
             f"    only {'/'.join(selected.devices)} variants of {', '.join(selected.device_classes)}"
         )
-    for parts, reason in list(selected.recorded.items())[:DETAIL_RECORDED]:
-        lines.append(f"    test {parts} (record): {chain_text(reason)}")
-    if len(selected.recorded) > DETAIL_RECORDED:
-        more = len(selected.recorded) - DETAIL_RECORDED
-        lines.append(f"    ... {plural(more, 'more test')} selected by the record")
+    for group in selected.recorded_groups[:DETAIL_RECORDED]:
+        tests = plural(len(group.tests), "test")
+        lines.append(f"    {tests} (record): {chain_text(group.reason, _group_tests(selected, group))}")
+    if len(selected.recorded_groups) > DETAIL_RECORDED:
+        more = len(selected.recorded_groups) - DETAIL_RECORDED
+        lines.append(f"    ... {plural(more, 'more reason')} of the record (--json lists every one)")
     if selected.static_for:
         scope = "" if selected.static_for == "all" else " (for tests the record does not decide)"
-        label = "because" if not selected.recorded else f"because{scope}"
+        label = "because" if not selected.recorded_groups else f"because{scope}"
         reasons = selected.reasons[:DETAIL_REASONS]
         lines.extend(f"    {label} {chain_text(reason)}" for reason in reasons)
         if len(selected.reasons) > DETAIL_REASONS:

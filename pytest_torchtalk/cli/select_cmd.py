@@ -21,6 +21,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="the JSON report (docs/selection.md)")
     parser.add_argument(
+        "--tests",
+        action="store_true",
+        help="with --json: name every test the record decides and selects, not only those "
+        "of the files it narrows",
+    )
+    parser.add_argument(
         "--no-update",
         action="store_true",
         help="never update a stale index first (a stale index then selects everything)",
@@ -39,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         # Indented for a person at a terminal; compact for the programs it is piped to (a
         # central change's report is ~3 MB indented, ~2 MB not, and quicker to write).
+        report = selection_to_dict(selection, tests=args.tests)
         if sys.stdout.isatty():
-            print(json.dumps(selection_to_dict(selection), indent=2))
+            print(json.dumps(report, indent=2))
         else:
-            print(json.dumps(selection_to_dict(selection), separators=(",", ":")))
+            print(json.dumps(report, separators=(",", ":")))
         return 0
     for line in summary_lines(selection, limit=10, detail=True):
         print(line)
