@@ -227,6 +227,18 @@ def test_extension_op_reaches_host_function_and_kernel(miniext: tuple[Path, Inde
     }
 
 
+def test_extension_op_with_no_public_name_lists_the_python_calling_it(
+    miniext: tuple[Path, Index],
+) -> None:
+    """vLLM's ops have no torch.X name: the wrappers calling torch.ops._C.X are how Python
+    reaches them, listed unasked (a reverse question answered in one call)."""
+    repo, index = miniext
+    answer = trace(index, "torch.ops._C.rms_norm")
+    line = line_of(repo / "miniext/_custom_ops.py", "torch.ops._C.rms_norm(")
+    assert labels(answer).get("miniext._custom_ops.rms_norm") == f"miniext/_custom_ops.py:{line}"
+    assert "miniext._custom_ops.rms_norm" in answer.to_text()
+
+
 def test_python_definition_leads_to_the_ops_it_calls(minitorch: tuple[Path, Index]) -> None:
     repo, index = minitorch
     answer = trace(index, "minitorch.nn.functional.gelu")

@@ -35,6 +35,9 @@ from indexer.query.py_lookup import ASSIGNMENT
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
+# Python code naming an op that has no public name (torch.X) shown unasked: for an
+# extension's op (vLLM's torch.ops._C.X) its wrappers are how Python reaches it.
+MAX_UNNAMED_REFERENCES = 3
 MAX_NAMED = 3  # ops a Python definition names, listed before their chains
 MAX_LISTED = 12  # kernels / formulas shown per hop
 MAX_BACKWARD_OPS = 2  # backward ops of one derivatives.yaml entry traced to their kernels
@@ -304,7 +307,8 @@ def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -
             )
         record["python"] = op.attrs.get("python_names") or []
         listed = run.focus.parts == {"python"}
-        references, total = op_chain.python_references(index, op, limit=10 if listed else 0)
+        limit = 10 if listed else 0 if names else MAX_UNNAMED_REFERENCES
+        references, total = op_chain.python_references(index, op, limit=limit)
         for hop in references:
             run.add(hop.node.qualname, hop.evidence, "Python code naming the op", depth + 1)
         if total > len(references):
