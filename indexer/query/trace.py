@@ -46,6 +46,7 @@ MAX_LIBRARY_CALLS = 4
 MAJOR_LAUNCHES = 2  # launches / library calls per kernel the text keeps before minor lines
 MAX_FOLLOW_DEPTH = 6  # indentation past which called ops are listed, not traced
 MAX_TRACED_CALLS = 6  # called ops traced on in one answer; the rest are listed
+MAX_UNRESOLVED_FOLLOWED = 8  # untyped method calls of a host followed by name to launches
 CUDA_LIBRARIES = frozenset(
     {
         "cuBLAS",
@@ -666,6 +667,8 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 launched_from=index.node(hop.attrs["from"]).qualname,
                 minor=position >= MAJOR_LAUNCHES,
             )
+        if not launched.hops:
+            _possible_launches(run, hosts, depth)
         if len(launched.hops) > MAX_LISTED:
             run.answer.notes.append(
                 f"{len(launched.hops) - MAX_LISTED} more CUDA kernels not shown"
@@ -682,6 +685,37 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 for hop in launched.hops
             )
         _libraries(run, [*ids, *(hop.node.id for hop in kernels)], depth)
+
+
+def _possible_launches(run: _Trace, hosts: list[int], depth: int) -> None:
+    """Kernels behind a host's method call the linker could not resolve, the receiver's
+    type unknown (``auto fa = reinterpret_cast<T*>(p); fa->reduce_scatter<float>(...)``),
+    where that method name has one definition in the index: listed as possible, with the
+    call they hang on, when the resolved walk found no launch at all."""
+    asked: set[str] = set()
+    for host in hosts:
+        for missing in op_chain.unresolved(run.index, host, "calls"):
+            if not missing.attrs.get("member") or missing.attrs.get("receiver"):
+                continue
+            if missing.target in asked or len(asked) >= MAX_UNRESOLVED_FOLLOWED:
+                continue
+            asked.add(missing.target)
+            candidates = op_chain.same_name(run.index, missing.target, limit=2)
+            if len(candidates) != 1 or candidates[0].id in hosts:
+                continue
+            method = candidates[0]
+            launched = op_chain.kernels_launched(run.index, [method.id])
+            for position, hop in enumerate(launched.hops[:MAX_LISTED]):
+                run.add(
+                    hop.node.qualname,
+                    hop.node.evidence,
+                    f"possible CUDA kernel: launched at {hop.evidence} by {method.qualname},"
+                    f" the one definition of the unresolved call '{missing.target}' at"
+                    f" {missing.evidence}",
+                    depth,
+                    launched_from=method.qualname,
+                    minor=position >= MAJOR_LAUNCHES,
+                )
 
 
 def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
