@@ -328,9 +328,11 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
 
 MAX_NAMED_ONLY = 20  # tests named for the query with no path, listed after the direct ones
 NAMED_READ = 500  # tests named for it read, reached or not
+# test_X or test_X_*: a range over the name index ('`' sorts right after '_'), not a
+# LIKE, which scans every test function (12 ms on vLLM's 18,611).
 _NAMED_SQL = (
-    "SELECT n.id FROM nodes n WHERE n.kind = 'test_function'"
-    " AND (n.name = ? OR n.name LIKE ? ESCAPE '\\') LIMIT ?"
+    "SELECT n.id FROM nodes n WHERE (n.name = ? OR (n.name >= ? AND n.name < ?))"
+    " AND n.kind = 'test_function' LIMIT ?"
 )
 
 
@@ -346,10 +348,15 @@ def named_for(index: Index, query: str, reached: set[int]) -> list[ReachedTest]:
     base = name.rpartition(".")[2].lstrip("_")
     if len(base) < 3 or not base.isidentifier():
         return []
-    escaped = base.replace("_", "\\_")  # an identifier: '_' is LIKE's only wildcard in it
-    rows = index.conn.execute(_NAMED_SQL, (f"test_{base}", f"test\\_{escaped}\\_%", NAMED_READ))
+    ids: list[int] = []
+    for spelled in dict.fromkeys((base, base.lower())):  # test_rnn_* for RNN, as written too
+        prefix = f"test_{spelled}_"
+        rows = index.conn.execute(
+            _NAMED_SQL, (f"test_{spelled}", prefix, prefix[:-1] + "`", NAMED_READ)
+        )
+        ids.extend(row[0] for row in rows)
     found: dict[int, ReachedTest] = {}
-    for node in index.nodes(row[0] for row in rows):
+    for node in index.nodes(dict.fromkeys(ids)):
         if node.id not in reached:
             hit = ReachedTest.of(node, 1, None)
             hit.tier, hit.named_only = test_rank.FURTHER, True

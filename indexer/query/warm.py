@@ -26,7 +26,7 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
     from indexer.query.native_reach import autograd_apply_targets
     from indexer.query.op_chain import dispatch_keys, stub_registrations
     from indexer.query.op_lookup import python_names
-    from indexer.query.py_lookup import short_names
+    from indexer.query.py_lookup import module_ids, short_names
 
     return [
         ("the query modules", _query_modules),
@@ -36,5 +36,6 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
         ("the dispatch keys trace's focus takes", dispatch_keys),
         ("the file paths", Index.file_paths),
         ("the Python short names", short_names),
+        ("the Python modules' ids", module_ids),
         ("the autograd functions' apply targets", autograd_apply_targets),
     ]
