@@ -667,8 +667,8 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 launched_from=index.node(hop.attrs["from"]).qualname,
                 minor=position >= MAJOR_LAUNCHES,
             )
-        if not launched.hops:
-            _possible_launches(run, hosts, depth)
+        if not launched.hops and (run.focus.cuda_only or (run.focus.key or "").lower() == "cuda"):
+            _possible_launches(run, hosts, depth)  # asked for CUDA kernels: none resolved
         if len(launched.hops) > MAX_LISTED:
             run.answer.notes.append(
                 f"{len(launched.hops) - MAX_LISTED} more CUDA kernels not shown"
