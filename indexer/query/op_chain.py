@@ -439,12 +439,13 @@ def formula_ops(index: Index, derivative: Node) -> list[Hop]:
     helpers a formula also calls (``zeros_like``, ``grad.sum``) left out. The formula names
     the op unqualified (``at::`` is in scope): its ``aten::`` op."""
     found: dict[int, Hop] = {}
-    own = derivative.qualname.split(".", 1)[0]
     rows = index.conn.execute(_FORMULA_CALLS_SQL, (derivative.id, derivative.id))
     for target, path, line, raw in rows:
         attrs = _json(raw)
         name = str(target or "").removeprefix("at::")
-        if attrs.get("formula") == "result" or "backward" not in name or f"aten::{name}" == own:
+        # A backward op's own formula may call it (double backward): kept, its kernels
+        # compute that gradient too.
+        if attrs.get("formula") == "result" or "backward" not in name:
             continue
         for op in index.find(name, ["op"]):
             if op.qualname == f"aten::{name}" and op.id not in found:

@@ -131,6 +131,7 @@ class _Trace:
     focus: _Focus
     answer: Answer
     visited: set[int] = field(default_factory=set)
+    dispatched: set[int] = field(default_factory=set)  # ops whose dispatch is listed
     summary: list[dict[str, Any]] = field(default_factory=list)
     generated_stubs: dict[int, dict[str, Any]] = field(default_factory=dict)  # ufunc stubs
     shown: set[int] = field(default_factory=set)  # implementations listed
@@ -329,6 +330,7 @@ def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -
 
 def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None:
     index = run.index
+    run.dispatched.add(op.id)
     implementations: dict[int, tuple[Node, list[str]]] = {}
     found: list[Any] = []
     delegates = []
@@ -801,7 +803,9 @@ def _backward_op(run: _Trace, hop: op_chain.Hop, depth: int) -> None:
     is where the gradient is computed)."""
     op = hop.node
     run.add(f"-> {op.qualname}", op.evidence, f"backward op, called at {hop.evidence}", depth)
-    if run.focus.parts != {"backward"} or op.id in run.visited:
+    # The op traced may be the one its own formula calls (elu_backward's double backward
+    # calls elu_backward): with focus='backward' its kernels were not listed yet.
+    if run.focus.parts != {"backward"} or op.id in run.dispatched:
         return
     run.visited.add(op.id)
     record: dict[str, Any] = {"op": op.qualname, "entry": op.evidence, "dispatch": []}
