@@ -45,12 +45,30 @@ class TestTemplatesCPU(TestCase):
 copy_tests(CommonTemplate, TestTemplatesCPU)
 """
 
+# test_addmm_via_a_helper reaches addmm two hops away; test_calls_it calls it itself.
+HELPER_TESTS = """\
+import minitorch
+
+
+def _through(a, b, c):
+    return minitorch.addmm(a, b, c)
+
+
+def test_addmm_via_a_helper():
+    _through(1, 2, 3)
+
+
+def test_calls_it():
+    minitorch.addmm(1, 2, 3)
+"""
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     base = tmp_path_factory.mktemp("named")
     repo = make_fixture_repo("minitorch", base / "minitorch")
     (repo / "test/test_templates.py").write_text(TEMPLATE_TESTS, encoding="utf-8")
+    (repo / "test/test_helpers_named.py").write_text(HELPER_TESTS, encoding="utf-8")
     commit_all(repo, "tests written on a template class")
     return repo, build_private_index(repo, base)
 
@@ -93,3 +111,14 @@ def test_affected_ranks_the_file_of_a_test_named_for_it_before_opinfo_files(buil
     assert named.evidence == at(repo, TEMPLATE, "def test_addmm_through")
     if "test/test_ops.py" in files:
         assert files.index(TEMPLATE) < files.index("test/test_ops.py"), answer.to_text()
+
+
+def test_a_test_named_for_it_ranks_before_one_that_merely_calls_it(built) -> None:
+    """Dedicated first: a test named for the op, though its path is two hops long, before
+    a test calling the op whose name says nothing of it."""
+    _, index = built
+    answer = find_tests(index, "minitorch.functional.addmm", limit=100)
+    labels = [item.label for item in answer.items]
+    named = labels.index("test/test_helpers_named.py::test_addmm_via_a_helper")
+    calling = labels.index("test/test_helpers_named.py::test_calls_it")
+    assert named < calling, answer.to_text()

@@ -389,17 +389,19 @@ def named_for(
 def with_named(
     ranked: list[ReachedTest], named: list[ReachedTest], ids: set[int] = frozenset()
 ) -> list[ReachedTest]:
-    """Tests named for the query ranked as dedicated to it: right after the tests that
-    name it themselves (and those a record saw run it), before OpInfo harness tests and
-    tests further away; the reached ones of ``ids`` first, then ``named`` (no path reaches
-    them). Positions renumbered."""
-    cut = next(
-        (i for i, hit in enumerate(ranked) if hit.tier >= test_rank.OPINFO and not hit.ran),
+    """Tests named for the query ranked as dedicated to it: the reached ones of ``ids``
+    (test_ceil_*, however far their path) right after the tests that are what the query
+    names and those a record saw run it; then the tests that name it themselves; then
+    ``named``, which no path reaches; then OpInfo harness tests and tests further away.
+    Positions renumbered."""
+    start = next(
+        (i for i, hit in enumerate(ranked) if hit.tier >= test_rank.DIRECT and not hit.ran),
         len(ranked),
     )
-    promoted = [hit for hit in ranked[cut:] if hit.id in ids]
-    rest = [hit for hit in ranked[cut:] if hit.id not in ids]
-    merged = [*ranked[:cut], *promoted, *named, *rest]
+    promoted = [hit for hit in ranked[start:] if hit.id in ids]
+    others = [hit for hit in ranked[start:] if hit.id not in ids]
+    cut = next((i for i, hit in enumerate(others) if hit.tier >= test_rank.OPINFO), len(others))
+    merged = [*ranked[:start], *promoted, *others[:cut], *named, *others[cut:]]
     for position, hit in enumerate(merged):
         hit.position = position
     return merged
