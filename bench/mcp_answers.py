@@ -3,6 +3,7 @@
     python bench/mcp_answers.py [--pytorch PATH] [--vllm PATH] [--cache-dir DIR]
                                 [--only ID_PREFIX] [--repeat N] [--show]
                                 [--questions FILE] [--split dev|held_out] [--json FILE]
+                                [--code PATH]
 
 Each question (an agent's question about PyTorch 2.6 or vLLM internals, with the true
 answer read from the source as file:line) is asked with the one call an agent would make,
@@ -138,6 +139,12 @@ def main() -> int:
     parser.add_argument("--split", choices=("dev", "held_out"), help="ask only this half")
     parser.add_argument("--quiet", action="store_true", help="print only the totals")
     parser.add_argument("--json", type=Path, help="write every result (with its text) here")
+    parser.add_argument(
+        "--code",
+        type=Path,
+        help="serve with the project code at this path first on the server's PYTHONPATH (a"
+        " checkout of another commit, e.g. the branch before its fixes), as mcp_latency.py",
+    )
     args = parser.parse_args()
     if args.cache_dir:
         os.environ["TORCHTALK_CACHE_DIR"] = args.cache_dir
@@ -159,6 +166,8 @@ def main() -> int:
     env = {
         k: os.environ[k] for k in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR") if k in os.environ
     }
+    if args.code:
+        env["PYTHONPATH"] = str(args.code.resolve())
     results: list[dict] = []
     print(f"started {machine_now()}")
     for corpus, source in (("pytorch", args.pytorch), ("vllm", args.vllm)):

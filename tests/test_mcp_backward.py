@@ -115,3 +115,35 @@ def test_a_dispatch_key_the_index_does_not_know_is_a_clear_error(keyed) -> None:
         trace(index, "aten::mm", focus="Nmaed")
     # a key the index knows, for another op: an answer, not an error
     assert trace(index, "aten::add", focus="Named").found
+
+
+# threshold_backward's own derivatives.yaml entry calls it (its double backward), as
+# PyTorch's elu_backward, leaky_relu_backward and sigmoid_backward do.
+DOUBLE_BACKWARD = """
+- name: threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor
+  grad_output: threshold_backward(grad, self, threshold)
+  self: zeros_like(grad)
+"""
+
+
+@pytest.fixture(scope="module")
+def double(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
+    base = tmp_path_factory.mktemp("double-backward")
+    repo = make_fixture_repo("minitorch", base / "minitorch")
+    with open(repo / NATIVE / "native_functions.yaml", "a", encoding="utf-8") as yaml:
+        yaml.write(YAML)
+    with open(repo / "tools/autograd/derivatives.yaml", "a", encoding="utf-8") as derivatives:
+        derivatives.write(DOUBLE_BACKWARD)
+    (repo / NATIVE / "ThresholdBackward.cpp").write_text(KERNELS, encoding="utf-8")
+    commit_all(repo, "a backward op whose own formula calls it")
+    return repo, build_private_index(repo, base)
+
+
+def test_a_backward_op_whose_formula_calls_itself_reaches_its_kernels(double) -> None:
+    repo, index = double
+    answer = trace(index, "aten::threshold_backward", focus="backward")
+    text = answer.to_text()
+    entry = line_of(repo / "tools/autograd/derivatives.yaml", "- name: threshold_backward(")
+    assert f"tools/autograd/derivatives.yaml:{entry}" in text, text
+    kernel = line_of(repo / NATIVE / "ThresholdBackward.cpp", "Tensor threshold_backward_cpu(")
+    assert f"{NATIVE}/ThresholdBackward.cpp:{kernel}" in text, text

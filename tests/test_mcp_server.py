@@ -277,11 +277,12 @@ def test_every_tool_answers_a_fixture_query_with_file_and_line(minitorch_repo: P
         at("test/test_nn.py", "def test_functional_relu("),
     ) in _evidence(answers["tests"])
     affected = _evidence(answers["affected"])
-    # A file's line cites its most direct test (issue 22: ranked as tests ranks them); the
-    # call site linking it to the change is the last hop of its chain.
+    # A file's line cites its most direct test (issue 22: ranked as tests ranks them): the
+    # test named for the op check_add_alpha serves (issue 37: test_add_alpha, before the
+    # OpInfo harness test); the call site linking it to the change is its chain's last hop.
     assert (
         "test/test_binary_ufuncs.py",
-        at("test/test_binary_ufuncs.py", "def test_reference_numerics("),
+        at("test/test_binary_ufuncs.py", "def test_add_alpha("),
     ) in affected
     assert any(
         evidence == at("test/test_binary_ufuncs.py", "minitorch.add(") for _, evidence in affected

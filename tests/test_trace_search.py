@@ -11,7 +11,7 @@ from indexer.query.op_chain import walk_out
 from indexer.query.search import search
 from indexer.query.trace import trace
 from tests.bindings_support import build_fixture
-from tests.helpers import line_of
+from tests.helpers import build_private_index, commit_all, line_of, make_fixture_repo
 
 NATIVE = "aten/src/ATen/native"
 
@@ -225,6 +225,74 @@ def test_extension_op_reaches_host_function_and_kernel(miniext: tuple[Path, Inde
         "definition": f"csrc/layernorm_kernels.cu:{kernel_line}",
         "launch": f"csrc/layernorm_kernels.cu:{line_of(repo / 'csrc/layernorm_kernels.cu', 'rms_norm_kernel<scalar_t><<<')}",
     }
+
+
+def test_extension_op_with_no_public_name_lists_the_python_calling_it(
+    miniext: tuple[Path, Index],
+) -> None:
+    """vLLM's ops have no torch.X name: the wrappers calling torch.ops._C.X are how Python
+    reaches them, listed unasked (a reverse question answered in one call)."""
+    repo, index = miniext
+    answer = trace(index, "torch.ops._C.rms_norm")
+    line = line_of(repo / "miniext/_custom_ops.py", "torch.ops._C.rms_norm(")
+    assert labels(answer).get("miniext._custom_ops.rms_norm") == f"miniext/_custom_ops.py:{line}"
+    assert "miniext._custom_ops.rms_norm" in answer.to_text()
+
+
+_UNTYPED_METHOD_CALL = """\
+#include <torch/csrc/stable/library.h>
+
+namespace vllm {
+
+template <typename T>
+__global__ void cross_device_reduce(T* out, const T* in, int n) {
+  out[threadIdx.x] = in[threadIdx.x];
+}
+
+struct Reducer {
+  template <typename T>
+  void reduce(cudaStream_t stream, T* out, const T* in, int n);
+};
+
+template <typename T>
+void Reducer::reduce(cudaStream_t stream, T* out, const T* in, int n) {
+  cross_device_reduce<T><<<1, n, 0, stream>>>(out, in, n);
+}
+
+}  // namespace vllm
+
+void custom_reduce(int64_t _fa, torch::stable::Tensor& out, torch::stable::Tensor& in) {
+  auto fa = reinterpret_cast<vllm::Reducer*>(_fa);
+  fa->reduce<float>(nullptr, out.mutable_data_ptr<float>(), in.const_data_ptr<float>(), 8);
+}
+
+STABLE_TORCH_LIBRARY_FRAGMENT(_C_custom_ar, m) {
+  m.def("custom_reduce(int fa, Tensor! out, Tensor inp) -> ()");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(_C_custom_ar, CUDA, m) {
+  m.impl("custom_reduce", TORCH_BOX(&custom_reduce));
+}
+"""
+
+
+def test_kernel_behind_an_untyped_method_call_is_listed_as_possible(tmp_path: Path) -> None:
+    """vLLM's custom_reduce_scatter calls ``fa->reduce_scatter<T>(...)`` on an ``auto`` from
+    reinterpret_cast: the linker leaves the call unresolved; the one method of that name
+    launches the kernel. trace names it, marked possible, with the call it hangs on."""
+    repo = make_fixture_repo("miniext", tmp_path / "miniext")
+    (repo / "csrc/custom_reduce.cu").write_text(_UNTYPED_METHOD_CALL)
+    commit_all(repo, "an op whose host calls a method through an untyped pointer")
+    index = build_private_index(repo, tmp_path)
+    answer = trace(index, "torch.ops._C_custom_ar.custom_reduce", focus="cuda")
+    source = repo / "csrc/custom_reduce.cu"
+    kernel = next(item for item in answer.items if item.label == "vllm::cross_device_reduce")
+    assert kernel.evidence == f"csrc/custom_reduce.cu:{line_of(source, '__global__ void')}"
+    call = line_of(source, "fa->reduce<float>(")
+    launch = line_of(source, "cross_device_reduce<T><<<")
+    assert kernel.detail.startswith("possible CUDA kernel")
+    assert f"custom_reduce.cu:{launch}" in kernel.detail
+    assert f"custom_reduce.cu:{call}" in kernel.detail
 
 
 def test_python_definition_leads_to_the_ops_it_calls(minitorch: tuple[Path, Index]) -> None:

@@ -32,7 +32,16 @@ from indexer.query.native_reach import NativeReach
 from indexer.query.py_lookup import reexported
 from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.query.test_rank import FURTHER, TIER_TEXT
-from indexer.query.tests import RankedTests, ReachedTest, named_for, rank_tests, with_named
+from indexer.query.tests import (
+    NEAREST_OPS,
+    RankedTests,
+    ReachedTest,
+    named_for,
+    named_ids,
+    op_names,
+    rank_tests,
+    with_named,
+)
 from indexer.select.chains import reasons_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
@@ -55,7 +64,6 @@ MAX_FILES = 50  # files walked to and kept, each with its chain; the MCP tool sa
 MAX_HOPS_SHOWN = 12
 CHAINS_SHOWN = 3  # files whose chains the text spells out, hop by hop (the rest: in data)
 TESTS_NAMED = 3  # a file's most direct tests named in its line
-NEAREST_OPS = 8  # ops a native function's tests are ranked by (nearest first)
 RANKED_HOPS = 2  # a test naming it (1), an OpInfo test through its entry (2)
 
 
@@ -156,8 +164,9 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     # Tests named for it (test_<name>) that no path reaches: as `tests` lists them, after
     # the files that name it, their files listed even where the walk did not reach them.
     reached_tests = {hit.id for hit in ranking.ranked}
-    named_tests = {hit.id: hit for name in names for hit in named_for(index, name, reached_tests)}
-    direct = _tests_by_file(with_named(ranking.ranked, list(named_tests.values())))
+    ids = named_ids(index, [*names, *op_names(index, native)])
+    named_tests = {hit.id: hit for hit in named_for(index, (), reached_tests, ids)}
+    direct = _tests_by_file(with_named(ranking.ranked, list(named_tests.values()), ids))
     named_only = sorted({hit.path for hit in named_tests.values()} - set(by_file))
     if named_only:
         answer.title += (

@@ -8,6 +8,7 @@ short is reported, never silent.
 
 from __future__ import annotations
 
+import heapq
 import json
 import threading
 from collections.abc import Callable, Iterable
@@ -399,10 +400,14 @@ _FORMULA_CALLS_SQL = (
     " WHERE r.file_id = (SELECT file_id FROM nodes WHERE id = ?) AND r.src_id = ?"
     " AND r.kind = 'derives' AND r.attrs LIKE '%\"formula\"%' ORDER BY r.line"
 )
-_CALLING_FORMULAS_SQL = (
-    "SELECT r.src_id, f.path, r.line, r.attrs FROM refs r JOIN files f ON f.id = r.file_id"
-    " JOIN nodes d ON d.id = r.src_id WHERE r.target_key = ? AND r.kind = 'derives'"
-    " AND d.kind = 'derivative' AND r.attrs LIKE '%\"formula\"%' ORDER BY f.path, r.line"
+# Every call a backward formula makes, read once per index from the files holding
+# derivatives (by target_key, a name like 'add' has thousands of refs to look through).
+_EVERY_FORMULA_CALL_SQL = (
+    "SELECT r.target_key, r.src_id, f.path, r.line, r.attrs FROM refs r"
+    " JOIN files f ON f.id = r.file_id JOIN nodes d ON d.id = r.src_id"
+    " WHERE r.file_id IN (SELECT DISTINCT file_id FROM nodes WHERE kind = 'derivative')"
+    " AND r.kind = 'derives' AND d.kind = 'derivative' AND r.attrs LIKE '%\"formula\"%'"
+    " ORDER BY f.path, r.line"
 )
 
 
@@ -434,17 +439,31 @@ def formula_ops(index: Index, derivative: Node) -> list[Hop]:
     helpers a formula also calls (``zeros_like``, ``grad.sum``) left out. The formula names
     the op unqualified (``at::`` is in scope): its ``aten::`` op."""
     found: dict[int, Hop] = {}
-    own = derivative.qualname.split(".", 1)[0]
     rows = index.conn.execute(_FORMULA_CALLS_SQL, (derivative.id, derivative.id))
     for target, path, line, raw in rows:
         attrs = _json(raw)
         name = str(target or "").removeprefix("at::")
-        if attrs.get("formula") == "result" or "backward" not in name or f"aten::{name}" == own:
+        # A backward op's own formula may call it (double backward): kept, its kernels
+        # compute that gradient too.
+        if attrs.get("formula") == "result" or "backward" not in name:
             continue
         for op in index.find(name, ["op"]):
             if op.qualname == f"aten::{name}" and op.id not in found:
                 found[op.id] = Hop(op, path, line, attrs)
     return list(found.values())
+
+
+def formula_calls(index: Index) -> dict[str, list[tuple[int, str, int, str | None]]]:
+    """Name called (target_key) -> (derivative entry, path, line, attrs) of each call a
+    backward formula makes, in file order; read once per index."""
+
+    def load() -> dict[str, list[tuple[int, str, int, str | None]]]:
+        by_name: dict[str, list[tuple[int, str, int, str | None]]] = {}
+        for key, src, path, line, raw in index.conn.execute(_EVERY_FORMULA_CALL_SQL):
+            by_name.setdefault(key, []).append((src, path, line, raw))
+        return by_name
+
+    return index.shared("formula-calls", load)
 
 
 def calling_formulas(index: Index, op: Node) -> list[Hop]:
@@ -454,7 +473,7 @@ def calling_formulas(index: Index, op: Node) -> list[Hop]:
         return []
     base = op.qualname.removeprefix("aten::").split(".", 1)[0]
     hops = []
-    for src, path, line, raw in index.conn.execute(_CALLING_FORMULAS_SQL, (base,)):
+    for src, path, line, raw in formula_calls(index).get(base, ()):
         attrs = _json(raw)
         if attrs.get("formula") != "result":
             hops.append(Hop(index.node(src), path, line, attrs))
@@ -502,13 +521,17 @@ def python_references(index: Index, node: Node, limit: int = 10) -> tuple[list[H
         paths = index.file_paths()
         tests = index.shared("test-file-ids", lambda: _test_file_ids(index))
         references = graph.into([node.id], graph.codes(["references"]))
-        edges = [
-            (file_id in tests, paths[file_id], line, src, file_id, ref)
-            for src, _, _, file_id, line, ref in references
-            if file_id in paths
-        ]
-        total = len(edges)
-        edges.sort(key=lambda edge: edge[:3])
+        if limit <= 0:  # only counted: aten::add has thousands, not worth a sort
+            total = sum(1 for row in references if row[3] in paths)
+            edges = []
+        else:
+            edges = [
+                (file_id in tests, paths[file_id], line, src, file_id, ref)
+                for src, _, _, file_id, line, ref in references
+                if file_id in paths
+            ]
+            total = len(edges)
+            edges = heapq.nsmallest(limit, edges, key=lambda edge: edge[:3])
         rows = [
             (
                 src,
@@ -516,7 +539,7 @@ def python_references(index: Index, node: Node, limit: int = 10) -> tuple[list[H
                 line,
                 _edge_attrs(index, src, node.id, line, _UnreadAttrs("references", file_id, ref)),
             )
-            for _, path, line, src, file_id, ref in edges[:limit]
+            for _, path, line, src, file_id, ref in edges
         ]
     else:
         rows = index.conn.execute(_REFERENCES_SQL, (node.id, limit)).fetchall()

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from indexer.query import adjacency, test_rank
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Edge, Index, Node
+from indexer.query.native_reach import NativeReach
 from indexer.query.op_lookup import lookup
 from indexer.query.py_lookup import IndexNames, definitions, suggest
-from indexer.query.recorded_answers import record_evidence
+from indexer.query.recorded_answers import native_walk, record_evidence
 from indexer.wording import plural
 
 MODES = ("find", "utils", "file_info")
@@ -33,6 +34,7 @@ WALK_EDGES = ("covers", "references")
 MAX_DEPTH = 4
 DEFAULT_LIMIT = 50  # items kept when no limit is asked (the text keeps to its budget)
 MAX_VISITED = 20_000
+NEAREST_OPS = 8  # ops a C++ function's tests are named for (nearest first)
 
 
 @dataclass
@@ -258,12 +260,15 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     starts, how = _starts(index, query)
     if not starts:
         return Answer.not_found("tests", query, "Op, Python API or test", suggest(index, query))
-    evidence = record_evidence(index, starts, query)
+    native = native_walk(index, starts)
+    evidence = record_evidence(index, starts, query, native)
     found = rank_tests(index, starts, evidence.tests if evidence else ())
     ranked, dropped, truncated = found.ranked, found.dropped, found.truncated
-    named = named_for(index, query, {hit.id for hit in ranked})
+    ops = [node.qualname for node in starts if node.kind == "op"][:NEAREST_OPS]
+    ids = named_ids(index, [query, *ops, *op_names(index, native)])
+    named = named_for(index, (), {hit.id for hit in ranked}, ids)
     reaching = len(ranked)
-    ranked = with_named(ranked, named)
+    ranked = with_named(ranked, named, ids)
     files: dict[str, int] = {}
     for hit in ranked:
         files[hit.path] = files.get(hit.path, 0) + 1
@@ -328,43 +333,86 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
 
 MAX_NAMED_ONLY = 20  # tests named for the query with no path, listed after the direct ones
 NAMED_READ = 500  # tests named for it read, reached or not
+# test_X or test_X_*: a range over the name index ('`' sorts right after '_'), not a
+# LIKE, which scans every test function (12 ms on vLLM's 18,611).
+# A python_function named so in a test file is a test template's method (inductor's
+# CommonTemplate, copied into device test classes when the module runs): a test too.
 _NAMED_SQL = (
-    "SELECT n.id FROM nodes n WHERE n.kind = 'test_function'"
-    " AND (n.name = ? OR n.name LIKE ? ESCAPE '\\') LIMIT ?"
+    "SELECT n.id, n.kind, n.file_id FROM nodes n"
+    " WHERE (n.name = ? OR (n.name >= ? AND n.name < ?))"
+    " AND n.kind IN ('test_function', 'python_function') LIMIT ?"
 )
 
 
-def named_for(index: Index, query: str, reached: set[int]) -> list[ReachedTest]:
-    """Test functions named for what the query names (``align_tensors``,
+def named_ids(index: Index, names: Iterable[str]) -> set[int]:
+    """Test functions named for what any of ``names`` names (``align_tensors``,
     ``aten::align_tensors.default``, ``torch.align_tensors``: ``test_align_tensors``,
-    ``test_align_tensors_*``) that no covers/references path reaches: a call through a
-    harness, a module attribute or a generated binding the index cannot follow. Listed as
-    such, after the tests that name it."""
-    name = query.strip()
-    if "::" in name:  # aten::add.Tensor: the op's name without namespace and overload
-        name = name.rpartition("::")[2].split(".", 1)[0]
-    base = name.rpartition(".")[2].lstrip("_")
-    if len(base) < 3 or not base.isidentifier():
-        return []
-    escaped = base.replace("_", "\\_")  # an identifier: '_' is LIKE's only wildcard in it
-    rows = index.conn.execute(_NAMED_SQL, (f"test_{base}", f"test\\_{escaped}\\_%", NAMED_READ))
+    ``test_align_tensors_*``)."""
+    ids: set[int] = set()
+    test_files = index.test_file_paths()
+    for query in names:
+        name = query.strip()
+        if "::" in name:  # aten::add.Tensor: the op's name without namespace and overload
+            name = name.rpartition("::")[2].split(".", 1)[0]
+        base = name.rpartition(".")[2].lstrip("_")
+        if len(base) < 3 or not base.isidentifier():
+            continue
+        for spelled in dict.fromkeys((base, base.lower())):  # test_rnn_* for RNN, as written
+            prefix = f"test_{spelled}_"
+            rows = index.conn.execute(
+                _NAMED_SQL, (f"test_{spelled}", prefix, prefix[:-1] + "`", NAMED_READ)
+            )
+            ids.update(
+                node_id
+                for node_id, kind, file_id in rows
+                if kind == "test_function" or file_id in test_files
+            )
+    return ids
+
+
+def named_for(
+    index: Index, names: Iterable[str], reached: set[int], ids: set[int] | None = None
+) -> list[ReachedTest]:
+    """The tests of :func:`named_ids` (``ids``, if the caller read them) that no
+    covers/references path reaches: a call through a harness, a module attribute or a
+    generated binding the index cannot follow. Listed as such, after the tests that name
+    it."""
     found: dict[int, ReachedTest] = {}
-    for node in index.nodes(row[0] for row in rows):
-        if node.id not in reached:
-            hit = ReachedTest.of(node, 1, None)
-            hit.tier, hit.named_only = test_rank.FURTHER, True
-            found[node.id] = hit
+    for node in index.nodes(sorted((named_ids(index, names) if ids is None else ids) - reached)):
+        hit = ReachedTest.of(node, 1, None)
+        hit.kind = "test_function"  # a test template's method is listed as the test it is
+        hit.tier, hit.named_only = test_rank.FURTHER, True
+        found[node.id] = hit
     return sorted(found.values(), key=lambda hit: (hit.path, hit.line))[:MAX_NAMED_ONLY]
 
 
-def with_named(ranked: list[ReachedTest], named: list[ReachedTest]) -> list[ReachedTest]:
-    """``named`` placed after the tests that name the query themselves (and OpInfo tests),
-    positions renumbered."""
-    cut = next((i for i, hit in enumerate(ranked) if hit.tier == test_rank.FURTHER), len(ranked))
-    merged = [*ranked[:cut], *named, *ranked[cut:]]
+def with_named(
+    ranked: list[ReachedTest], named: list[ReachedTest], ids: set[int] = frozenset()
+) -> list[ReachedTest]:
+    """Tests named for the query ranked as dedicated to it: the reached ones of ``ids``
+    (test_ceil_*, however far their path) right after the tests that are what the query
+    names and those a record saw run it; then the tests that name it themselves; then
+    ``named``, which no path reaches; then OpInfo harness tests and tests further away.
+    Positions renumbered."""
+    start = next(
+        (i for i, hit in enumerate(ranked) if hit.tier >= test_rank.DIRECT and not hit.ran),
+        len(ranked),
+    )
+    promoted = [hit for hit in ranked[start:] if hit.id in ids]
+    others = [hit for hit in ranked[start:] if hit.id not in ids]
+    cut = next((i for i, hit in enumerate(others) if hit.tier >= test_rank.OPINFO), len(others))
+    merged = [*ranked[:start], *promoted, *others[:cut], *named, *others[cut:]]
     for position, hit in enumerate(merged):
         hit.position = position
     return merged
+
+
+def op_names(index: Index, native: NativeReach | None) -> list[str]:
+    """The nearest ops whose kernels reach the native code a query names: what tests of
+    a C++ function or kernel are named for (test_segment_reduce for segment_reduce_kernel)."""
+    if native is None:
+        return []
+    return [node.qualname for node in index.nodes(native.ops[:NEAREST_OPS])]
 
 
 def _rank(

@@ -35,6 +35,9 @@ from indexer.query.py_lookup import ASSIGNMENT
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
+# Python code naming an op that has no public name (torch.X) shown unasked: for an
+# extension's op (vLLM's torch.ops._C.X) its wrappers are how Python reaches it.
+MAX_UNNAMED_REFERENCES = 3
 MAX_NAMED = 3  # ops a Python definition names, listed before their chains
 MAX_LISTED = 12  # kernels / formulas shown per hop
 MAX_BACKWARD_OPS = 2  # backward ops of one derivatives.yaml entry traced to their kernels
@@ -43,6 +46,7 @@ MAX_LIBRARY_CALLS = 4
 MAJOR_LAUNCHES = 2  # launches / library calls per kernel the text keeps before minor lines
 MAX_FOLLOW_DEPTH = 6  # indentation past which called ops are listed, not traced
 MAX_TRACED_CALLS = 6  # called ops traced on in one answer; the rest are listed
+MAX_UNRESOLVED_FOLLOWED = 8  # untyped method calls of a host followed by name to launches
 CUDA_LIBRARIES = frozenset(
     {
         "cuBLAS",
@@ -127,6 +131,7 @@ class _Trace:
     focus: _Focus
     answer: Answer
     visited: set[int] = field(default_factory=set)
+    dispatched: set[int] = field(default_factory=set)  # ops whose dispatch is listed
     summary: list[dict[str, Any]] = field(default_factory=list)
     generated_stubs: dict[int, dict[str, Any]] = field(default_factory=dict)  # ufunc stubs
     shown: set[int] = field(default_factory=set)  # implementations listed
@@ -304,7 +309,8 @@ def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -
             )
         record["python"] = op.attrs.get("python_names") or []
         listed = run.focus.parts == {"python"}
-        references, total = op_chain.python_references(index, op, limit=10 if listed else 0)
+        limit = 10 if listed else 0 if names else MAX_UNNAMED_REFERENCES
+        references, total = op_chain.python_references(index, op, limit=limit)
         for hop in references:
             run.add(hop.node.qualname, hop.evidence, "Python code naming the op", depth + 1)
         if total > len(references):
@@ -324,6 +330,7 @@ def _op_chain(run: _Trace, op: Node, depth: int, called_at: str | None = None) -
 
 def _dispatch(run: _Trace, op: Node, depth: int, record: dict[str, Any]) -> None:
     index = run.index
+    run.dispatched.add(op.id)
     implementations: dict[int, tuple[Node, list[str]]] = {}
     found: list[Any] = []
     delegates = []
@@ -662,6 +669,8 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 launched_from=index.node(hop.attrs["from"]).qualname,
                 minor=position >= MAJOR_LAUNCHES,
             )
+        if not launched.hops and (run.focus.cuda_only or (run.focus.key or "").lower() == "cuda"):
+            _possible_launches(run, hosts, depth)  # asked for CUDA kernels: none resolved
         if len(launched.hops) > MAX_LISTED:
             run.answer.notes.append(
                 f"{len(launched.hops) - MAX_LISTED} more CUDA kernels not shown"
@@ -678,6 +687,37 @@ def _implementation_chain(run: _Trace, functions: list[Node], depth: int) -> Non
                 for hop in launched.hops
             )
         _libraries(run, [*ids, *(hop.node.id for hop in kernels)], depth)
+
+
+def _possible_launches(run: _Trace, hosts: list[int], depth: int) -> None:
+    """Kernels behind a host's method call the linker could not resolve, the receiver's
+    type unknown (``auto fa = reinterpret_cast<T*>(p); fa->reduce_scatter<float>(...)``),
+    where that method name has one definition in the index: listed as possible, with the
+    call they hang on, when the resolved walk found no launch at all."""
+    asked: set[str] = set()
+    for host in hosts:
+        for missing in op_chain.unresolved(run.index, host, "calls"):
+            if not missing.attrs.get("member") or missing.attrs.get("receiver"):
+                continue
+            if missing.target in asked or len(asked) >= MAX_UNRESOLVED_FOLLOWED:
+                continue
+            asked.add(missing.target)
+            candidates = op_chain.same_name(run.index, missing.target, limit=2)
+            if len(candidates) != 1 or candidates[0].id in hosts:
+                continue
+            method = candidates[0]
+            launched = op_chain.kernels_launched(run.index, [method.id])
+            for position, hop in enumerate(launched.hops[:MAX_LISTED]):
+                run.add(
+                    hop.node.qualname,
+                    hop.node.evidence,
+                    f"possible CUDA kernel: launched at {hop.evidence} by {method.qualname},"
+                    f" the one definition of the unresolved call '{missing.target}' at"
+                    f" {missing.evidence}",
+                    depth,
+                    launched_from=method.qualname,
+                    minor=position >= MAJOR_LAUNCHES,
+                )
 
 
 def _libraries(run: _Trace, function_ids: list[int], depth: int) -> None:
@@ -763,7 +803,9 @@ def _backward_op(run: _Trace, hop: op_chain.Hop, depth: int) -> None:
     is where the gradient is computed)."""
     op = hop.node
     run.add(f"-> {op.qualname}", op.evidence, f"backward op, called at {hop.evidence}", depth)
-    if run.focus.parts != {"backward"} or op.id in run.visited:
+    # The op traced may be the one its own formula calls (elu_backward's double backward
+    # calls elu_backward): with focus='backward' its kernels were not listed yet.
+    if run.focus.parts != {"backward"} or op.id in run.dispatched:
         return
     run.visited.add(op.id)
     record: dict[str, Any] = {"op": op.qualname, "entry": op.evidence, "dispatch": []}

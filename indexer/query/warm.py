@@ -24,9 +24,9 @@ def _query_modules(index: Index) -> None:
 def tables() -> list[tuple[str, Callable[[Index], object]]]:
     from indexer.query.below_kernel import raw_calls
     from indexer.query.native_reach import autograd_apply_targets
-    from indexer.query.op_chain import dispatch_keys, stub_registrations
+    from indexer.query.op_chain import dispatch_keys, formula_calls, stub_registrations
     from indexer.query.op_lookup import python_names
-    from indexer.query.py_lookup import short_names
+    from indexer.query.py_lookup import module_ids, short_names
 
     return [
         ("the query modules", _query_modules),
@@ -36,5 +36,7 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
         ("the dispatch keys trace's focus takes", dispatch_keys),
         ("the file paths", Index.file_paths),
         ("the Python short names", short_names),
+        ("the Python modules' ids", module_ids),
+        ("the backward formulas' calls", formula_calls),
         ("the autograd functions' apply targets", autograd_apply_targets),
     ]
