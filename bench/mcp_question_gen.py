@@ -26,6 +26,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import yaml
+from question_sources import (
+    definitions_by_head,
+    make_question,
+    read_cpp,
+    test_functions,
+    word_index,
+)
 
 DEFAULT_SOURCE = Path.home() / ".cache" / "torchtalk-corpora" / "pytorch-2.6"
 OUT = Path(__file__).with_name("mcp_questions_generated.json")
@@ -47,33 +54,11 @@ class Tree:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.cpp: dict[str, list[str]] = {}
-        for top in CPP_ROOTS:
-            for path in sorted((root / top).rglob("*")):
-                if path.suffix in CPP_SUFFIXES and path.is_file():
-                    rel = path.relative_to(root).as_posix()
-                    self.cpp[rel] = path.read_text(errors="replace").splitlines()
-        self.words: dict[str, set[str]] = defaultdict(set)  # identifier -> files using it
-        for rel, lines in self.cpp.items():
-            for word in set(re.findall(r"[A-Za-z_]\w*", "\n".join(lines))):
-                self.words[word].add(rel)
+        self.cpp = read_cpp(root, CPP_ROOTS, CPP_SUFFIXES)
+        self.words = word_index(self.cpp)  # identifier -> files using it
         self.native = yaml.safe_load((root / NATIVE / "native_functions.yaml").read_text())
         self.derivatives = yaml.safe_load((root / "tools/autograd/derivatives.yaml").read_text())
-        self.tests: list[tuple[str, int, str, list[str]]] = []  # file, line, name, body
-        for path in sorted((root / "test").rglob("test_*.py")):
-            rel = path.relative_to(root).as_posix()
-            lines = path.read_text(errors="replace").splitlines()
-            for number, line in enumerate(lines, 1):
-                match = re.match(r"(\s*)def (test_\w+)\(", line)
-                if match:
-                    indent = len(match.group(1))
-                    body = []
-                    for after in lines[number:]:
-                        stripped = after.lstrip()
-                        if stripped and len(after) - len(stripped) <= indent:
-                            break
-                        body.append(after)
-                    self.tests.append((rel, number, match.group(2), body))
+        self.tests = test_functions(root, "test")  # file, line, name, body
 
     def definitions(
         self, name: str, suffixes: tuple[str, ...] = (".cpp", ".cu", ".mm")
@@ -81,24 +66,12 @@ class Tree:
         """file:line of each definition of C++ function ``name``: a line starting with a type
         (or ``TORCH_IMPL_FUNC(name)``) whose parameters open on it and that is not a
         declaration."""
-        found = []
         head = re.compile(
             rf"^(?:TORCH_IMPL_FUNC\({name}\)"
             rf"|(?:template\s*<.*>\s*)?[A-Za-z_][\w:<>,\s\*&]*[\s\*&:]{name}\s*\()"
         )
-        for rel in sorted(self.words.get(name, ())):
-            if not rel.endswith(suffixes):
-                continue
-            lines = self.cpp[rel]
-            for number, line in enumerate(lines, 1):
-                if not head.match(line) or line.startswith(("return", "#", "//")):
-                    continue
-                # a definition's signature ends in '{' before any ';'
-                rest = "\n".join(lines[number - 1 : number + 12])
-                brace, semi = rest.find("{"), rest.find(";")
-                if brace != -1 and (semi == -1 or brace < semi):
-                    found.append(f"{rel}:{number}")
-        return found
+        accept = lambda rel: rel.endswith(suffixes)  # noqa: E731
+        return definitions_by_head(self.cpp, self.words, name, head, accept, 12)
 
 
 # --- native_functions.yaml --------------------------------------------------------------
@@ -141,16 +114,8 @@ def public_torch_name(entry: dict) -> str | None:
 # --- the kinds ----------------------------------------------------------------------------
 
 
-def q(kind: str, key: str, question: str, tool: str, args: dict, expect, why: str) -> dict:
-    return {
-        "id": f"gen-{kind}-{key}",
-        "corpus": "pytorch",
-        "kind": kind,
-        "question": question,
-        "call": {"tool": tool, "args": args},
-        "expect": expect,
-        "why": why,
-    }
+def q(kind: str, key: str, text: str, tool: str, args: dict, expect, why: str) -> dict:
+    return make_question("pytorch", "gen", kind, key, text, tool, args, expect, why)
 
 
 def gen_impl(tree: Tree, ops: dict, key: str, kind: str, focus: str) -> list[dict]:

@@ -21,6 +21,14 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from question_sources import (
+    definitions_by_head,
+    make_question,
+    read_cpp,
+    test_functions,
+    word_index,
+)
+
 SUFFIXES = {".cpp", ".cc", ".cu", ".h", ".cuh", ".hpp"}
 # Builds other than the CUDA one: their registrations and definitions are asked separately.
 OTHER_BUILDS = ("csrc/rocm/", "csrc/cpu/")
@@ -31,16 +39,8 @@ _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^<>;()]*>)?\s*\(")
 _KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "static_cast", "defined"}
 
 
-def _q(kind: str, key: str, question: str, tool: str, args: dict, expect, why: str) -> dict:
-    return {
-        "id": f"vgen-{kind}-{key}",
-        "corpus": "vllm",
-        "kind": kind,
-        "question": question,
-        "call": {"tool": tool, "args": args},
-        "expect": expect,
-        "why": why,
-    }
+def _q(kind: str, key: str, text: str, tool: str, args: dict, expect, why: str) -> dict:
+    return make_question("vllm", "vgen", kind, key, text, tool, args, expect, why)
 
 
 class VllmTree:
@@ -48,30 +48,12 @@ class VllmTree:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.cpp: dict[str, list[str]] = {}
-        for path in sorted((root / "csrc").rglob("*")):
-            if path.suffix in SUFFIXES and path.is_file():
-                rel = path.relative_to(root).as_posix()
-                self.cpp[rel] = path.read_text(errors="replace").splitlines()
-        self.words: dict[str, set[str]] = defaultdict(set)
-        for rel, lines in self.cpp.items():
-            for word in set(re.findall(r"[A-Za-z_]\w*", "\n".join(lines))):
-                self.words[word].add(rel)
-        self.tests: list[tuple[str, int, str, str]] = []  # file, line, name, body
-        for path in sorted((root / "tests").rglob("test_*.py")):
-            rel = path.relative_to(root).as_posix()
-            lines = path.read_text(errors="replace").splitlines()
-            for number, line in enumerate(lines, 1):
-                match = re.match(r"(\s*)(?:async )?def (test_\w+)\(", line)
-                if match:
-                    indent = len(match.group(1))
-                    body = []
-                    for after in lines[number:]:
-                        stripped = after.lstrip()
-                        if stripped and len(after) - len(stripped) <= indent:
-                            break
-                        body.append(after)
-                    self.tests.append((rel, number, match.group(2), "\n".join(body)))
+        self.cpp = read_cpp(root, ("csrc",), SUFFIXES)
+        self.words = word_index(self.cpp)
+        self.tests = [  # file, line, name, body
+            (rel, number, name, "\n".join(body))
+            for rel, number, name, body in test_functions(root, "tests", async_defs=True)
+        ]
 
     def definitions(self, name: str, where) -> list[str]:
         """file:line of each definition of C++ function ``name`` in files ``where(rel)``
@@ -81,19 +63,9 @@ class VllmTree:
             rf"^(?:template\s*<.*>\s*)?(?:static\s+|inline\s+)*[A-Za-z_][\w:<>,\s\*&]*"
             rf"[\s\*&:]{re.escape(name)}\s*\("
         )
-        found = []
-        for rel in sorted(self.words.get(name, ())):
-            if not where(rel) or not rel.endswith((".cpp", ".cu", ".cc", ".cuh", ".h")):
-                continue
-            lines = self.cpp[rel]
-            for number, line in enumerate(lines, 1):
-                if not head.match(line) or line.startswith(("return", "#", "//")):
-                    continue
-                rest = "\n".join(lines[number - 1 : number + 15])
-                brace, semi = rest.find("{"), rest.find(";")
-                if brace != -1 and (semi == -1 or brace < semi):
-                    found.append(f"{rel}:{number}")
-        return found
+        cpp = (".cpp", ".cu", ".cc", ".cuh", ".h")
+        accept = lambda rel: where(rel) and rel.endswith(cpp)  # noqa: E731
+        return definitions_by_head(self.cpp, self.words, name, head, accept, 15)
 
     def body(self, location: str) -> str:
         """The text of the definition at ``location`` to its closing brace at column 0."""

@@ -10,7 +10,6 @@ under the recorder, the index is built from the sources.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,7 +21,7 @@ from indexer.record import storage
 from indexer.select.matching import ItemMatcher
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import commit_all, git
+from tests.helpers import commit_all, environment, git
 from tests.record_support import (
     build_recext_library,
     make_recext_repo,
@@ -54,20 +53,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
     library = build_recext_library(base / "lib")
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         from indexer.build import build_index
 
         build_index(Workspace.resolve(repo), show_progress=False)
         run_pytest(repo, "--torchtalk-record", env=env)
         yield repo, env
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ compiled, recorded and indexed for real."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from indexer.select.model import EXECUTED
 from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import git
+from tests.helpers import environment, git
 from tests.record_support import build_recext_library, make_recext_repo, recext_env, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
@@ -30,21 +29,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
     library = build_recext_library(base / "lib")
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         from indexer.build import build_index
 
         build_index(Workspace.resolve(repo), show_progress=False)
         run_pytest(repo, "--torchtalk-record", env=env)
         git(repo, "tag", "recorded")
         yield repo, env
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture
