@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES, commit_all, git
+from tests.helpers import FIXTURES, commit_all, environment, git
 
 
 def require_torch():
@@ -88,3 +88,14 @@ def run_pytest(
     )
     assert done.returncode in check_codes, done.stdout + done.stderr
     return done
+
+
+def index_and_record(repo: Path, env: dict[str, str]) -> None:
+    """Index ``repo`` and record its suite to the record beside that index, both in the
+    cache ``env`` names."""
+    from indexer.build import build_index
+    from indexer.workspace import Workspace
+
+    with environment(env):
+        build_index(Workspace.resolve(repo), show_progress=False)
+    run_pytest(repo, "--torchtalk-record", env=env)

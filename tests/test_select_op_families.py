@@ -23,8 +23,8 @@ from indexer.select.record_join import trusted_tests
 from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import FIXTURES, commit_all, environment, git
-from tests.record_support import require_torch, run_pytest
+from tests.helpers import FIXTURES, commit_all, git
+from tests.record_support import index_and_record, require_torch, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 YAML = "aten/src/ATen/native/native_functions.yaml"
@@ -62,19 +62,11 @@ def _make_repo(base: Path) -> tuple[Path, dict[str, str]]:
     return repo, env
 
 
-def _build_and_record(repo: Path, env: dict[str, str]) -> None:
-    from indexer.build import build_index
-
-    with environment(env):
-        build_index(Workspace.resolve(repo), show_progress=False)
-    run_pytest(repo, "--torchtalk-record", env=env)
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory):
     require_torch()
     repo, env = _make_repo(tmp_path_factory.mktemp("families"))
-    _build_and_record(repo, env)
+    index_and_record(repo, env)
     git(repo, "tag", "recorded")
     return repo, env
 
@@ -282,7 +274,7 @@ def test_a_record_made_with_uncommitted_edits_is_not_the_clean_commits_record(
         monkeypatch.setenv(key, value)
     # Recorded while total() did not call scaled(): its tests ran no scaled.
     edit(repo, "recaten/helpers.py", "return scaled(x).sum()", "return (x * 2).sum()")
-    _build_and_record(repo, env)
+    index_and_record(repo, env)
     git(repo, "checkout", "-q", "--", ".")  # the edit reverted: the record's commit again
     # A change that breaks both tests of total() through scaled().
     edit(repo, "recaten/helpers.py", "return x * 2", "return x * 3")

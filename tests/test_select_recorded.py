@@ -21,9 +21,10 @@ from indexer.record import storage
 from indexer.select.matching import ItemMatcher
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import commit_all, environment, git
+from tests.helpers import commit_all, git
 from tests.record_support import (
     build_recext_library,
+    index_and_record,
     make_recext_repo,
     recext_env,
     run_pytest,
@@ -53,12 +54,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
     library = build_recext_library(base / "lib")
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
-    with environment(env):
-        from indexer.build import build_index
-
-        build_index(Workspace.resolve(repo), show_progress=False)
-        run_pytest(repo, "--torchtalk-record", env=env)
-        yield repo, env
+    index_and_record(repo, env)
+    return repo, env
 
 
 @pytest.fixture

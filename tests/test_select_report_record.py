@@ -14,8 +14,14 @@ from indexer.select.model import EXECUTED
 from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
-from tests.helpers import environment, git
-from tests.record_support import build_recext_library, make_recext_repo, recext_env, run_pytest
+from tests.helpers import git
+from tests.record_support import (
+    build_recext_library,
+    index_and_record,
+    make_recext_repo,
+    recext_env,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 SCALE = ("csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
@@ -29,13 +35,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
     library = build_recext_library(base / "lib")
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
-    with environment(env):
-        from indexer.build import build_index
-
-        build_index(Workspace.resolve(repo), show_progress=False)
-        run_pytest(repo, "--torchtalk-record", env=env)
-        git(repo, "tag", "recorded")
-        yield repo, env
+    index_and_record(repo, env)
+    git(repo, "tag", "recorded")
+    return repo, env
 
 
 @pytest.fixture
