@@ -31,6 +31,12 @@ def require_torch():
     return torch
 
 
+def libraries(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where fixture libraries are compiled for the whole session (each once per content
+    of its source), rather than once per test module."""
+    return tmp_path_factory.getbasetemp() / "fixture-libraries"
+
+
 def build_recext_library(cache: Path) -> Path:
     """The recext fixture's op library, compiled once per content of its source."""
     return build_fixture_library(cache, "recext")

@@ -26,7 +26,13 @@ from indexer.record.merge import merge
 from indexer.record.model import Record, RecordedTest
 from indexer.record.storage import RecordError
 from tests.helpers import commit_all
-from tests.record_support import build_recext_library, make_recext_repo, recext_env, run_pytest
+from tests.record_support import (
+    build_recext_library,
+    libraries,
+    make_recext_repo,
+    recext_env,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 
@@ -78,7 +84,7 @@ WAITING = f"{FILE}::test_fourth"
 @pytest.fixture(scope="module")
 def stoppable(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     base = tmp_path_factory.mktemp("stoppable")
-    library = build_recext_library(base / "lib")
+    library = build_recext_library(libraries(tmp_path_factory))
     repo = make_recext_repo(base / "recext")
     (repo / FILE).write_text(STOP_TESTS)
     commit_all(repo, "tests stopped from outside")

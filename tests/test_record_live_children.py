@@ -25,7 +25,7 @@ from indexer.select.matching import ItemMatcher
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import FIXTURES, commit_all, environment, git
-from tests.record_support import build_fixture_library, run_pytest
+from tests.record_support import build_fixture_library, libraries, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 OPS = {
@@ -41,7 +41,7 @@ STOPPED = ("tests/test_stopped.py", "test_stops_answering")
 def recorded(tmp_path_factory: pytest.TempPathFactory):
     """(repo, env, record): the workerext repo, indexed, recorded once."""
     base = tmp_path_factory.mktemp("live-children")
-    library = build_fixture_library(base / "lib", "workerext")
+    library = build_fixture_library(libraries(tmp_path_factory), "workerext")
     repo = base / "workerext"
     shutil.copytree(FIXTURES / "workerext", repo, ignore=shutil.ignore_patterns("__pycache__"))
     git(repo, "init", "-q", "-b", "main")

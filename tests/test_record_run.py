@@ -22,6 +22,7 @@ from indexer.record.merge import merge
 from indexer.record.model import Record
 from tests.record_support import (
     build_recext_library,
+    libraries,
     make_recext_repo,
     recext_env,
     run_pytest,
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.xdist_group("recorded-runs")
 @pytest.fixture(scope="module")
 def recext(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     base = tmp_path_factory.mktemp("recext")
-    library = build_recext_library(base / "lib")
+    library = build_recext_library(libraries(tmp_path_factory))
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
     return repo, env

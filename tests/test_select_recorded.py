@@ -25,6 +25,7 @@ from tests.helpers import commit_all, git
 from tests.record_support import (
     build_recext_library,
     index_and_record,
+    libraries,
     make_recext_repo,
     recext_env,
     run_pytest,
@@ -51,7 +52,7 @@ TESTS = {
 def recorded(tmp_path_factory: pytest.TempPathFactory):
     """(repo, env): the recext repo with an index and a record beside it."""
     base = tmp_path_factory.mktemp("recorded")
-    library = build_recext_library(base / "lib")
+    library = build_recext_library(libraries(tmp_path_factory))
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
     index_and_record(repo, env)

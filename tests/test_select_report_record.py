@@ -18,6 +18,7 @@ from tests.helpers import git
 from tests.record_support import (
     build_recext_library,
     index_and_record,
+    libraries,
     make_recext_repo,
     recext_env,
     run_pytest,
@@ -32,7 +33,7 @@ SQUARE = ("csrc/ops.cpp", "return Square::apply(x);", "return Square::apply(x * 
 def recorded(tmp_path_factory: pytest.TempPathFactory):
     """(repo, env): the recext repo with an index and a record beside it."""
     base = tmp_path_factory.mktemp("report-record")
-    library = build_recext_library(base / "lib")
+    library = build_recext_library(libraries(tmp_path_factory))
     repo = make_recext_repo(base / "recext")
     env = recext_env(base, library, repo)
     index_and_record(repo, env)
