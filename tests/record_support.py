@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,17 @@ def index_and_record(repo: Path, env: dict[str, str]) -> None:
     with environment(env):
         build_index(Workspace.resolve(repo), show_progress=False)
     run_pytest(repo, "--torchtalk-record", env=env)
+
+
+def on_recorded_repo(
+    recorded: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch, tag: str
+) -> Iterator[Path]:
+    """A recorded fixture repo for one test, in its environment; put back on main at
+    ``tag`` after (what the test edited, committed or checked out is undone)."""
+    path, env = recorded
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield path
+    git(path, "checkout", "-q", "-f", "main")
+    git(path, "reset", "-q", "--hard", tag)
+    git(path, "clean", "-qfdx")

@@ -24,7 +24,7 @@ from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 from tests.helpers import FIXTURES, commit_all, git
-from tests.record_support import index_and_record, require_torch, run_pytest
+from tests.record_support import index_and_record, on_recorded_repo, require_torch, run_pytest
 
 pytestmark = pytest.mark.xdist_group("recorded-runs")
 YAML = "aten/src/ATen/native/native_functions.yaml"
@@ -73,13 +73,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def repo(recorded, monkeypatch: pytest.MonkeyPatch):
-    path, env = recorded
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    yield path
-    git(path, "checkout", "-q", "-f", "main")
-    git(path, "reset", "-q", "--hard", "recorded")
-    git(path, "clean", "-qfdx")
+    yield from on_recorded_repo(recorded, monkeypatch, "recorded")
 
 
 def edit(repo: Path, path: str, old: str, new: str) -> None:

@@ -27,6 +27,7 @@ from tests.record_support import (
     index_and_record,
     libraries,
     make_recext_repo,
+    on_recorded_repo,
     recext_env,
     run_pytest,
 )
@@ -62,13 +63,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def repo(recorded, monkeypatch: pytest.MonkeyPatch):
     """The recorded repo, its cache in the environment; put back as it was after."""
-    path, env = recorded
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    yield path
-    git(path, "checkout", "-q", "-f", "main")
-    git(path, "reset", "-q", "--hard", "main_recorded")
-    git(path, "clean", "-qfdx")
+    yield from on_recorded_repo(recorded, monkeypatch, "main_recorded")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,6 +20,7 @@ from tests.record_support import (
     index_and_record,
     libraries,
     make_recext_repo,
+    on_recorded_repo,
     recext_env,
     run_pytest,
 )
@@ -43,12 +44,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def repo(recorded, monkeypatch: pytest.MonkeyPatch):
-    path, env = recorded
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    yield path
-    git(path, "reset", "-q", "--hard", "recorded")
-    git(path, "clean", "-qfdx")
+    yield from on_recorded_repo(recorded, monkeypatch, "recorded")
 
 
 def edit(repo: Path, path: str, old: str, new: str) -> None:
