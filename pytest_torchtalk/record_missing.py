@@ -53,7 +53,9 @@ def load_missing(base: Path, root: Path, record_path: Path) -> RecordMissing:
             f"--torchtalk-record-missing={base} is the record this run writes: record the "
             "missing tests to another path and merge them with 'torchtalk record merge'"
         )
-    record = storage.read(base)  # RecordError (a TorchTalkError) when unreadable
+    # Only node ids and unrecorded reasons are needed, and each xdist worker opens BASE:
+    # it is not decoded whole (RecordError, a TorchTalkError, when unreadable).
+    record = storage.open_stored(base)
     commit, here = record.meta.get("commit"), full_commit(root)
     if not commit or commit != here:
         raise TorchTalkError(
@@ -65,5 +67,4 @@ def load_missing(base: Path, root: Path, record_path: Path) -> RecordMissing:
             f"{base} was recorded with other uncommitted changes than this tree has "
             "(docs/recording.md#whose-record-it-is)"
         )
-    recorded = frozenset(t.nodeid for t in record.tests if not t.unrecorded)
-    return RecordMissing(base, recorded)
+    return RecordMissing(base, frozenset(record.nodeids_seen_whole()))

@@ -209,6 +209,11 @@ class Record:
             names |= self.segments[segment].names
         return names
 
+    def nodeids_seen_whole(self) -> list[str]:
+        """The node ids of the tests whose work the record saw whole (no unrecorded
+        reason): what a completion run leaves out (docs/recording.md#completing-a-record)."""
+        return [test.nodeid for test in self.tests if not test.unrecorded]
+
     @property
     def commit(self) -> str | None:
         return self.meta.get("commit")
