@@ -41,7 +41,8 @@ def quant_files(tree: Path) -> list[str]:
     init = tree / "vllm/model_executor/layers/quantization/__init__.py"
     package = "vllm.model_executor.layers.quantization"
     func = next(
-        n for n in ast.walk(ast.parse(init.read_text()))
+        n
+        for n in ast.walk(ast.parse(init.read_text()))
         if isinstance(n, ast.FunctionDef) and n.name == "get_quantization_config"
     )
     where: dict[str, str] = {}

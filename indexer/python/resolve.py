@@ -470,3 +470,21 @@ def resolve_fixtures(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resoluti
                     best = (depth, node_id)
         if best is not None:
             yield Resolution(ref.id, best[1], None)
+
+
+# --- registry names ----------------------------------------------------------------------
+
+
+def resolve_registry(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
+    """A string naming registry entries (indexer/python/registries.py): every entry so
+    named, the ref's own source excepted (an alias naming its key). Several entries of
+    one name (a key two tables hold) are each a place the string can load from: all are
+    kept, as a fanout, not ambiguity."""
+    entries: dict[str, list[int]] = defaultdict(list)
+    for node_id, kind in symbols.kind.items():
+        if kind == "registry_entry":
+            entries[symbols.name[node_id]].append(node_id)
+    for ref in refs:
+        found = [n for n in entries.get(ref.target, ()) if n != ref.src_id]
+        for node_id in found:
+            yield Resolution(ref.id, node_id, {"fanout": True} if len(found) > 1 else None)
