@@ -80,6 +80,7 @@ def test_a_model_change_selects_the_tests_that_load_its_architecture(tree: Index
     assert selected(selection) == {
         "tests/entrypoints/test_serve_llama.py",  # by the model id tests/models/registry.py maps
         "tests/entrypoints/test_serve_by_architecture.py",  # by the architecture's name
+        "tests/entrypoints/test_serve_unlisted.py",  # a model id no table maps: any model
     }
     hops = selection.files["tests/entrypoints/test_serve_llama.py"].reasons[0].chain
     registry = tree.line("regext/models/registry.py", '"LlamaForCausalLM": ("llama"')
@@ -98,8 +99,28 @@ def test_a_model_change_selects_the_tests_that_load_its_architecture(tree: Index
         for line in run.stdout.splitlines()
         if line.startswith("FAILED ")
     }
-    assert failed == {"tests/entrypoints/test_serve_llama.py"}, run.stdout[-2000:]
+    assert failed == {
+        "tests/entrypoints/test_serve_llama.py",
+        "tests/entrypoints/test_serve_unlisted.py",
+    }, run.stdout[-2000:]
     assert failed <= selected(selection)
+
+
+def test_a_model_id_no_table_maps_may_load_any_architecture(tree: IndexedTree) -> None:
+    """``org/unlisted-llama`` names no entry: its checkpoint decides the architecture, so
+    the test is kept for a change to any architecture the examples table gives ids to,
+    and the chain says which id it was."""
+    tree.replace("regext/models/opt.py", 'config.get("layers", 1)', 'config.get("layers", 2)')
+    selection = tree.select()
+    assert selected(selection) == {
+        "tests/entrypoints/test_serve_opt.py",
+        "tests/entrypoints/test_serve_unlisted.py",
+        "tests/quantization/test_fp8_serve.py",
+        "tests/quantization/test_awq_serve.py",
+    }
+    hops = selection.files["tests/entrypoints/test_serve_unlisted.py"].reasons[0].chain
+    assert hops[-1].dst == "tests.models.registry[any model id no table maps]"
+    assert hops[-1].evidence.startswith("tests/entrypoints/test_serve_unlisted.py:")
 
 
 @pytest.mark.parametrize(

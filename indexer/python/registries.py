@@ -37,6 +37,8 @@ SCHEME = "registry"
 # spaces, so prose, paths and format strings are not names.
 NAME_SHAPE = re.compile(r"[A-Za-z0-9][\w.+\-]*(?:/[\w.+\-]+)?\Z")
 MAX_NAME = 200
+# The name of the entry standing for a model id no table maps (no string has its shape).
+ANY_ID = "*"
 
 
 def is_table_file(path: str, patterns: list[str]) -> bool:
@@ -62,11 +64,26 @@ class RegistryTables:
         self.decorators = decorators
         self.package = indexer.modname if indexer.is_package else indexer.modname.rpartition(".")[0]
         self._imports: dict[str, str] | None = None
+        self._aliased: dict[str, int] = {}  # key -> line of its first alias (a model id)
 
     # --- tables --------------------------------------------------------------------------
 
     def tables(self, body: list[ast.stmt]) -> None:
         self._tables(body, self.fi.module_node, self.fi.modname)
+        if self._aliased:
+            self._any_id()
+
+    def _any_id(self) -> None:
+        """The entry a model id no table maps stands for: a test loading one may load any
+        architecture this file's tables give ids to (its checkpoint's config decides),
+        so it ``registers`` every such key (docs/selection.md "Registries")."""
+        first = min(self._aliased.values())
+        wildcard = self.fi.facts.add_node(
+            ENTRY, ANY_ID, f"{self.fi.modname}[any model id no table maps]", first, first,
+            self.fi.module_node, table="*",
+        )  # fmt: skip
+        for key, line in sorted(self._aliased.items()):
+            self.fi.emit_ref(wildcard, REGISTERS, SCHEME, key, line)
 
     def _tables(self, body: list[ast.stmt], owner: int, owner_qual: str) -> None:
         for stmt in body:
@@ -91,12 +108,11 @@ class RegistryTables:
                     self._tables(stmts, owner, owner_qual)
 
     def _table(self, table: ast.Dict, owner: int, qual: str, var: str) -> None:
-        keys = [_string(key) for key in table.keys]
-        if not keys or any(key is None for key in keys):
-            return  # not a string-keyed table (or it spreads another: ``**other``)
-        for key, value in zip(keys, table.values, strict=True):
-            assert key is not None
-            line = value.lineno
+        for key_node, value in zip(table.keys, table.values, strict=True):
+            key = _string(key_node)
+            if key is None:
+                continue  # a spread of another table (``**other``): its own entries
+            line = key_node.lineno  # type: ignore[union-attr]
             pair = _pair(value)
             if pair is not None:
                 module, name = pair
@@ -112,6 +128,7 @@ class RegistryTables:
                 self.fi.emit_ref(entry, REGISTERS, "py", dotted, line)
             elif isinstance(value, ast.Call):
                 for alias, alias_line in self._aliases(value, key):
+                    self._aliased.setdefault(key, line)
                     entry = self._entry(
                         alias, f"{qual}[{key}]={alias}", owner, alias_line, var, key
                     )
