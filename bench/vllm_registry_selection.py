@@ -1,14 +1,17 @@
 """Selection for the sampled vLLM model and quantization files (bench/vllm_registry_sample.py),
 before and after the registry edges: run it once with each checkout's indexer on PYTHONPATH
-and its own TORCHTALK_CACHE_DIR, over a writable clone of the tree.
+and its own TORCHTALK_CACHE_DIR (an index of the clean tree, built by that checkout).
 
-Each change adds ``_torchtalk_probe = 0`` as the first statement of ``__init__`` (else the
-first method) of the class the registry names in that file (else the file's first class
-with a method): the code that runs when the architecture or method is loaded. The file is
-restored after each selection. Prints one JSON object per change: the selected test files,
-whether everything runs and why, and how many selected files came through a registry.
+Each change is a statement added to ``__init__`` (else the first method) of the class the
+registry names in that file (else the file's first class with a method): the code that
+runs when the architecture or method is loaded. What a diff there selects is the impact
+walk from that method (``torchtalk select`` places such a body change on the method and
+walks from it); the bench asks the walk directly, through the ``affected`` answer with no
+limit, so that it needs no index update per change (minutes each on vLLM under load).
+Prints one JSON object per change: the test files reached, and how many came through a
+registry (a ``registers`` hop in their chain).
 
-    python bench/vllm_registry_selection.py --source CLONE --sample SAMPLE.txt > OUT.jsonl
+    python bench/vllm_registry_selection.py --source TREE --sample SAMPLE.txt > OUT.jsonl
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import subprocess
 import sys
+import time
 from pathlib import Path
 
+from indexer.answers.affected import affected
 from indexer.build import build_index
-from indexer.select_changes import select_changes
+from indexer.query.index import Index
 from indexer.workspace import Workspace
 
 
@@ -42,29 +46,18 @@ def _registered_names(tree: Path) -> set[str]:
     return names
 
 
-def _edit(path: Path, registered: set[str]) -> tuple[bytes, str]:
-    original = path.read_bytes()
-    module = ast.parse(original)
+def _changed(tree: Path, rel: str, registered: set[str]) -> str:
+    """The qualified name of the method the change is made in."""
+    module = ast.parse((tree / rel).read_bytes())
     classes = [n for n in module.body if isinstance(n, ast.ClassDef)]
     ordered = [c for c in classes if c.name in registered] + classes
+    modname = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     for cls in ordered:
         methods = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        if not methods:
-            continue
-        method = next((m for m in methods if m.name == "__init__"), methods[0])
-        first = method.body[0]
-        if (
-            isinstance(first, ast.Expr)
-            and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)
-            and len(method.body) > 1
-        ):
-            first = method.body[1]  # after the docstring
-        lines = original.decode().split("\n")
-        lines.insert(first.lineno - 1, " " * first.col_offset + "_torchtalk_probe = 0")
-        path.write_bytes("\n".join(lines).encode())
-        return original, f"{cls.name}.{method.name}"
-    raise SystemExit(f"{path}: no class with a method to change")
+        if methods:
+            method = next((m for m in methods if m.name == "__init__"), methods[0])
+            return f"{modname}.{cls.name}.{method.name}"
+    raise SystemExit(f"{rel}: no class with a method to change")
 
 
 def main() -> int:
@@ -73,51 +66,41 @@ def main() -> int:
     parser.add_argument("--sample", type=Path, required=True)
     args = parser.parse_args()
     source = args.source.resolve()
-    dirty = subprocess.run(
-        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    if dirty.strip():
-        print(f"{source} has uncommitted changes; the bench needs a clean tree", file=sys.stderr)
-        return 1
     workspace = Workspace.resolve(source)
     if not workspace.db_path.is_file():
         build_index(workspace, show_progress=False)
+    index = Index(workspace.db_path)
     registered = _registered_names(source)
     for line in args.sample.read_text().splitlines():
         if line.startswith("#") or not line.strip():
             continue
         group, rel = line.split()
-        path = source / rel
-        original, changed = _edit(path, registered)
-        try:
-            selection = select_changes(workspace, "HEAD")
-        finally:
-            path.write_bytes(original)
+        changed = _changed(source, rel, registered)
+        started = time.perf_counter()
+        answer = affected(index, [changed], limit=100_000)
+        seconds = time.perf_counter() - started
+        chains = {item.label: item.data["chain"] for item in answer.items if "chain" in item.data}
         through = sorted(
-            f.path
-            for f in selection.files.values()
-            if any(hop.kind == "registers" for r in f.reasons for hop in r.chain)
+            path for path, chain in chains.items() if any(h["kind"] == "registers" for h in chain)
         )
-        example = {}
-        for f in sorted(selection.files.values(), key=lambda f: f.path)[:3]:
-            if f.reasons and f.reasons[0].chain:
-                example[f.path] = [
-                    f"{h.src} -{h.kind}-> {h.dst} @ {h.evidence}" for h in f.reasons[0].chain
-                ]
+        example = {
+            path: [f"{h['src']} -{h['kind']}-> {h['dst']} @ {h['evidence']}" for h in chains[path]]
+            for path in (through or sorted(chains))[:2]
+        }
         print(
             json.dumps(
                 {
                     "group": group,
                     "file": rel,
                     "changed": changed,
-                    "everything": selection.everything[:2],
-                    "selected": len(selection.files),
-                    "total": selection.test_files_total,
+                    "selected": len(answer.data.get("test_files", [])),
+                    "total": len(index.test_file_paths()),
+                    "notes": answer.notes,
                     "through_registry": len(through),
-                    "files": sorted(selection.files),
+                    "files": answer.data.get("test_files", []),
                     "through_registry_files": through,
                     "example_chains": example,
+                    "seconds": round(seconds, 1),
                 }
             ),
             flush=True,
