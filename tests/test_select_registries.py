@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.build import build_index
 from indexer.query.modules import modules
 from indexer.query.trace import trace
+from indexer.update import update_index
+from indexer.workspace import Workspace
+from tests.helpers import make_fixture_repo
 from tests.select_support import IndexedTree, chain_nodes, indexed_tree, selected
+from tests.test_update_equals_rebuild import assert_same_graph, edit, graph_of, rebuild_copy
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +179,35 @@ def test_modules_and_trace_answer_an_architecture(tree: IndexedTree) -> None:
     method = modules(index, "awq").to_text()
     assert "loads regext.quantization.awq.AWQConfig" in method
     assert "test tests/quantization/test_awq_serve.py::test_awq" in method
+
+
+def test_an_update_links_registry_names_as_a_rebuild_does(tmp_path) -> None:
+    """A model id first unmapped (the wildcard entry), then given to an architecture by
+    the examples table, then a quantization method removed: after each, the updated
+    index's entries, refs and edges equal a fresh build's, row for row."""
+    repo = make_fixture_repo("regext", tmp_path / "regext")
+    workspace = Workspace.resolve(repo)
+    build_index(workspace, jobs=1, show_progress=False)
+    steps = [
+        (
+            "tests/entrypoints/test_serve_opt_v2.py",
+            None,
+            'def test_v2():\n    assert "org/tiny-opt-v2"\n',
+        ),
+        (
+            "tests/models/registry.py",
+            '_HfExamplesInfo("org/tiny-opt")',
+            '_HfExamplesInfo("org/tiny-opt", extras={"v2": "org/tiny-opt-v2"})',
+        ),
+        ("regext/quantization/__init__.py", '        "awq": AWQConfig,\n', ""),
+    ]
+    for number, (rel, old, new) in enumerate(steps):
+        path = repo / rel
+        if old is None:
+            path.write_text(new, encoding="utf-8")
+        else:
+            edit(path, old, new)
+        update_index(workspace, jobs=1, show_progress=False)
+        assert_same_graph(workspace.db_path, rebuild_copy(repo, tmp_path / f"r{number}"), rel)
+    edges = graph_of(workspace.db_path)["edges"]
+    assert any("org/tiny-opt-v2" in repr(row) and "registers" in repr(row) for row in edges)
