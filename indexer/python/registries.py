@@ -23,12 +23,9 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
-from typing import TYPE_CHECKING
+from typing import Any
 
 from indexer.python.scope import absolute_module, callee_name, dotted_chain
-
-if TYPE_CHECKING:
-    from indexer.python.extractor import FileIndexer
 
 ENTRY = "registry_entry"
 REGISTERS = "registers"
@@ -59,7 +56,8 @@ class RegistryTables:
     """The entries of one file: its registry tables (if the harness names the file) and
     its registering decorators."""
 
-    def __init__(self, indexer: FileIndexer, decorators: frozenset[str]) -> None:
+    # ``indexer``: the extractor's FileIndexer (not imported: it imports this module).
+    def __init__(self, indexer: Any, decorators: frozenset[str]) -> None:
         self.fi = indexer
         self.decorators = decorators
         self.package = indexer.modname if indexer.is_package else indexer.modname.rpartition(".")[0]
