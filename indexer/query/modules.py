@@ -25,6 +25,7 @@ from indexer.query.py_lookup import (
     suggest,
 )
 from indexer.query.registry_answer import (
+    BRIEF_TESTS,
     entries_named,
     entries_of,
     registry_answer,
@@ -72,8 +73,10 @@ def modules(index: Index, name: str, mode: str = "trace", focus: str | None = No
         answer = _function(index, node, focus)
     # The registry entries that load the class, or are spelled as asked ("fp8" is both a
     # module and a quantization method): the module, class and tests of each.
+    # They lead: the methods of a large class would leave them past the text's budget.
     entries = entries_named(index, name) + (entries_of(index, node) if is_class(node) else [])
-    answer.items += registry_items(index, list({e.id: e for e in entries}.values()))
+    unique = list({e.id: e for e in entries}.values())
+    answer.items[0:0] = registry_items(index, unique, max_tests=BRIEF_TESTS, first=name)
     if node.qualname != name:
         answer.notes.append(f"{name} is {node.qualname} (matched by {how})")
     return answer

@@ -10,6 +10,7 @@ model id an examples table maps to it (the ``covers`` edges into the entries, an
 
 from __future__ import annotations
 
+from indexer.python.registries import ANY_ID
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 
@@ -17,6 +18,7 @@ ENTRY = "registry_entry"
 REGISTERS = "registers"
 TEST_KINDS = frozenset({"test_file", "test_class", "test_function"})
 MAX_TESTS = 40
+BRIEF_TESTS = 5  # beside a class's own answer, which the registry lines lead
 
 
 def entries_named(index: Index, name: str) -> list[Node]:
@@ -52,24 +54,37 @@ def _loaded(index: Index, entry: Node) -> list[Node]:
 def _tests(index: Index, entry: Node) -> list[tuple[str, str, str]]:
     """(test, evidence, how) for the tests naming the entry or one of its aliases."""
     found: dict[str, tuple[str, str, str]] = {}
-    names = [(entry, "")]
+    names = [(entry, f"names {entry.name!r}")]
+    anyid = []
     for edge in index.in_edges(entry.id, [REGISTERS]):
         alias = index.node(edge.src)
-        if alias.kind == ENTRY:
-            names.append((alias, f" (model id {alias.name!r}, {alias.evidence})"))
-    for named, how in names:
-        for edge in index.in_edges(named.id, ["covers"]):
-            test = index.node(edge.src)
-            if test.kind in TEST_KINDS:
-                label = test.qualname if test.kind != "test_file" else test.path
-                found.setdefault(label, (label, edge.evidence, f"names {named.name!r}{how}"))
-    return sorted(found.values())
+        if alias.kind != ENTRY:
+            continue
+        if alias.name == ANY_ID:  # after the tests that name this entry
+            anyid.append((alias, "names a model id no table maps: may load any architecture"))
+        else:
+            names.append((alias, f"names model id {alias.name!r} ({alias.evidence})"))
+    for group in (names, anyid):
+        for_group: dict[str, tuple[str, str, str]] = {}
+        for named, how in group:
+            for edge in index.in_edges(named.id, ["covers"]):
+                test = index.node(edge.src)
+                if test.kind in TEST_KINDS:
+                    label = test.qualname if test.kind != "test_file" else test.path
+                    if label not in found:
+                        for_group.setdefault(label, (label, edge.evidence, how))
+        found.update(sorted(for_group.items()))
+    return list(found.values())
 
 
-def registry_items(index: Index, entries: list[Node], depth: int = 0) -> list[Item]:
-    """Per entry: where it is registered, the module and class it loads, and its tests."""
+def registry_items(
+    index: Index, entries: list[Node], depth: int = 0, max_tests: int = MAX_TESTS, first: str = ""
+) -> list[Item]:
+    """Per entry: where it is registered, the module and class it loads, and its tests
+    (``max_tests`` each); the entries spelled ``first`` lead (the name asked)."""
     items: list[Item] = []
     seen: set[int] = set()
+    entries = sorted(entries, key=lambda entry: entry.name != first)
     for asked in entries:
         for entry in _keys(index, asked):
             if entry.id in seen:
@@ -87,10 +102,10 @@ def registry_items(index: Index, entries: list[Node], depth: int = 0) -> list[It
                     Item(f"loads {cls.qualname}", cls.evidence, f"module {module}", depth + 1)
                 )
             tests = _tests(index, entry)
-            for label, evidence, how in tests[:MAX_TESTS]:
+            for label, evidence, how in tests[:max_tests]:
                 items.append(Item(f"test {label}", evidence, how, depth + 1))
-            if len(tests) > MAX_TESTS:
-                items.append(Item(f"{len(tests) - MAX_TESTS} more tests", None, "", depth + 1))
+            if len(tests) > max_tests:
+                items.append(Item(f"{len(tests) - max_tests} more tests", None, "", depth + 1))
             if not tests:
                 items.append(Item("no test names it", None, "", depth + 1))
     return items
@@ -104,5 +119,5 @@ def registry_answer(tool: str, index: Index, name: str) -> Answer | None:
         return None
     answer = Answer(tool, name, title=f"{name}: {len(entries)} registry entr"
                     f"{'y' if len(entries) == 1 else 'ies'}")  # fmt: skip
-    answer.items = registry_items(index, entries)
+    answer.items = registry_items(index, entries, first=name)
     return answer

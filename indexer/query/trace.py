@@ -32,7 +32,13 @@ from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
 from indexer.query.py_lookup import ASSIGNMENT
-from indexer.query.registry_answer import entries_named, entries_of, registry_answer, registry_items
+from indexer.query.registry_answer import (
+    BRIEF_TESTS,
+    entries_named,
+    entries_of,
+    registry_answer,
+    registry_items,
+)
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
@@ -219,7 +225,8 @@ def _registered(index: Index, name: str, python: list[Node]) -> list[Item]:
     entries = entries_named(index, name)
     for node in python:
         entries += entries_of(index, node)
-    return registry_items(index, list({entry.id: entry for entry in entries}.values()))
+    unique = list({entry.id: entry for entry in entries}.values())
+    return registry_items(index, unique, max_tests=BRIEF_TESTS, first=name)
 
 
 def _python_apis(run: _Trace, ops: list[Node]) -> None:
