@@ -67,6 +67,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "never_affects": _STR_LIST,
         "import_every_module": _STR_LIST,
     },
+    # String-keyed registries (docs/selection.md "Registries"): the files whose tables are
+    # registries, and the decorators registering a class under a string.
+    "registries": {"tables": _STR_LIST, "decorators": _STR_LIST},
     "record": {"max_age_days": _INT},
     # Precise C++ mode (indexer/precise): where builds leave their compile database, and
     # the class templates whose static apply() runs F::forward (autograd functions).

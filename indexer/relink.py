@@ -78,6 +78,8 @@ POLICIES: dict[str, Policy] = {
     "op_impl": Policy(frozenset({"registration"}), True),
     # Fixtures by name, then by the nearest conftest.py.
     "fixture": Policy(frozenset({"test_utility"}), True),
+    # Registry entries by name; a model id is no identifier, so not keyed by a last name.
+    "registry": Policy(frozenset({"registry_entry"}), False),
     # Dotted names through re-exports and partial prefixes: not keyed by the last name.
     "py": Policy(_PYTHON, False),
     # OpInfo list membership from module summaries (test files hold some) and class

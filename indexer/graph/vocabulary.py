@@ -30,6 +30,9 @@ class NodeKind(str, Enum):
     TEST_FUNCTION = "test_function"
     TEST_UTILITY = "test_utility"  # helper under a testing package, or a conftest fixture
     EXTERNAL_SYMBOL = "external_symbol"  # a name imported from a depended-on harness's package
+    # A string key of a registry table (an architecture, a quantization method) or a name
+    # an examples table gives it (a model id): what code and tests spell to load a class.
+    REGISTRY_ENTRY = "registry_entry"
 
     def __str__(self) -> str:
         return self.value
@@ -50,6 +53,7 @@ class EdgeKind(str, Enum):
     REFERENCES = "references"  # python code -> op, binding or Python symbol it names
     COVERS = "covers"  # test -> what it exercises
     EXTERNAL_REF = "external_ref"  # module -> symbol of a depended-on harness's package
+    REGISTERS = "registers"  # registry entry -> the class it loads, or alias -> its entry
 
     def __str__(self) -> str:
         return self.value

@@ -28,6 +28,7 @@ RESOLVERS: dict[str, str] = {
     "py": "indexer.python.resolve:resolve",
     "opinfo": "indexer.python.resolve:resolve_opinfo",
     "fixture": "indexer.python.resolve:resolve_fixtures",
+    "registry": "indexer.python.resolve:resolve_registry",
 }
 
 

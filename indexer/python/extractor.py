@@ -23,6 +23,7 @@ from indexer.python.definitions import DefinitionPass, doc_line
 from indexer.python.library_ops import LibraryOps
 from indexer.python.modname import PackageLayout
 from indexer.python.opinfo import OpinfoScanner
+from indexer.python.registries import RegistryTables, is_table_file
 from indexer.python.scope import (
     Scope,
     absolute_module,
@@ -95,6 +96,15 @@ class FileIndexer(DefinitionPass, ReferencePass):
         self.self_stores: dict[str, set[str]] = {}
         self.base = None if self.in_package else self.modname.rpartition(".")[0] or None
         self.top_package = self.modname.split(".", 1)[0]
+        # String-keyed registries (indexer/python/registries.py): whether this file holds
+        # registry tables, and whether its strings name entries (test-side code, where the
+        # harness has registries).
+        tables = manifest.list("registries", "tables")
+        self.registry_decorators = frozenset(manifest.list("registries", "decorators"))
+        self.registry_tables = is_table_file(src.path, tables)
+        self.registry_names = bool(tables or self.registry_decorators) and (
+            self.is_test or self.is_utility or under_any(src.path, list(self.layout.test_dirs))
+        )
 
     # --- driver ------------------------------------------------------------------------
 
@@ -123,7 +133,13 @@ class FileIndexer(DefinitionPass, ReferencePass):
             summaries = OpinfoScanner(self).scan(tree.body)
         self._import_parent_package()
         self._walk_module(tree.body)
-        self._string_registries(tree.body)
+        registries = RegistryTables(self, self.registry_decorators)
+        if self.registry_tables:
+            registries.tables(tree.body)
+        else:
+            self._string_registries(tree.body)
+        if self.registry_decorators and any(d in text for d in self.registry_decorators):
+            registries.decorated(tree.body)
         if "library" in text or "custom_op" in text:
             LibraryOps(self).read(tree.body)
         attrs = self.facts.nodes[self.module_node].attrs

@@ -27,6 +27,7 @@ from typing import Any
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 from indexer.python.names import is_class, resolve_dotted, resolve_member_of_bases
 from indexer.python.reflection import WILDCARD, matcher
+from indexer.python.registries import ANY_ID
 
 DEF_KINDS = frozenset({"python_class", "python_function", "test_utility"})
 TEST_DEF_KINDS = frozenset({"test_class", "test_function"})
@@ -470,3 +471,28 @@ def resolve_fixtures(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resoluti
                     best = (depth, node_id)
         if best is not None:
             yield Resolution(ref.id, best[1], None)
+
+
+# --- registry names ----------------------------------------------------------------------
+
+
+def resolve_registry(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resolution]:
+    """A string naming registry entries (indexer/python/registries.py): every entry so
+    named, the ref's own source excepted (an alias naming its key). Several entries of
+    one name (a key two tables hold) are each a place the string can load from: all are
+    kept, as a fanout, not ambiguity. A model id (``org/name``) that no entry names may
+    load any architecture its checkpoint declares: it resolves to the entries standing
+    for any model id (one per examples table file), marked ``unmapped``."""
+    entries: dict[str, list[int]] = defaultdict(list)
+    for node_id, kind in symbols.kind.items():
+        if kind == "registry_entry":
+            entries[symbols.name[node_id]].append(node_id)
+    wildcards = entries.get(ANY_ID, [])
+    for ref in refs:
+        found = [n for n in entries.get(ref.target, ()) if n != ref.src_id]
+        if not found and "/" in ref.target and ref.kind != "registers":
+            for node_id in wildcards:
+                yield Resolution(ref.id, node_id, {"fanout": True, "unmapped": ref.target})
+            continue
+        for node_id in found:
+            yield Resolution(ref.id, node_id, {"fanout": True} if len(found) > 1 else None)

@@ -15,6 +15,7 @@ from indexer.python.reflection import (
     name_pattern,
     string_pattern,
 )
+from indexer.python.registries import SCHEME, is_name
 from indexer.python.scope import Scope, dotted_chain, parameter_names
 from indexer.python.testconv import OpsUse
 
@@ -270,7 +271,10 @@ class ReferencePass:
             elif kind is ast.Call:
                 if id(node) not in consumed:
                     self._call(node, src, scope, cls, stack)
-            elif kind is ast.Constant or node is None:
+            elif kind is ast.Constant:
+                if self.registry_names and type(node.value) is str:
+                    self._registry_name(node.value, src, node.lineno)
+            elif node is None:
                 continue
             elif kind is ast.Lambda:
                 for default in node.args.defaults:
@@ -290,6 +294,13 @@ class ReferencePass:
                         extend(value)
                     elif value is not None:
                         push(value)
+
+    def _registry_name(self, value: str, src: int, line: int) -> None:
+        """A string test-side code spells may name a registry entry (an architecture, a
+        quantization method, a model id): a ref the link step resolves to the entries so
+        named, if any (indexer/python/registries.py)."""
+        if is_name(value):
+            self.emit_ref(src, self.use_kind(src), SCHEME, value, line)
 
     def _unbound_name(self, node: ast.Name, src: int, scope: Scope, cls: str | None) -> None:
         """A name no import or definition binds: ``cls`` in a method is its class

@@ -24,6 +24,13 @@ from indexer.query.py_lookup import (
     is_class,
     suggest,
 )
+from indexer.query.registry_answer import (
+    BRIEF_TESTS,
+    entries_named,
+    entries_of,
+    registry_answer,
+    registry_items,
+)
 
 MODES = ("trace", "list")
 FOCUS = ("full", "methods", "bases", "calls")
@@ -44,11 +51,15 @@ def modules(index: Index, name: str, mode: str = "trace", focus: str | None = No
         return _browse(index, name)
     names = IndexNames(index)
     nodes, how = definitions(index, name, names)
+    classes = [node for node in nodes if is_class(node)]
+    if not nodes or (len(nodes) > 1 and len(classes) != 1):
+        registered = _registered(index, name)  # "LlamaForCausalLM": what its registry loads
+        if registered is not None:
+            return registered
     if not nodes:
         return Answer.not_found(
             "modules", name, "Python module, class or function", suggest(index, name)
         )
-    classes = [node for node in nodes if is_class(node)]
     if len(nodes) > 1 and len(classes) != 1:
         return _choices(name, nodes)
     node = classes[0] if classes else nodes[0]
@@ -60,8 +71,28 @@ def modules(index: Index, name: str, mode: str = "trace", focus: str | None = No
         answer = _module(index, node, focus)
     else:
         answer = _function(index, node, focus)
+    # The registry entries that load the class, or are spelled as asked ("fp8" is both a
+    # module and a quantization method): the module, class and tests of each.
+    # They lead: the methods of a large class would leave them past the text's budget.
+    entries = entries_named(index, name) + (entries_of(index, node) if is_class(node) else [])
+    unique = list({e.id: e for e in entries}.values())
+    answer.items[0:0] = registry_items(index, unique, max_tests=BRIEF_TESTS, first=name)
     if node.qualname != name:
         answer.notes.append(f"{name} is {node.qualname} (matched by {how})")
+    return answer
+
+
+def _registered(index: Index, name: str) -> Answer | None:
+    """A registry name (an architecture, a quantization method, a model id): the module
+    and class its entries load, with the tests that load it; None if it is none."""
+    answer = registry_answer("modules", index, name)
+    if answer is None:
+        return None
+    loaded = {i.label.removeprefix("loads ") for i in answer.items if i.label.startswith("loads ")}
+    for qualname in sorted(loaded)[:3]:
+        for cls in index.find(qualname):
+            if is_class(cls):
+                answer.items += _class(index, cls, "methods").items
     return answer
 
 

@@ -32,6 +32,13 @@ from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
 from indexer.query.py_lookup import ASSIGNMENT
+from indexer.query.registry_answer import (
+    BRIEF_TESTS,
+    entries_named,
+    entries_of,
+    registry_answer,
+    registry_items,
+)
 
 MAX_OPS = 6  # ops traced in full; the rest are listed
 MAX_PYTHON_NAMES = 8
@@ -162,6 +169,9 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         _known_key(index, wanted.key)
     found = lookup(index, func)
     if not found.ops and not found.bindings and not found.functions and not found.python:
+        registered = registry_answer("trace", index, func.strip())
+        if registered is not None:  # an architecture, a quantization method, a model id
+            return registered
         return Answer.not_found("trace", func, "Name", index.suggest(func))
     answer = Answer("trace", func)
     run = _Trace(index, wanted, answer)
@@ -203,9 +213,20 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
     if len(ops) > MAX_OPS:
         rest = ", ".join(op.qualname for op in ops[MAX_OPS:])
         answer.notes.append(f"{len(ops) - MAX_OPS} more ops match, not traced: {rest}")
+    answer.items += _registered(index, func.strip(), found.python)
     answer.data = {"ops": run.summary, "matched_by": found.how}
     answer.more = "focus='cuda', 'CPU' (a dispatch key), 'python' or 'backward' narrows it; limit=N shows N lines"
     return answer
+
+
+def _registered(index: Index, name: str, python: list[Node]) -> list[Item]:
+    """Where a traced class, or the name, is a registry entry: the module and class it
+    loads and the tests that load it (indexer/query/registry_answer.py)."""
+    entries = entries_named(index, name)
+    for node in python:
+        entries += entries_of(index, node)
+    unique = list({entry.id: entry for entry in entries}.values())
+    return registry_items(index, unique, max_tests=BRIEF_TESTS, first=name)
 
 
 def _python_apis(run: _Trace, ops: list[Node]) -> None:

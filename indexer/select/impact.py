@@ -63,6 +63,7 @@ REVERSE_KINDS = (
     EdgeKind.INCLUDES.value,
     EdgeKind.EXTERNAL_REF.value,
     EdgeKind.CONTAINS.value,
+    EdgeKind.REGISTERS.value,
 )
 FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
 CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
