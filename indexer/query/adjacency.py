@@ -419,7 +419,7 @@ def _consistent(adjacency: Adjacency) -> bool:
     nodes = adjacency.node_count
     if len(adjacency.node_file) != nodes:
         return False
-    if max(adjacency.node_kind, default=NONE) >= len(adjacency.node_kinds):
+    if not _codes_within(adjacency.node_kind, len(adjacency.node_kinds), NONE):
         return False
     for side in ("in", "out"):
         offsets = getattr(adjacency, f"{side}_offsets")
@@ -428,9 +428,16 @@ def _consistent(adjacency: Adjacency) -> bool:
             return False
         if any(len(getattr(adjacency, f"{side}_{name}")) != edges for name in _COLUMNS):
             return False
-        if max(getattr(adjacency, f"{side}_kind"), default=0) >= len(adjacency.edge_kinds):
+        if not _codes_within(getattr(adjacency, f"{side}_kind"), len(adjacency.edge_kinds)):
             return False
     return True
+
+
+def _codes_within(codes: array, count: int, *allowed: int) -> bool:
+    """Whether every one-byte code is below ``count`` (or one of ``allowed``): deleting
+    the valid bytes leaves none (a C loop; ``max`` over a million codes takes ~30 ms)."""
+    valid = bytes(code & 0xFF for code in (*range(count), *allowed))
+    return not codes.tobytes().translate(None, valid)
 
 
 def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:

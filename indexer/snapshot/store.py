@@ -71,7 +71,6 @@ class SnapshotInfo:
     counts: dict[str, Any] = field(default_factory=dict)
     db_bytes: int = 0
     record: dict[str, Any] = field(default_factory=dict)  # its commit, age, tests; {} if none
-    sidecars_for: str = ""  # read from older snapshots' descriptions; never used
     format: int = FORMAT
 
     def to_json(self) -> str:
@@ -119,7 +118,6 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "counts": ((dict,), False),
     "db_bytes": ((int,), False),
     "record": ((dict,), False),
-    "sidecars_for": ((str,), False),
     "format": ((int,), False),
 }
 _REQUIRED = tuple(key for key, (_, required) in _FIELDS.items() if required)
