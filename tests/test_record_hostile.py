@@ -61,11 +61,6 @@ def header_digest(fields_text: str) -> str:
     return hashlib.blake2b(fields_text.encode(), digest_size=16).hexdigest()
 
 
-def arrays_digest(body: bytes, listed: list) -> str:
-    """A sidecar's checksum as the writer makes it: CRC-32 over its arrays' bytes in order."""
-    return f"crc32:{zlib.crc32(body):08x}" if listed else "crc32:00000000"
-
-
 BLOCK = 1 << 16
 
 
