@@ -184,6 +184,7 @@ def forget_derived(workspace: Workspace, *names: str) -> None:
     """Drop derived items from the index in place, as an index made without them (a
     test's stand-in: nothing reads it meanwhile)."""
     with closing(sqlite3.connect(workspace.db_path)) as conn:
+        derived_store.ensure(conn)  # an index built without deriving has no tables yet
         derived_store.drop(conn, names)
         conn.commit()
 
@@ -199,6 +200,7 @@ def derived_rows(workspace: Workspace, name: str) -> tuple[list, list]:
 def put_derived_rows(workspace: Workspace, name: str, rows: tuple[list, list]) -> None:
     """Put back rows of ``derived_rows`` in place of what the index holds for ``name``."""
     with closing(sqlite3.connect(workspace.db_path)) as conn:
+        derived_store.ensure(conn)
         derived_store.drop(conn, [name])
         conn.executemany("INSERT INTO derived VALUES (?, ?, ?)", rows[0])
         conn.executemany(
