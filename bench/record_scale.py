@@ -267,7 +267,7 @@ def select_seconds(source: Path) -> tuple[Timed, dict]:
 
 
 def private_index(source: Path, out: Path) -> Path:
-    """A copy of the tree's index (and its sidecars) in the out dir's cache: the caller's
+    """A copy of the tree's index (what it derived is inside it) in the out dir's cache: the caller's
     index is never given this record or updated for these edits."""
     built = Workspace.resolve(source).db_path
     if not built.is_file():

@@ -4,14 +4,12 @@
    it) right after editing at::native::matmul, when the index must first be updated for
    the edited file, and again once it is up to date; with the engine's own breakdown.
    Target: under 1 s with a built index. Selections follow the chains to the hub
-   (``torch``) that the refresh keeps from the most used ops (indexer/select/hub_chains.py)
-   and keep none themselves: the up-to-date run is timed with the chains file as it was
-   before the change's first run, then again.
+   (``torch``) that the refresh derives from the most used ops into the index
+   (indexer/select/hub_chains.py) and keep none themselves.
 2. For a sample of single-function changes in aten/src/ATen/native (a statement added to
    the body of a random C++/CUDA function), the selected fraction of test files and the
    run-everything rate, with the reasons; and `torchtalk select` per change once the
-   index is up to date (the target's measure, over typical changes, not only matmul),
-   following only chains that earlier changes of the run found.
+   index is up to date (the target's measure, over typical changes, not only matmul).
 
 3. The PR job's path for the same change: the index restored from a snapshot (`torchtalk
    snapshot load`, as a PR job does after importing the nightly archive), the file
@@ -41,7 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 from indexer.query.index import Index
-from indexer.select import derived, hub, hub_chains
+from indexer.refresh import Refresh, prepare_for_selection
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
 
@@ -81,26 +79,7 @@ def _cli_select(source: Path) -> tuple[float, dict]:
     return wall, report
 
 
-class KeptChains:
-    """The index's kept chains to the hub (indexer.select.hub_chains): put back as they
-    were before a change's first selection, so a timed selection follows only chains
-    that other changes left, never one this change's own first walk found."""
-
-    def __init__(self, workspace: Workspace) -> None:
-        self.path = workspace.db_path.with_name(workspace.db_path.name + hub_chains.SUFFIX)
-        self.saved: bytes | None = None
-
-    def save(self) -> None:
-        self.saved = self.path.read_bytes() if self.path.is_file() else None
-
-    def restore(self) -> None:
-        if self.saved is None:
-            self.path.unlink(missing_ok=True)
-        else:
-            self.path.write_bytes(self.saved)
-
-
-def one_function_change(source: Path, index: Index, qualname: str, chains: KeptChains) -> None:
+def one_function_change(source: Path, index: Index, qualname: str) -> None:
     candidates = index.find(qualname, ["cpp_function", "cuda_kernel"])
     if not candidates:
         raise SystemExit(f"{qualname} is not in the index")
@@ -110,9 +89,7 @@ def one_function_change(source: Path, index: Index, qualname: str, chains: KeptC
     if original is None:
         raise SystemExit(f"no body found for {qualname} at {function.evidence}")
     try:
-        chains.save()
         cold, report = _cli_select(source)
-        chains.restore()
         warm, warm_report = _cli_select(source)
         again, again_report = _cli_select(source)
     finally:
@@ -183,9 +160,7 @@ def pr_job(source: Path, index: Index, qualname: str) -> None:
     print(f"    hub: {report['index'].get('hub_walk') or 'not reached'}")
 
 
-def sample_changes(
-    source: Path, index: Index, samples: int, seed: int, folder: str, chains: KeptChains
-) -> None:
+def sample_changes(source: Path, index: Index, samples: int, seed: int, folder: str) -> None:
     rows = index.conn.execute(
         "SELECT n.id, n.qualname, f.path, n.line, n.end_line FROM nodes n"
         " JOIN files f ON f.id = n.file_id"
@@ -208,11 +183,9 @@ def sample_changes(
         if original is None:
             continue
         try:
-            chains.save()
             started = time.perf_counter()
             selection = select_changes(workspace)
             times.append(time.perf_counter() - started)
-            chains.restore()  # only chains earlier changes found
             cli_times.append(_cli_select(source)[0])  # the index is up to date now
         finally:
             path.write_bytes(original)
@@ -281,15 +254,17 @@ def main() -> int:
     print(
         f"tree {source}, index {workspace.db_path} ({os.path.getsize(workspace.db_path) >> 20} MiB)"
     )
+    started = time.perf_counter()
+    done = Refresh("built", "", None)
+    prepare_for_selection(workspace, done)  # as 'torchtalk index build' leaves it, if it is not
+    if done.prepared is not None:
+        print(
+            f"prepared as index build does: {done.prepared} ({time.perf_counter() - started:.1f} s)"
+        )
     index = Index(workspace.db_path)
-    if hub.load(index) is None:  # not prepared as 'torchtalk index build' leaves it
-        started = time.perf_counter()
-        prepared = derived.prepare(workspace)
-        print(f"prepared as index build does: {prepared} ({time.perf_counter() - started:.1f} s)")
-    chains = KeptChains(workspace)
-    one_function_change(source, index, args.function, chains)
+    one_function_change(source, index, args.function)
     pr_job(source, index, args.function)
-    sample_changes(source, index, args.samples, args.seed, args.folder, chains)
+    sample_changes(source, index, args.samples, args.seed, args.folder)
     return 0
 
 

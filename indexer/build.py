@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ from indexer.precise.layer import precise_layer
 from indexer.progress import Progress
 from indexer.store import IndexWriter
 from indexer.store.db import write_meta
+from indexer.store.writer import Derive
 from indexer.workspace import Workspace
 
 
@@ -157,6 +159,7 @@ def build_index(
     extra_meta: dict[str, Any] | None = None,
     force: bool = False,
     compile_commands: Path | None = None,
+    derive: Derive | None = None,
 ) -> BuildResult:
     """Build the index of ``workspace`` and rename it into place.
 
@@ -171,6 +174,8 @@ def build_index(
     holds raises :class:`IncompleteBuildError` and keeps the old index, unless ``force``.
     A build of the whole tree (no ``select``) merges precise C++ facts over the call graph
     when a compile database is found (``compile_commands`` names one; indexer/precise).
+    ``derive`` writes what is derived from the graph into the file before it is renamed
+    into place (``indexer.refresh``).
     """
     db_path = db_path or workspace.db_path
     report = on_progress or (lambda step, done, total: None)
@@ -241,6 +246,7 @@ def build_index(
                     "git_commit": head_commit(workspace.source) or "",
                     "files_fingerprint": files_fingerprint(shas),
                     "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "generation": secrets.token_hex(8),
                     "build_pid": str(os.getpid()),
                     "timings": {k: round(v, 3) for k, v in timings.items()},
                     "counts": counts,
@@ -254,7 +260,7 @@ def build_index(
                     **(extra_meta or {}),
                 },
             )
-            writer.commit()
+            writer.commit(derive)
         report("done", len(entries), len(entries))
         progress.close(f"indexed {len(entries)} files in {timings['total_s']:.1f}s")
     return BuildResult(db_path, len(entries), errors, timings, counts, problems, precise)

@@ -5,24 +5,30 @@ the pytest plugin, the audit: :func:`current_index`), use it. An index that alre
 describes the tree is left alone; one an incremental update can bring up to date is
 updated; anything else (no index, another schema, manifest or extraction code: see
 ``indexer.update.full_build_reason``, the one place that decides) is built again.
-``force`` always builds again. What selections read beside the index is made here too,
-after the build or update (``indexer.select.derived``): selections write nothing
-(docs/selection.md, "A current index").
+``force`` always builds again. What selections read is derived here too, into the new
+index before it is renamed into place (``indexer.select.derived``, kept in the index:
+docs/architecture.md, "Derived data"): selections write nothing (docs/selection.md,
+"A current index").
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.build import BuildResult, build_index
+from indexer import durable
+from indexer.build import BuildResult, build_index, build_lock
 from indexer.errors import TorchTalkError
+from indexer.query import adjacency
 from indexer.query.freshness import Freshness, check_freshness
 from indexer.query.index import Index
 from indexer.select import derived
+from indexer.store.db import connect_writable
 from indexer.update import UpdateResult, full_build_reason, update_index
 from indexer.wording import plural
 from indexer.workspace import Workspace
@@ -54,6 +60,34 @@ def rebuild_reason(workspace: Workspace, compile_commands: Path | None = None) -
     return full_build_reason(workspace, workspace.db_path, compile_commands)
 
 
+class Preparation:
+    """Derives what selections read into a new index's private file before it is
+    renamed into place (given to a build or an update as ``derive``), noting what was
+    done; a failure leaves the index without it (selections walk what is missing)."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.source = workspace.source
+        self.done: derived.Prepared | None = None
+        self.problem: str | None = None
+        self.seconds = 0.0
+
+    def __call__(self, db_path: Path, conn: sqlite3.Connection) -> None:
+        started = time.perf_counter()
+        try:
+            self.done = derived.prepare(self.source, db_path, conn)
+        except (OSError, sqlite3.Error) as exc:
+            self.problem = str(exc)
+        self.seconds += time.perf_counter() - started
+
+    def installed(self, db_path: Path, done: Refresh) -> None:
+        """The index is in place at ``db_path``: say what was prepared, and hold its
+        adjacency for a selection in this process."""
+        done.prepare_s, done.prepare_problem = self.seconds, self.problem
+        if self.done is not None:
+            done.prepared = self.done.what
+            adjacency.hold(db_path, self.done.meta, self.done.adjacency)
+
+
 def refresh_index(
     workspace: Workspace,
     *,
@@ -64,10 +98,11 @@ def refresh_index(
     compile_commands: Path | None = None,
 ) -> Refresh:
     reason = "--force" if force else rebuild_reason(workspace, compile_commands)
+    preparation = Preparation(workspace)
     if reason is None:
         updated = update_index(
             workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,
-            compile_commands=compile_commands,
+            compile_commands=compile_commands, derive=preparation,
         )  # fmt: skip
         if updated.full_build:  # changed between the two looks: built already
             done = Refresh("built", updated.reason, None, updated)
@@ -76,34 +111,49 @@ def refresh_index(
     else:
         built = build_index(
             workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,
-            compile_commands=compile_commands,
+            compile_commands=compile_commands, derive=preparation,
         )  # fmt: skip
         done = Refresh("built", reason, built)
-    if done.how != "up to date" or not prepared(workspace):
-        prepare_for_selection(workspace, done)
+    if done.how == "up to date":
+        prepare_for_selection(workspace, done, wait=wait)
+    else:
+        preparation.installed(workspace.db_path, done)
     return done
 
 
 def prepared(workspace: Workspace) -> bool:
-    """Whether the walk past the hub kept for selections is this index's."""
-    from indexer.select.hub import load
-
+    """Whether the index holds what selections read, derived for it by this code."""
     index = Index(workspace.db_path)
     try:
-        return load(index) is not None
+        return derived.is_prepared(index)
     finally:
         index.close()
 
 
-def prepare_for_selection(workspace: Workspace, done: Refresh) -> None:
-    """Make what selections read beside the index (chains seeded after a build and an
-    update alike); a failure leaves the index standing and selections to walk what is missing."""
-    started = time.perf_counter()
-    try:
-        done.prepared = derived.prepare(workspace)
-    except (OSError, sqlite3.Error) as exc:
-        done.prepare_problem = str(exc)
-    done.prepare_s = time.perf_counter() - started
+def prepare_for_selection(workspace: Workspace, done: Refresh, *, wait: bool = True) -> None:
+    """Derive what selections read into the workspace's index when it does not hold it
+    (an index made by code that did not, or by another version of the deriving code):
+    into a copy, renamed over it under the build lock, as an update would."""
+    if prepared(workspace):
+        return
+    db_path = workspace.db_path
+    preparation = Preparation(workspace)
+    with build_lock(db_path.parent, wait=wait):
+        tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
+        try:
+            shutil.copyfile(db_path, tmp)
+            conn = connect_writable(tmp)
+            try:
+                preparation(tmp, conn)
+            finally:
+                conn.close()
+            if preparation.done is not None:
+                with open(tmp, "rb+") as handle:
+                    os.fsync(handle.fileno())
+                durable.replace(tmp, db_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    preparation.installed(db_path, done)
 
 
 @dataclass

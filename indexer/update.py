@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import sqlite3
 import time
@@ -64,6 +65,7 @@ from indexer.store.db import (
     read_meta,
     write_meta,
 )
+from indexer.store.writer import Derive
 from indexer.update_counts import Ledger
 from indexer.workspace import Workspace
 
@@ -241,6 +243,7 @@ def update_index(
     show_progress: bool | None = None,
     force: bool = False,
     compile_commands: Path | None = None,
+    derive: Derive | None = None,
 ) -> UpdateResult:
     """Bring the workspace's index up to date with its tree; ``since`` starts from a snapshot.
 
@@ -250,7 +253,8 @@ def update_index(
     is (:class:`IncompleteBuildError`) unless ``force``. Precise mode's merge is undone
     first and done again after (TUs whose include closure holds a changed file are parsed
     again, the others come from the cache); ``compile_commands`` defaults to the one the
-    index was built with.
+    index was built with. ``derive`` writes what is derived from the graph into the new
+    file before it is renamed into place (``indexer.refresh``).
     """
     started = time.perf_counter()
     base_label = "index"
@@ -269,6 +273,7 @@ def update_index(
             show_progress=show_progress,
             force=force,
             compile_commands=compile_commands,
+            derive=derive,
         )
         return UpdateResult(
             built.db_path,
@@ -363,8 +368,10 @@ def update_index(
                         lap("precise_s")
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     write_meta(conn, {"tree_problems": problems_meta(changes.problems)})
-                    store_delta(conn, base_path, meta)
+                    store_delta(conn, meta)
                     conn.execute("COMMIT")
+                    if derive is not None:
+                        derive(tmp, conn)
                 finally:
                     conn.close()
                 with open(tmp, "rb+") as handle:
@@ -494,6 +501,7 @@ def _refresh_meta(
             "git_commit": head,
             "files_fingerprint": files_fingerprint(shas),
             "built_at": now,
+            "generation": secrets.token_hex(8),
             "counts": counts,
             "link_stats": link_stats,
             "files": len(shas),

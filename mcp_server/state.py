@@ -51,7 +51,7 @@ EXTRA_REGISTRATION_WORDS = ("PyMethodDef", "RegisterOperators")
 QUICK_WAIT_S = float(os.environ.get("TORCHTALK_MCP_QUICK_WAIT", "60"))
 # The name list behind 'not found' answers and the edges in memory are loaded once the
 # server has been idle this long: loading them holds the interpreter for 0.2-1 s on
-# PyTorch (seconds when the edges' sidecar must be made), and every request it overlapped
+# PyTorch (seconds when the index keeps no edges to read), and every request it overlapped
 # would wait for it.
 WARM_IDLE_S = 1.0
 # How often, when idle, the served index is compared with the tree (a stat per indexed
@@ -122,7 +122,7 @@ def freshness_of(workspace: Workspace, path: Path, previous: Freshness | None = 
 def _warm(index: Index, full: bool) -> None:
     """Load the name list 'not found' answers search (about a second on PyTorch), so the
     first unknown name an agent asks about is answered as fast as the rest; and for the
-    full index, the edges in memory (``indexer.query.adjacency``: read from its sidecar in
+    full index, the edges in memory (``indexer.query.adjacency``: read from the index in
     ~0.1 s, or built once per index version in seconds), which ``trace``, ``tests`` and
     ``affected`` read instead of SQLite. A head start only: what fails here is said on
     stderr, and requests do without it (and report their own problems)."""
@@ -253,6 +253,7 @@ class ServerState:
 
     def _build(self) -> None:
         from indexer.build import build_index
+        from indexer.refresh import Preparation, Refresh, prepare_for_selection
 
         try:
             if self.quick_path.is_file() and self._usable(self.quick_path):
@@ -280,13 +281,12 @@ class ServerState:
                     jobs=self.jobs,
                     show_progress=False,
                     on_progress=lambda step, done, total: self._event("full", step, done, total),
+                    derive=Preparation(self.workspace),
                 )
             self._serve(self.full_path, "full")
             self.quick_path.unlink(missing_ok=True)
-            # What selections read beside the index, as `torchtalk index build` makes it
-            # (the tools themselves write nothing).
-            from indexer.refresh import Refresh, prepare_for_selection
-
+            # What selections read, derived into the index as `torchtalk index build`
+            # does (the tools themselves write nothing).
             prepare_for_selection(self.workspace, Refresh("built", "", None))
         except BuildCancelled:
             return

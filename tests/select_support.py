@@ -4,9 +4,11 @@ by each test and restored after it (the engine updates the index when it is stal
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from indexer.build import build_index
 from indexer.query.index import Index
 from indexer.select.model import Selection
 from indexer.select_changes import select_changes
+from indexer.store import derived as derived_store
 from indexer.workspace import Workspace
 from tests.helpers import commit_all, git, line_of, make_fixture_repo
 
@@ -172,3 +175,59 @@ def chain_nodes(selection: Selection, path: str) -> list[str]:
     for hop in reason.chain:
         nodes.append(hop.src)
     return nodes
+
+
+# --- what is derived inside the index (indexer.store.derived) -------------------------
+
+
+def forget_derived(workspace: Workspace, *names: str) -> None:
+    """Drop derived items from the index in place, as an index made without them (a
+    test's stand-in: nothing reads it meanwhile)."""
+    with closing(sqlite3.connect(workspace.db_path)) as conn:
+        derived_store.ensure(conn)  # an index built without deriving has no tables yet
+        derived_store.drop(conn, names)
+        conn.commit()
+
+
+def derived_rows(workspace: Workspace, name: str) -> tuple[list, list]:
+    """The rows of one derived item, as they are stored."""
+    with closing(sqlite3.connect(workspace.db_path)) as conn:
+        head = conn.execute("SELECT * FROM derived WHERE name = ?", (name,)).fetchall()
+        arrays = conn.execute("SELECT * FROM derived_arrays WHERE name = ?", (name,)).fetchall()
+    return head, arrays
+
+
+def put_derived_rows(workspace: Workspace, name: str, rows: tuple[list, list]) -> None:
+    """Put back rows of ``derived_rows`` in place of what the index holds for ``name``."""
+    with closing(sqlite3.connect(workspace.db_path)) as conn:
+        derived_store.ensure(conn)
+        derived_store.drop(conn, [name])
+        conn.executemany("INSERT INTO derived VALUES (?, ?, ?)", rows[0])
+        conn.executemany(
+            "INSERT INTO derived_arrays(name, array, block, data) VALUES (?, ?, ?, ?)",
+            [row[-4:] for row in rows[1]],
+        )
+        conn.commit()
+
+
+def store_derived(workspace: Workspace, store: Callable[[sqlite3.Connection, Index], None]) -> None:
+    """Write a derived item into the index in place, ``store(conn, index)``."""
+    with (
+        closing(Index(workspace.db_path)) as index,
+        closing(sqlite3.connect(workspace.db_path)) as conn,
+    ):
+        store(conn, index)
+        conn.commit()
+
+
+def rederive(workspace: Workspace, *names: str) -> str | None:
+    """Forget ``names`` and derive again what the index lacks, as the refresh before a
+    selection does for an index made without it; what was done."""
+    from indexer.refresh import Refresh, prepare_for_selection
+    from indexer.select.derived import PREPARED
+
+    forget_derived(workspace, PREPARED, *names)
+    done = Refresh("built", "", None)
+    prepare_for_selection(workspace, done)
+    assert done.prepare_problem is None
+    return done.prepared

@@ -1,19 +1,22 @@
 """The adjacency carried across an update equals one built from every edge.
 
 Every kind of change of the update-equals-rebuild sequence is applied to the minitorch
-fixture; after each update, the base index's sidecar with the update's touched nodes
-spliced in is compared array for array with the adjacency built from the new index.
+fixture; after each update, the adjacency kept in the index (the base's, with the
+update's touched nodes spliced in and only their blocks rewritten) is compared array for
+array with the adjacency built from the new index.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
+
+import pytest
 
 from indexer.build import build_index
 from indexer.query import adjacency
-from indexer.query.adjacency import splice
-from indexer.query.adjacency_delta import deltas_of
+from indexer.store import derived
 from indexer.store.db import read_meta
 from indexer.update import update_index
 from indexer.workspace import Workspace
@@ -27,49 +30,70 @@ def _open(db: Path) -> tuple[sqlite3.Connection, dict[str, str]]:
 
 
 def _arrays(adj: adjacency.Adjacency) -> dict:
-    names = ("node_kinds", "edge_kinds", *adjacency._ARRAYS)
+    names = ("node_kinds", "edge_kinds", "node_kind", "node_file")
+    names += tuple(
+        f"{side}_{column}" for side in ("in", "out") for column in ("offsets", *adjacency._COLUMNS)
+    )
     return {name: list(getattr(adj, name)) for name in names}
 
 
+class KeepAdjacency:
+    """A ``derive`` for a build or an update that keeps the adjacency alone (what
+    ``indexer.select.derived.prepare`` does first), noting which blocks it wrote."""
+
+    def __init__(self) -> None:
+        self.blocks: list[set[int] | None] = []
+
+    def __call__(self, db_path: Path, conn: sqlite3.Connection) -> None:
+        derived.ensure(conn)
+        with closing(sqlite3.connect(f"file:{db_path}?mode=ro&immutable=1", uri=True)) as ro:
+            meta = read_meta(ro)
+            made = adjacency.derive(ro, meta)
+        conn.execute("BEGIN")
+        adjacency.store(conn, meta, made)
+        conn.execute("COMMIT")
+        self.blocks.append(made.blocks)
+
+
 def test_the_spliced_adjacency_equals_a_build_after_every_kind_of_change(
-    minitorch_repo: Path,
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(adjacency, "BLOCK", 16)  # many blocks, so that some are kept as they are
     workspace = Workspace.resolve(minitorch_repo)
-    build_index(workspace, jobs=1, show_progress=False)
+    keep = KeepAdjacency()
+    build_index(workspace, jobs=1, show_progress=False, derive=keep)
+    assert keep.blocks == [None]  # built: every block written
+    narrow = []
     for name, change, commit in STEPS:
-        conn, meta = _open(workspace.db_path)
-        base = adjacency.load(workspace.db_path, conn, meta)  # the sidecar the update starts from
-        conn.close()
         change(minitorch_repo)
         if commit:
             commit_all(minitorch_repo, name)
-        update_index(workspace, jobs=1, show_progress=False)
+        update_index(workspace, jobs=1, show_progress=False, derive=keep)
         conn, meta = _open(workspace.db_path)
         try:
-            deltas = deltas_of(meta)
-            assert deltas, name
-            spliced = splice(base, conn, deltas[0].nodes)
-            assert spliced is not None, name
-            assert _arrays(spliced) == _arrays(adjacency.build(conn)), name
-            # and what a reader gets: the sidecar written from the splice
-            loaded = adjacency.load(workspace.db_path, conn, meta)
-            assert _arrays(loaded) == _arrays(spliced), name
+            assert keep.blocks[-1] is not None, name  # spliced into the base's
+            kept = adjacency.read(conn, derived.index_key(meta))
+            assert kept is not None, name
+            built = adjacency.build(conn)
+            assert _arrays(kept) == _arrays(built), name
+            narrow.append(len(keep.blocks[-1]) < -(-built.node_count // 16))
         finally:
             conn.close()
+    assert any(narrow)  # a narrow change rewrote only the blocks of what it touched
 
 
-def test_a_sidecar_of_another_index_is_not_spliced_into(minitorch_repo: Path) -> None:
+def test_an_index_without_the_bases_adjacency_builds_it(minitorch_repo: Path) -> None:
     workspace = Workspace.resolve(minitorch_repo)
-    build_index(workspace, jobs=1, show_progress=False)
-    # no sidecar was made for the base: the delta names a key nothing on disk has
-    adjacency.sidecar_path(workspace.db_path).unlink(missing_ok=True)
+    build_index(workspace, jobs=1, show_progress=False)  # nothing derived for the base
     _, change, _ = STEPS[0]
     change(minitorch_repo)
-    update_index(workspace, jobs=1, show_progress=False)
+    keep = KeepAdjacency()
+    update_index(workspace, jobs=1, show_progress=False, derive=keep)
+    assert keep.blocks == [None]
     conn, meta = _open(workspace.db_path)
     try:
-        assert adjacency._spliced(adjacency.sidecar_path(workspace.db_path), conn, meta) is None
-        loaded = adjacency.load(workspace.db_path, conn, meta)
-        assert _arrays(loaded) == _arrays(adjacency.build(conn))
+        kept = adjacency.read(conn, derived.index_key(meta))
+        assert kept is not None and _arrays(kept) == _arrays(adjacency.build(conn))
+        assert adjacency.read(conn, "another index") is None
     finally:
         conn.close()

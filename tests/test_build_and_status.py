@@ -72,7 +72,7 @@ def test_a_build_that_cannot_be_prepared_still_succeeds(
     stands, the build says so in one line, and selections walk the hub themselves."""
     from indexer.select import derived
 
-    def disk_error(workspace):
+    def disk_error(*_):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(derived, "prepare", disk_error)

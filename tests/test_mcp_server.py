@@ -16,6 +16,7 @@ from mcp_server.state import QUICK_FILE
 from pytest_torchtalk.cli import main
 from tests.helpers import line_of
 from tests.mcp_session import stdio_session, text_of, torchtalk_command
+from tests.select_support import forget_derived
 
 SEVEN = ["get_status", "trace", "search", "graph", "modules", "tests", "affected"]
 BUILD_STEPS = ["discover", "extract", "link", "done"]
@@ -296,12 +297,14 @@ def test_every_tool_answers_a_fixture_query_with_file_and_line(minitorch_repo: P
 
 
 def test_a_session_of_every_tool_leaves_the_index_folder_as_it_was(minitorch_repo: Path) -> None:
-    """The tools are declared read-only, and are: nothing beside the index is written,
-    not even what a walk derives (kept by index maintenance only, docs/selection.md)."""
+    """The tools are declared read-only, and are: nothing in or beside the index is
+    written, not even what a walk derives (kept by index maintenance only,
+    docs/selection.md)."""
     assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
-    folder = Workspace.resolve(minitorch_repo).db_path.parent
-    for kept in folder.glob("index.sqlite.*"):  # what the build kept: the walks redo it
-        kept.unlink()
+    workspace = Workspace.resolve(minitorch_repo)
+    folder = workspace.db_path.parent
+    # What the build derived into the index, forgotten: the walks redo it in memory.
+    forget_derived(workspace, "adjacency", "hub", "hub_chains", "judgments", "prepared")
 
     def files() -> dict[str, tuple[bytes, int]]:
         return {

@@ -303,6 +303,7 @@ def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
     """Loading every name, and every edge into memory, holds the interpreter: it waits
     for a pause between requests."""
     from indexer.query import adjacency
+    from indexer.store.derived import index_key
     from pytest_torchtalk.cli import main
 
     monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.2)
@@ -323,7 +324,8 @@ def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
         while adjacency.held(index.db_path, index.meta) is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert adjacency.sidecar_path(index.db_path).is_file()
+        # read from the index, where the build kept it
+        assert adjacency.read(index.conn, index_key(index.meta)) is not None
     finally:
         state.stop()
 

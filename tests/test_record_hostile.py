@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -28,7 +29,6 @@ from indexer.locations import cache_dir
 from indexer.query.recorded import record_path_for
 from indexer.record import storage
 from indexer.record.model import Record, RecordedTest
-from indexer.store import array_file
 from indexer.workspace import Workspace
 from tests.helpers import git
 from tests.reliability_support import one_line_error, run
@@ -38,7 +38,8 @@ TEST_FILE = "test/test_binary_ufuncs.py"
 DEEP = 100_000
 HUGE = 2**62
 TOO_DEEP = "nests deeper than 16 levels"
-HUB, JUDGMENTS = "index.sqlite.hub", "index.sqlite.judgments"  # sidecars a selection keeps
+# Files older snapshots carried beside their index (derived data now lives inside it).
+HUB, JUDGMENTS = "index.sqlite.hub", "index.sqlite.judgments"
 # Each hostile record: (what it changes, the words of its refusal).
 CASES = {
     "mechanisms-a-list": ({"mechanisms": ["ops", "python"]}, "'mechanisms' is not an object"),
@@ -58,11 +59,6 @@ def header_digest(fields_text: str) -> str:
     """The header's checksum as the writer makes it: BLAKE2b-128 of the sorted, compact
     JSON of format, meta, reasons and counts."""
     return hashlib.blake2b(fields_text.encode(), digest_size=16).hexdigest()
-
-
-def arrays_digest(body: bytes, listed: list) -> str:
-    """A sidecar's checksum as the writer makes it: CRC-32 over its arrays' bytes in order."""
-    return f"crc32:{zlib.crc32(body):08x}" if listed else "crc32:00000000"
 
 
 BLOCK = 1 << 16
@@ -284,15 +280,15 @@ def write_archive(path: Path, files: dict[str, bytes]) -> Path:
 
 @pytest.fixture
 def exported(indexed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """A snapshot of the indexed fixture with its good record and its sidecars (made by a
-    selection), exported; the store emptied after, as on another machine."""
+    """A snapshot of the indexed fixture with its good record (and what its build derived,
+    inside the index), exported; the store emptied after, as on another machine."""
     assert run(capsys, "select", "--source", str(indexed), "--base", "HEAD")[0] == 0
     assert run(capsys, "snapshot", "save", "nightly", "--source", str(indexed))[0] == 0
     archive = tmp_path / "nightly.tar.gz"
     assert run(capsys, "snapshot", "export", "nightly", "-o", str(archive))[0] == 0
     assert run(capsys, "snapshot", "delete", "nightly")[0] == 0
     files = archive_members(archive)
-    assert {"record.ttr", HUB, JUDGMENTS} <= set(files)
+    assert set(files) == {"SHA256SUMS", "snapshot.json", "index.sqlite", "record.ttr"}
     # Written again as the cases are, untouched, it imports.
     again = write_archive(tmp_path / "again.tar.gz", files)
     assert run(capsys, "snapshot", "import", str(again))[0] == 0
@@ -320,51 +316,49 @@ def test_a_snapshot_carrying_a_hostile_record_does_not_import(
     assert words in err and "cannot be used" in err
 
 
-def sidecar_with(data: bytes, change: str) -> bytes:
-    """An array-file sidecar (the hub's walk) rewritten as ``change``, its digest right."""
-    magic, line, body = data.split(b"\n", 2)
-    header = json.loads(line)
-    if change == "huge":
-        header["arrays"][0][2] = HUGE
-        text = json.dumps(header)
-    else:
-        header["node_kinds"] = "@deep@"
-        text = json.dumps(header).replace('"@deep@"', "[" * DEEP + "]" * DEEP)
-    assert header["digest"] == arrays_digest(body, header["arrays"])
-    return magic + b"\n" + text.encode() + b"\n" + body
-
-
-@pytest.mark.parametrize(
-    "member,change",
-    [
-        (HUB, "huge"),
-        (HUB, "deep"),
-        (JUDGMENTS, "deep"),
-    ],
-)
-def test_a_snapshot_carrying_a_hostile_sidecar_does_not_import(
-    member: str, change: str, exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("member", [HUB, JUDGMENTS])
+def test_an_older_snapshots_sidecar_is_dropped_on_import(
+    member: str, exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An archive made before derived data moved into the index may hold its old files:
+    whatever they hold (nested past any header we wrote), they are never installed."""
     files = archive_members(exported)
-    if member == HUB:
-        files[member] = sidecar_with(files[member], change)
-    else:  # a JSON sidecar: kept judgments, nested past any we write
-        files[member] = ('{"answers": ' + "[" * DEEP + "]" * DEEP + "}").encode()
-    err = refused_import(write_archive(tmp_path / "hostile.tar.gz", files), capsys)
-    assert member in err
-    assert ("truncated" if change == "huge" else "nests deeper than") in err
+    files[member] = ('{"answers": ' + "[" * DEEP + "]" * DEEP + "}").encode()
+    code, _, err = run(
+        capsys, "snapshot", "import", str(write_archive(tmp_path / "old.tar.gz", files))
+    )
+    assert code == 0, err
+    installed = {path.name for path in (cache_dir() / "snapshots").rglob("*") if path.is_file()}
+    assert member not in installed and "index.sqlite" in installed
 
 
-# --- a sidecar beside the index -----------------------------------------------------------
+# --- derived data inside the index ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("change", ["huge", "deep"])
-def test_a_hostile_hub_walk_beside_the_index_is_walked_again(
+@pytest.mark.parametrize("change", ["partial", "deep"])
+def test_a_hostile_hub_walk_in_the_index_is_walked_again(
     change: str, indexed: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """It holds the key of this very index: only its bounds can refuse it."""
-    sidecar = Workspace.resolve(indexed).db_path.with_name(HUB)
-    sidecar.write_bytes(sidecar_with(sidecar.read_bytes(), change))
-    code, out, err = run(capsys, "index", "build", "--source", str(indexed))
-    assert code == 0 and "prepared for test selection" in out, err
-    array_file.check_whole(sidecar)  # walked again and kept
+    """It holds the key of this very index: only its shape can refuse it."""
+    from contextlib import closing
+
+    from indexer.query.index import Index
+    from indexer.select import hub
+
+    db_path = Workspace.resolve(indexed).db_path
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        if change == "partial":  # not whole values
+            conn.execute(
+                "UPDATE derived_arrays SET data = substr(data, 2) WHERE name = 'hub' AND array = 'node'"
+            )
+        else:
+            deep = "[" * DEEP + "]" * DEEP
+            conn.execute(
+                "UPDATE derived SET header = ? WHERE name = 'hub'", (f'{{"hub": {deep}}}',)
+            )
+    with closing(Index(db_path)) as index:
+        assert hub.load(index) is None
+    code, out, err = run(capsys, "select", "--source", str(indexed), "--base", "HEAD", "--json")
+    assert code == 0, err
+    walk = json.loads(out)["index"].get("hub_walk")
+    assert walk is None or "no walk was kept" in walk

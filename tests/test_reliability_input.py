@@ -161,17 +161,24 @@ def test_mcp_serve_on_a_busy_port_fails_before_it_says_it_serves(minitorch_repo:
     assert "serving" not in done.stderr
 
 
-def test_deeply_nested_selection_caches_read_as_a_miss(tmp_path: Path) -> None:
-    """The judgments sidecar beside the index is JSON a selection reads, the chains to
-    the hub an array file behind a JSON header; one nested 100,000 deep (crafted, or
-    damaged) was a RecursionError in every selection, where any other unreadable cache
-    is a miss."""
-    from indexer.select import hub_chains, judgments
-    from indexer.store import array_file
+def test_deeply_nested_derived_data_reads_as_a_miss() -> None:
+    """Judgments and the chains to the hub are JSON a selection reads from the index; one
+    nested 100,000 deep (crafted, or damaged) was a RecursionError in every selection,
+    where any other unreadable cache is a miss."""
+    import sqlite3
 
-    deep = tmp_path / "deep.json"
-    deep.write_text("[" * 100_000 + "]" * 100_000)
-    assert judgments._read(deep) == {}
-    chains = tmp_path / "index.sqlite.witnesses"
-    chains.write_bytes(hub_chains.MAGIC + deep.read_bytes() + b"\n")
-    assert array_file.read(chains, hub_chains.MAGIC, "key", hub_chains._ARRAYS) is None
+    from indexer.select import hub_chains, judgments
+    from indexer.store import derived
+
+    deep = "[" * 100_000 + "]" * 100_000
+    conn = sqlite3.connect(":memory:")
+    derived.ensure(conn)
+    conn.execute("INSERT INTO derived VALUES (?, ?, ?)", (hub_chains.NAME, "key", deep))
+    assert derived.header(conn, hub_chains.NAME, "key") is None
+    conn.execute(
+        "INSERT INTO derived VALUES (?, ?, ?)", (judgments.NAME, judgments.CODE_VERSION, "{}")
+    )
+    conn.execute("INSERT INTO judgments VALUES (?, ?)", ("k", deep))
+    conn.execute("INSERT INTO judgments VALUES (?, ?)", ("kept", "true"))
+    kept = judgments.Judgments(conn)
+    assert kept.get("k") is None and kept.get("kept") is True

@@ -8,8 +8,7 @@ import sqlite3
 from contextlib import closing
 
 from indexer.code_key import extraction_code_key
-from indexer.select.derived import prepare
-from tests.select_support import IndexedTree, tree_fixtures
+from tests.select_support import IndexedTree, forget_derived, rederive, tree_fixtures
 
 shared, tree = tree_fixtures("minitorch")
 
@@ -72,17 +71,16 @@ def _folder(tree: IndexedTree) -> dict[str, tuple[bytes, int]]:
 
 
 def test_a_selection_on_a_current_index_writes_nothing(tree: IndexedTree) -> None:
-    # Nothing kept beside the index: the selection walks the hub (and judges the lines it
-    # meets) in memory, and leaves the index's folder as it found it.
+    # Nothing derived kept in the index: the selection walks the hub (and judges the
+    # lines it meets) in memory, and leaves the index's folder as it found it.
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()  # the refresh updates the index and prepares for selections
-    db_path = tree.workspace.db_path
-    for suffix in (".adjacency", ".hub", ".witnesses", ".judgments"):
-        db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
+    forget_derived(tree.workspace, "adjacency", "hub", "hub_chains", "judgments")
     before = _folder(tree)
     again = tree.select()
     assert "walked; no walk was kept" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
     assert _folder(tree) == before
-    assert "walked, and kept" in str(prepare(tree.workspace))
-    assert _folder(tree) != before  # index maintenance keeps it
+    assert "walked, and kept" in str(rederive(tree.workspace))
+    assert _folder(tree) != before  # index maintenance keeps it, in the index
+    assert set(_folder(tree)) == {"index.sqlite"}

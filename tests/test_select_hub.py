@@ -1,7 +1,8 @@
 """The walk past the hub (indexer.select.hub): a selection whose walk makes the root
-package live takes what the package's import reaches from a sidecar, walked once per
-index by the refresh that made it (indexer.select.derived), and reaches exactly what
-walking it again would, with chains from the change. Selections write none of it."""
+package live takes what the package's import reaches from the walk kept in the index,
+walked once per index by the refresh that made it (indexer.select.derived), and reaches
+exactly what walking it again would, with chains from the change. Selections write none
+of it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ from contextlib import closing
 from itertools import pairwise
 
 from indexer.query.index import Index
-from indexer.select import derived, hub, hub_chains, witness
+from indexer.select import hub, hub_chains, witness
 from indexer.select.impact import ImpactWalker
-from tests.select_support import IndexedTree, tree_fixtures
+from tests.select_support import (
+    IndexedTree,
+    derived_rows,
+    forget_derived,
+    put_derived_rows,
+    rederive,
+    store_derived,
+    tree_fixtures,
+)
 
 OPS = "minitorch/ops.py"
 # ops.py builds its namespaces at import (``minitorch = _OpNamespace(...)``), and the
@@ -29,8 +38,7 @@ NOT_AT_IMPORT = (
 shared, tree = tree_fixtures("minitorch")
 
 
-def _sidecar(tree: IndexedTree):
-    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + hub.SUFFIX)
+READ = "read from the walk kept in the index"
 
 
 def test_the_hub_is_the_package_the_tests_import(tree: IndexedTree) -> None:
@@ -46,10 +54,9 @@ def _files(tree: IndexedTree) -> dict[str, bytes]:
 def test_a_change_run_at_import_splices_the_hubs_walk_kept_once(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()  # the update before it walks from the hub and keeps that walk
-    assert "read from the index's hub sidecar" in first.index["hub_walk"]
-    assert _sidecar(tree).is_file()
+    assert READ in first.index["hub_walk"]
     again = tree.select()
-    assert "read from the index's hub sidecar" in again.index["hub_walk"]
+    assert READ in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
     assert {"test/test_ops.py", "test/test_nn.py"} <= set(again.files)
     # Every chain starts at the change and ends in its test file, through the hub.
@@ -89,7 +96,7 @@ def test_spliced_walk_reaches_what_walking_reaches(tree: IndexedTree) -> None:
 
 
 def test_a_change_not_reaching_the_hub_walks_alone(tree: IndexedTree) -> None:
-    _sidecar(tree).unlink(missing_ok=True)
+    forget_derived(tree.workspace, hub.NAME)
     tree.replace(LINALG, *NOT_AT_IMPORT)
     selection = tree.select()
     assert "hub_walk" not in selection.index
@@ -97,26 +104,26 @@ def test_a_change_not_reaching_the_hub_walks_alone(tree: IndexedTree) -> None:
     assert len(selection.files) < selection.test_files_total
 
 
-def test_a_damaged_sidecar_is_walked_again(tree: IndexedTree) -> None:
+def test_a_damaged_walk_is_walked_again(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()
-    data = bytearray(_sidecar(tree).read_bytes())
-    data[-3] ^= 0xFF
-    _sidecar(tree).write_bytes(bytes(data))
+    head, arrays = derived_rows(tree.workspace, hub.NAME)
+    damaged = [(*row[:-1], row[-1][:-1]) if row[-3] == "node" else row for row in arrays]
+    put_derived_rows(tree.workspace, hub.NAME, (head, damaged))  # not whole values
     before = _files(tree)
     again = tree.select()
     assert "walked; no walk was kept" in again.index["hub_walk"]
     assert set(again.files) == set(first.files)
     assert _files(tree) == before  # walked in memory: a selection writes nothing
     # Index maintenance (here as `torchtalk index build` on an up-to-date index) keeps it.
-    assert "walked, and kept" in str(derived.prepare(tree.workspace))
-    assert "read from the index's hub sidecar" in tree.select().index["hub_walk"]
+    assert "walked, and kept" in str(rederive(tree.workspace, hub.NAME))
+    assert READ in tree.select().index["hub_walk"]
 
 
-def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:
+def test_a_walk_kept_for_another_index_is_not_read(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     tree.select()
-    kept = _sidecar(tree).read_bytes()
+    kept = derived_rows(tree.workspace, hub.NAME)
     tree.reset()
     tree.replace(OPS, *AT_IMPORT)
     tree.replace(
@@ -125,7 +132,7 @@ def test_a_sidecar_of_another_index_is_not_read(tree: IndexedTree) -> None:
         "    def __str__(self):\n        return ''\n\n    def __repr__(self):",
     )
     tree.select()  # the index is updated for the new change: a new index file
-    _sidecar(tree).write_bytes(kept)
+    put_derived_rows(tree.workspace, hub.NAME, kept)
     with closing(tree.index()) as index:
         assert hub.load(index) is None
 
@@ -153,8 +160,7 @@ def test_an_update_that_changed_nothing_the_walk_met_keeps_the_walk(tree: Indexe
     with closing(tree.index()) as index:
         assert hub._kept_across_update(index) is not None
     taken_over = _kept(tree)
-    _sidecar(tree).unlink()
-    assert "walked, and kept" in str(derived.prepare(tree.workspace))
+    assert "walked, and kept" in str(rederive(tree.workspace, hub.NAME))
     assert _kept(tree) == taken_over
 
 
@@ -237,8 +243,7 @@ def test_an_update_that_only_moved_what_the_walk_met_moves_the_walk(tree: Indexe
     kept_line, edge_line = _step_into(tree, "at::native::relu_twice")
     assert kept_line == edge_line == tree.line(ACTIVATION, "return at::relu(at::relu(self));")
     taken_over = _kept(tree)
-    _sidecar(tree).unlink()
-    assert "walked, and kept" in str(derived.prepare(tree.workspace))
+    assert "walked, and kept" in str(rederive(tree.workspace, hub.NAME))
     assert _kept(tree) == taken_over  # what walking again gives, lines and all
 
 
@@ -264,10 +269,6 @@ def test_an_update_of_a_python_file_the_walk_met_walks_again(tree: IndexedTree) 
         assert hub._kept_across_update(index) is None
 
 
-def _witnesses(tree: IndexedTree):
-    return tree.workspace.db_path.with_name(tree.workspace.db_path.name + hub_chains.SUFFIX)
-
-
 def _node(index, qualname: str) -> int:
     (found,) = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,))
     return found[0]
@@ -281,8 +282,8 @@ def _keep_chain_from(tree: IndexedTree, qualname: str) -> ImpactWalker:
         hub_node = hub.find_hub(index)
         derivation = hub_chains.derive(index, walker, hub_node, [_node(index, qualname)])
         assert derivation.chains()
-        hub_chains.save(index, derivation)
-        return walker
+    store_derived(tree.workspace, lambda conn, index: hub_chains.store(conn, index, derivation))
+    return walker
 
 
 def _kept_chains(tree: IndexedTree) -> list:
@@ -291,7 +292,7 @@ def _kept_chains(tree: IndexedTree) -> list:
 
 
 def test_a_kept_chain_leads_the_next_walk_to_the_hub(tree: IndexedTree) -> None:
-    _witnesses(tree).unlink(missing_ok=True)
+    forget_derived(tree.workspace, hub_chains.NAME)
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()
     assert "kept chain" not in first.index["hub_walk"]
@@ -323,7 +324,8 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
         start = _node(index, "minitorch.ops._OpNamespace.__init__")
         empty = hub_chains.OpChain(start, bogus, array("i"), array("i"), array("i"), array("q"))
         ids = witness.resolve(index, [bogus])
-        hub_chains.save(index, hub_chains.Derivation(hub.find_hub(index), [empty], ids))
+        derivation = hub_chains.Derivation(hub.find_hub(index), [empty], ids)
+    store_derived(tree.workspace, lambda conn, index: hub_chains.store(conn, index, derivation))
     assert _kept_chains(tree) == [[list(key) for key in bogus]]
     again = tree.select()
     assert "kept chain" not in again.index["hub_walk"]
@@ -337,10 +339,10 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
 def test_a_chain_to_the_hub_is_kept_without_walking_past_it(tree: IndexedTree) -> None:
     """How the refresh keeps chains from the most used ops: a walk that stops once the
     hub is live, and keeps the chain that got there."""
-    _witnesses(tree).unlink(missing_ok=True)
+    forget_derived(tree.workspace, hub_chains.NAME)
     tree.replace(OPS, *AT_IMPORT)
     tree.select()  # the index is brought up to date with the change
-    _witnesses(tree).unlink(missing_ok=True)
+    forget_derived(tree.workspace, hub_chains.NAME)
     walker = _keep_chain_from(tree, "minitorch.ops._OpNamespace.__init__")
     assert walker.hub_use is None  # stopped at the hub: nothing past it was spliced
     kept = _kept_chains(tree)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from indexer.refresh import refresh_index
-from indexer.select import derived, hub_chains
-from tests.select_support import IndexedTree, indexed_tree
+from indexer.select import hub_chains
+from tests.select_support import IndexedTree, indexed_tree, rederive
 from tests.test_snapshot_nearest import run
 
 WARMUP = "minitorch/_warmup.py"
@@ -83,9 +83,7 @@ def _updated(tree: IndexedTree) -> hub_chains.Derivation:
 
 def _rebuilt(tree: IndexedTree) -> hub_chains.Derivation:
     """The chains a build derives from the index as it is now."""
-    db = tree.workspace.db_path
-    db.with_name(db.name + hub_chains.SUFFIX).unlink()
-    derived.prepare(tree.workspace)
+    rederive(tree.workspace, hub_chains.NAME)
     rebuilt = _derivation(tree)
     assert rebuilt.walked == len(rebuilt.ops)
     return rebuilt

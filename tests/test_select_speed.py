@@ -1,11 +1,13 @@
 """The in-memory adjacency the impact walk reads edges from (indexer.query.adjacency):
-its sidecar file is written once, reused while the index is the same, rebuilt when the
-index changes or the file is damaged, and a walk over it selects what a walk over SQL does.
-The walk's call judgments (indexer.select.judgments) are kept by file content."""
+kept inside the index by index maintenance, read while the graph is the same, built
+again when it was derived for another graph or its rows are damaged, and a walk over it
+selects what a walk over SQL does. The walk's call judgments (indexer.select.judgments)
+are kept in the index by file content."""
 
 from __future__ import annotations
 
-import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,8 @@ from indexer.query.index import Index
 from indexer.select import edge_rows, judgments
 from indexer.select.impact import ImpactWalker
 from indexer.select.module_scope import ModuleStatements
+from indexer.store import derived
+from indexer.store.db import read_meta
 from indexer.workspace import Workspace
 from tests.helpers import build_private_index, line_of, make_fixture_repo
 
@@ -74,32 +78,62 @@ def _copy(db_path: Path, dest: Path) -> Path:
     return target
 
 
-def test_sidecar_is_written_once_and_reused(indexed, tmp_path, monkeypatch) -> None:
+def _writable(db_path: Path) -> sqlite3.Connection:
+    """A connection writing the index in place (a test's stand-in for maintenance's
+    private copy: nothing reads it meanwhile)."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    derived.ensure(conn)
+    return conn
+
+
+def _keep(db_path: Path) -> adjacency.Adjacency:
+    """Derive and keep the adjacency in the index, as index maintenance does."""
+    with closing(_writable(db_path)) as conn:
+        meta = read_meta(conn)
+        made = adjacency.derive(conn, meta)
+        conn.execute("BEGIN")
+        adjacency.store(conn, meta, made)
+        conn.execute("COMMIT")
+    return made.adjacency
+
+
+def test_the_adjacency_is_kept_in_the_index_once_and_read(indexed, tmp_path, monkeypatch) -> None:
     db_path = _copy(indexed[1], tmp_path)
-    index = Index(db_path)
     builds = _builds(monkeypatch)
-    assert adjacency.load(db_path, index.conn, index.meta) is not None
-    assert not adjacency.sidecar_path(db_path).exists()  # a reader writes nothing
-    first = adjacency.keep(db_path, index.conn, index.meta)  # index maintenance does
-    assert adjacency.sidecar_path(db_path).is_file()
-    again = adjacency.load(db_path, index.conn, index.meta)
-    assert len(builds) == 2, "the second load reads the sidecar"
-    _same_as_index(first, index)
-    _same_as_index(again, index)
-    assert adjacency.cached(db_path, index.meta) is not None
-    index.close()
+    with closing(Index(db_path)) as index:
+        assert adjacency.load(index.conn, index.meta) is not None
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["index.sqlite"]
+    first = _keep(db_path)  # index maintenance keeps it
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["index.sqlite"]  # inside
+    with closing(Index(db_path)) as index:
+        again = adjacency.load(index.conn, index.meta)
+        assert len(builds) == 2, "the second load reads what the index keeps"
+        _same_as_index(first, index)
+        _same_as_index(again, index)
+        assert adjacency.cached(db_path, index.conn, index.meta) is not None
 
 
-def test_sidecar_of_another_index_is_rebuilt(indexed, tmp_path, monkeypatch) -> None:
-    """A sidecar beside a database it was not written for (the index rebuilt from an
-    edited tree, or a copy) is never trusted."""
+def _rows(db_path: Path) -> tuple[list, list]:
+    with closing(sqlite3.connect(db_path)) as conn:
+        head = conn.execute("SELECT * FROM derived WHERE name = 'adjacency'").fetchall()
+        arrays = conn.execute("SELECT * FROM derived_arrays WHERE name = 'adjacency'").fetchall()
+    return head, arrays
+
+
+def _put_rows(db_path: Path, rows: tuple[list, list]) -> None:
+    with closing(_writable(db_path)) as conn:
+        derived.drop(conn, ["adjacency"])
+        conn.executemany("INSERT INTO derived VALUES (?, ?, ?)", rows[0])
+        conn.executemany("INSERT INTO derived_arrays VALUES (?, ?, ?, ?)", rows[1])
+
+
+def test_an_adjacency_kept_for_another_graph_is_built_again(indexed, tmp_path, monkeypatch) -> None:
+    """What was derived for another graph (the index rebuilt from an edited tree) is
+    never read as this one's."""
     repo, shared_db = indexed
     db_path = _copy(shared_db, tmp_path / "a")
-    index = Index(db_path)
-    adjacency.keep(db_path, index.conn, index.meta)
-    sidecar = adjacency.sidecar_path(db_path)
-    stale = sidecar.read_bytes()
-    index.close()
+    _keep(db_path)
+    stale = _rows(db_path)
 
     path = repo / "minitorch" / "extra_speed.py"
     path.write_text("def extra():\n    return 1\n", encoding="utf-8")
@@ -108,40 +142,50 @@ def test_sidecar_of_another_index_is_rebuilt(indexed, tmp_path, monkeypatch) -> 
         rebuilt = build_index(Workspace.resolve(repo), show_progress=False).db_path
     finally:
         path.unlink()
-    adjacency.sidecar_path(rebuilt).write_bytes(stale)
-    index = Index(rebuilt)
-    assert adjacency.cached(rebuilt, index.meta) is None
+    _put_rows(rebuilt, stale)
+    with closing(Index(rebuilt)) as index:
+        assert adjacency.cached(rebuilt, index.conn, index.meta) is None
     builds = _builds(monkeypatch)
-    graph = adjacency.keep(rebuilt, index.conn, index.meta)
+    _keep(rebuilt)
     assert builds == [1]
-    _same_as_index(graph, index)
-    assert adjacency.sidecar_path(rebuilt).read_bytes() != stale
-    index.close()
+    with closing(Index(rebuilt)) as index:
+        _same_as_index(adjacency.load(index.conn, index.meta), index)
+    assert builds == [1] and _rows(rebuilt) != stale
+
+
+def _damage_array(name: str, change):
+    def damage(rows: tuple[list, list]) -> tuple[list, list]:
+        head, arrays = rows
+        return head, [(*row[:3], change(row[3])) if row[1] == name else row for row in arrays]
+
+    return damage
 
 
 @pytest.mark.parametrize(
     "damage",
     [
-        lambda data: data[: len(data) // 2],  # cut short
-        lambda data: data[:-4] + b"\xff" * 4,  # last offsets overwritten
-        lambda data: b"not a sidecar\n" + data,
-        lambda data: data + b"extra",
-        lambda data: b"",
+        _damage_array("in_other", lambda data: data[: len(data) // 2]),  # cut short
+        _damage_array("in_count", lambda data: data[:-4] + b"\xff" * 4),  # a count overwritten
+        _damage_array("out_ref", lambda data: data[:-1]),  # not whole values
+        lambda rows: (rows[0], [row for row in rows[1] if row[1] != "out_line"]),  # missing
+        lambda rows: (rows[0], [*rows[1], ("adjacency", "bogus", 0, b"")]),  # unknown
+        lambda rows: ([(name, key, "{") for name, key, _ in rows[0]], rows[1]),  # header
+        lambda rows: (rows[0], []),  # no arrays
     ],
-    ids=["truncated", "garbled-tail", "bad-magic", "trailing-bytes", "empty"],
+    ids=["truncated", "garbled-count", "partial-value", "missing", "unknown", "header", "empty"],
 )
-def test_damaged_sidecar_is_rebuilt(indexed, tmp_path, monkeypatch, damage) -> None:
+def test_damaged_rows_are_built_again(indexed, tmp_path, monkeypatch, damage) -> None:
     db_path = _copy(indexed[1], tmp_path)
-    index = Index(db_path)
-    adjacency.keep(db_path, index.conn, index.meta)
-    sidecar = adjacency.sidecar_path(db_path)
-    sidecar.write_bytes(damage(sidecar.read_bytes()))
+    _keep(db_path)
+    _put_rows(db_path, damage(_rows(db_path)))
     builds = _builds(monkeypatch)
-    graph = adjacency.keep(db_path, index.conn, index.meta)
+    with closing(Index(db_path)) as index:
+        assert adjacency.cached(db_path, index.conn, index.meta) is None
+    graph = _keep(db_path)
     assert builds == [1]
-    _same_as_index(graph, index)
-    assert adjacency.load(db_path, index.conn, index.meta) is not None and builds == [1]
-    index.close()
+    with closing(Index(db_path)) as index:
+        _same_as_index(graph, index)
+        assert adjacency.load(index.conn, index.meta) is not None and builds == [1]
 
 
 def test_walk_over_the_adjacency_reaches_what_the_walk_over_sql_does(indexed) -> None:
@@ -158,7 +202,7 @@ def test_walk_over_the_adjacency_reaches_what_the_walk_over_sql_does(indexed) ->
     ]
     assert len(starts) > 20
     over_sql = ImpactWalker(index, repo)
-    over_sql._graph_looked = True  # no sidecar, and never built: SQL throughout
+    over_sql._graph_looked = True  # none kept, and never built: SQL throughout
     assert over_sql.graph() is None
     in_memory = ImpactWalker(index, repo)
     in_memory._graph = adjacency.build(index.conn)
@@ -183,94 +227,99 @@ def test_a_big_walk_builds_the_adjacency_and_the_next_walk_of_the_process_reads_
     builds = _builds(monkeypatch)
     start = index.conn.execute("SELECT id FROM nodes WHERE kind = 'op' LIMIT 1").fetchone()[0]
     ImpactWalker(index, repo).walk({start: 0})
-    assert builds == [1] and not adjacency.sidecar_path(db_path).exists()  # in memory
+    assert builds == [1]  # in memory
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["index.sqlite"]
     walker = ImpactWalker(index, repo)
     assert walker.graph() is not None and builds == [1]
     index.close()
 
 
-def test_call_judgments_are_kept_across_walkers_and_follow_the_content(indexed) -> None:
-    """A judgment is reused by the next walker from the sidecar, and a file whose
-    content changed is judged again (its key is the content's hash)."""
-    repo, db_path = indexed
-    index = Index(db_path)
+def _keep_judgments(db_path: Path, walker: ImpactWalker) -> None:
+    """Keep the walker's new judgments in the index, as index maintenance does."""
+    with closing(_writable(db_path)) as conn:
+        conn.execute("BEGIN")
+        judgments.store(conn, walker.judgments.new)
+        conn.execute("COMMIT")
+
+
+def test_call_judgments_are_kept_across_walkers_and_follow_the_content(indexed, tmp_path) -> None:
+    """A judgment is reused by the next walker from the index, and a file whose content
+    changed is judged again (its key is the content's hash)."""
+    repo, shared_db = indexed
+    db_path = _copy(shared_db, tmp_path)
     path = "minitorch/nn/functional.py"
-    file_id = index.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()[0]
     source = repo / path
     original = source.read_text(encoding="utf-8")
     line = line_of(source, "minitorch._C._nn.linear(")
     target = "minitorch._C._nn.linear"
-    sidecar = db_path.with_name(db_path.name + judgments.SUFFIX)
-    sidecar.unlink(missing_ok=True)
     try:
-        first = ImpactWalker(index, repo)
-        assert first._calls(file_id, line, target)
-        first.judgments.save()
-        assert sidecar.is_file()
-        again = ImpactWalker(index, repo)
-        key = f"{again.statements.digest(path)}:{line}:{target}"
-        assert again.judgments.get(key) is True
+        with closing(Index(db_path)) as index:
+            (file_id,) = index.conn.execute(
+                "SELECT id FROM files WHERE path = ?", (path,)
+            ).fetchone()
+            first = ImpactWalker(index, repo)
+            assert first._calls(file_id, line, target)
+        _keep_judgments(db_path, first)
+        with closing(Index(db_path)) as index:
+            again = ImpactWalker(index, repo)
+            key = f"{again.statements.digest(path)}:{line}:{target}"
+            assert again.judgments.get(key) is True
 
-        lines = original.splitlines(keepends=True)
-        lines[line - 1] = "    pass  # minitorch._C._nn.linear is not called here\n"
-        source.write_text("".join(lines), encoding="utf-8")
-        edited = ImpactWalker(index, repo)
-        assert not edited._calls(file_id, line, target)
-
-        sidecar.write_text("{not json", encoding="utf-8")
-        assert ImpactWalker(index, repo).judgments.get(key) is None
+            lines = original.splitlines(keepends=True)
+            lines[line - 1] = "    pass  # minitorch._C._nn.linear is not called here\n"
+            source.write_text("".join(lines), encoding="utf-8")
+            edited = ImpactWalker(index, repo)
+            assert not edited._calls(file_id, line, target)
+        with closing(_writable(db_path)) as conn:
+            conn.execute("UPDATE judgments SET answer = '{not json'")
+        with closing(Index(db_path)) as index:
+            assert ImpactWalker(index, repo).judgments.get(key) is None
     finally:
         source.write_text(original, encoding="utf-8")
-        sidecar.unlink(missing_ok=True)
-        index.close()
 
 
 def test_module_scope_judgments_are_kept_and_a_walk_from_them_parses_nothing(
-    indexed, monkeypatch
+    indexed, tmp_path, monkeypatch
 ) -> None:
     """What a module's top-level statements do with a reached name is judged once: the
-    next walker reads it from the sidecar and parses no statement, reaching the same."""
-    repo, db_path = indexed
-    index = Index(db_path)
-    sidecar = db_path.with_name(db_path.name + judgments.SUFFIX)
-    sidecar.unlink(missing_ok=True)
-    # ops.py calls _OpNamespace at import, and the package imports ops.
-    start = index.conn.execute(
-        "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
-    ).fetchone()[0]
-    try:
+    next walker reads it from the index and parses no statement, reaching the same."""
+    repo, shared_db = indexed
+    db_path = _copy(shared_db, tmp_path)
+    with closing(Index(db_path)) as index:
+        # ops.py calls _OpNamespace at import, and the package imports ops.
+        start = index.conn.execute(
+            "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
+        ).fetchone()[0]
         keeping = ImpactWalker(index, repo, keep=True)
         first = keeping.walk({start: 0})
-        assert not sidecar.exists()  # written when asked to: index maintenance asks
-        keeping.save()
-        assert any(key.split(":", 1)[1].startswith("use:") for key in judgments._read(sidecar))
+    _keep_judgments(db_path, keeping)
+    with closing(sqlite3.connect(db_path)) as conn:
+        kept = dict(conn.execute("SELECT key, answer FROM judgments"))
+    assert any(key.split(":", 1)[1].startswith("use:") for key in kept)
 
-        def no_parsing(*args, **kwargs):
-            raise AssertionError("a kept judgment was parsed again")
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("a kept judgment was parsed again")
 
-        monkeypatch.setattr(ModuleStatements, "_use_plan", no_parsing)
-        monkeypatch.setattr(ModuleStatements, "_derive", no_parsing)
-        monkeypatch.setattr(ModuleStatements, "_nested", no_parsing)
+    monkeypatch.setattr(ModuleStatements, "_use_plan", no_parsing)
+    monkeypatch.setattr(ModuleStatements, "_derive", no_parsing)
+    monkeypatch.setattr(ModuleStatements, "_nested", no_parsing)
+    with closing(Index(db_path)) as index:
         again = ImpactWalker(index, repo).walk({start: 0})
-        assert set(again.steps) == set(first.steps)
-        assert again.import_live == first.import_live
+    assert set(again.steps) == set(first.steps)
+    assert again.import_live == first.import_live
 
-        # Kept answers of the wrong shape (a damaged sidecar) are judged again.
-        monkeypatch.undo()
-        kept = json.loads(sidecar.read_text(encoding="utf-8"))
-        kept["answers"] = {
-            key: ([] if key.split(":", 1)[1].startswith(("use:", "derived:")) else "x")
-            if not isinstance(value, bool) or ":nested:" in key
-            else value
-            for key, value in kept["answers"].items()
-        }
-        sidecar.write_text(json.dumps(kept), encoding="utf-8")
+    # Kept answers of the wrong shape (damaged rows) are judged again.
+    monkeypatch.undo()
+    with closing(_writable(db_path)) as conn:
+        for key, answer in kept.items():
+            if answer in ("true", "false") and ":nested:" not in key:
+                continue
+            wrong = "[]" if key.split(":", 1)[1].startswith(("use:", "derived:")) else '"x"'
+            conn.execute("UPDATE judgments SET answer = ? WHERE key = ?", (wrong, key))
+    with closing(Index(db_path)) as index:
         damaged = ImpactWalker(index, repo).walk({start: 0})
-        assert set(damaged.steps) == set(first.steps)
-        assert damaged.import_live == first.import_live
-    finally:
-        sidecar.unlink(missing_ok=True)
-        index.close()
+    assert set(damaged.steps) == set(first.steps)
+    assert damaged.import_live == first.import_live
 
 
 def test_one_thread_makes_the_adjacency_and_nobody_waits_to_ask(indexed, monkeypatch) -> None:
@@ -280,8 +329,7 @@ def test_one_thread_makes_the_adjacency_and_nobody_waits_to_ask(indexed, monkeyp
     import threading
 
     _, db_path = indexed
-    index = Index(db_path)
-    adjacency.sidecar_path(db_path).unlink(missing_ok=True)
+    index = Index(db_path)  # keeps no adjacency: it is made
     monkeypatch.setattr(adjacency, "_loaded", {})
     started, release = threading.Event(), threading.Event()
     real = adjacency.build
@@ -302,9 +350,9 @@ def test_one_thread_makes_the_adjacency_and_nobody_waits_to_ask(indexed, monkeyp
     makers[0].start()
     assert started.wait(30)
     makers[1].start()
-    assert adjacency.cached(db_path, index.meta) is None  # answered while it is being made
+    assert adjacency.cached(db_path, index.conn, index.meta) is None  # answered while made
     release.set()
     for maker in makers:
         maker.join(30)
     assert len(made) == 2 and made[0] is made[1]
-    assert adjacency.cached(db_path, index.meta) is made[0]
+    assert adjacency.cached(db_path, index.conn, index.meta) is made[0]

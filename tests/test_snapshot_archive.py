@@ -52,7 +52,7 @@ CORE = ("SHA256SUMS", "snapshot.json", "index.sqlite")
 
 def members(archive: Path) -> dict[str, bytes]:
     """The archive's three core members (its checksums listing only those): the archives
-    these tests craft leave the optional ones (a record, sidecars) out."""
+    these tests craft leave the optional ones (a record) out."""
     with tarfile.open(archive, "r:gz") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
     kept = [line for line in files["SHA256SUMS"].decode().splitlines()

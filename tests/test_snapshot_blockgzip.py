@@ -14,7 +14,6 @@ import pytest
 from indexer.locations import cache_dir
 from indexer.snapshot import blockgzip
 from indexer.snapshot.blockgzip import BlockGzipError, BlockGzipReader, BlockGzipWriter
-from indexer.snapshot.store import SIDECAR_FILES
 from pytest_torchtalk.cli import main
 from tests.helpers import make_fixture_repo
 
@@ -169,7 +168,7 @@ def test_a_multi_block_archive_imports_and_is_a_plain_tar_gz(
     with tarfile.open(multi_block_archive, "r:gz") as tar:
         names = tar.getnames()
         assert names[:3] == ["SHA256SUMS", "snapshot.json", "index.sqlite"]
-        assert set(names[3:]) <= set(SIDECAR_FILES)  # what selections keep beside the index
+        assert names[3:] == []  # what selections read is inside the index
         db = tar.extractfile("index.sqlite").read()  # type: ignore[union-attr]
     assert main(["snapshot", "import", str(multi_block_archive)]) == 0
     assert (cache_dir() / "snapshots" / "good" / "index.sqlite").read_bytes() == db

@@ -6,16 +6,15 @@ held as compact arrays (CSR: per node, the offset of its first edge in parallel 
 of neighbour, kind, file, line and ref), once by destination and once by source, with
 each node's kind and file.
 
-Building them reads every edge (~960,000 on PyTorch: seconds), so they are kept in a
-sidecar file next to ``index.sqlite`` and reused while the index is the same file with
-the same content. The sidecar is keyed by the index's build metadata and the database
-file's identity (inode, size, mtime: an update writes a new file and renames it over
-the old one), and rebuilt, never trusted, when its key differs or it cannot be read.
-Only index maintenance writes it (:func:`keep`, after a build or an update); readers
-(selections, the MCP server) make what is missing in memory, for their process only.
+Building them reads every edge (~1,000,000 on PyTorch: seconds), so index maintenance
+keeps them inside the index (``indexer.store.derived``), derived for its graph, in
+blocks of nodes: an update reads the touched nodes' rows again into the arrays kept for
+the index it started from and rewrites only their blocks (:func:`derive`, :func:`store`).
+Readers (selections, the MCP server) read them, and make what is missing in memory, for
+their process only.
 
 Three ways to ask, by what a miss may cost: :func:`shared` makes them if need be (a
-selection walk, a server when idle), :func:`cached` also reads the sidecar (~0.1 s),
+selection walk, a server when idle), :func:`cached` also reads the index's (~0.1 s),
 and :func:`held` only answers what this process holds (a single query, quick anyway).
 
 Rows come out in the order SQLite's ``edges_dst``/``edges_src`` indexes give for
@@ -25,44 +24,37 @@ arrays meets edges in the order a walk over SQL did.
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Container, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
-from indexer.query.adjacency_delta import deltas_of, index_key
-from indexer.store import array_file
+from indexer.query.adjacency_delta import deltas_of
+from indexer.store import derived
 
-MAGIC = b"torchtalk-adjacency 1\n"
-SUFFIX = ".adjacency"
+NAME = "adjacency"  # its item in the index's derived data
 NONE = -1  # an edge with no ref (a local edge), a node with no file
-# Array name -> typecode. Ids, lines and refs fit in 32 bits; kinds are indexes into the
-# header's kind lists.
-_ARRAYS = {
+BLOCK = 4096  # nodes per stored block: an update rewrites the blocks of the nodes it touched
+_COLUMNS = ("other", "kind", "file", "line", "ref")
+# Stored array -> typecode. Ids, lines and refs fit in 32 bits; kinds are indexes into
+# the header's kind lists; per node, how many edges it has each way.
+_STORED = {
     "node_kind": "b",
     "node_file": "i",
-    "in_offsets": "q",
-    "in_other": "i",
-    "in_kind": "b",
-    "in_file": "i",
-    "in_line": "i",
-    "in_ref": "i",
-    "out_offsets": "q",
-    "out_other": "i",
-    "out_kind": "b",
-    "out_file": "i",
-    "out_line": "i",
-    "out_ref": "i",
+    **{
+        f"{side}_{column}": typecode
+        for side in ("in", "out")
+        for column, typecode in (("count", "i"), *zip(_COLUMNS, "ibiii", strict=True))
+    },
 }
 
 # (src, dst, edge kind, evidence file id, evidence line, ref id or None)
 EdgeRow = tuple[int, int, str, int, int, int | None]
-
-
-def sidecar_path(db_path: Path) -> Path:
-    return db_path.with_name(db_path.name + SUFFIX)
 
 
 class Adjacency:
@@ -181,9 +173,17 @@ class Adjacency:
                     )
 
 
-_loaded: dict[Path, tuple[str, Adjacency]] = {}  # db path -> (key, its adjacency)
+_loaded: dict[Path, tuple[str, Adjacency]] = {}  # db path -> (file key, its adjacency)
 _building: dict[Path, threading.Event] = {}  # db paths whose adjacency a thread is making
 _lock = threading.Lock()  # guards the two dicts; never held while reading or building
+
+
+def _file_key(db_path: Path, meta: dict[str, str]) -> str:
+    """What an adjacency held in memory is kept under: the graph's key and the file
+    (a server holds one per index file, and an update renames a new file over it)."""
+    stat = db_path.stat()
+    parts = [derived.index_key(meta), str(stat.st_ino), str(stat.st_size), str(stat.st_mtime_ns)]
+    return "\0".join(parts)
 
 
 def _held(db_path: Path, key: str) -> Adjacency | None:
@@ -195,7 +195,7 @@ def shared(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adj
     """:func:`load`, kept for the process while the index stays the same (a server or a
     plugin walks the same index many times; one per database file). One thread makes
     it; others asking meanwhile wait for that one."""
-    key = index_key(db_path, meta)
+    key = _file_key(db_path, meta)
     while True:
         with _lock:
             found = _held(db_path, key)
@@ -207,7 +207,7 @@ def shared(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adj
                 break
         making.wait()
     try:
-        adjacency = load(db_path, conn, meta)
+        adjacency = load(conn, meta)
         with _lock:
             _loaded[db_path] = (key, adjacency)
         return adjacency
@@ -217,62 +217,123 @@ def shared(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adj
         making.set()
 
 
+def hold(db_path: Path, meta: dict[str, str], adjacency: Adjacency) -> None:
+    """Keep ``adjacency`` for the process as the index at ``db_path``'s (index
+    maintenance, which has just made it, walks that index next)."""
+    with _lock:
+        _loaded[db_path] = (_file_key(db_path, meta), adjacency)
+
+
+def forget(db_path: Path) -> None:
+    """Stop holding the adjacency of the index at ``db_path`` (a file about to go)."""
+    with _lock:
+        _loaded.pop(db_path, None)
+
+
 def held(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
     """The adjacency of the index at ``db_path`` if this process holds it (nothing is
     read): for queries that use it when there but are quick without it, so a one-shot
     command does not read 30 MB to answer one question."""
-    key = index_key(db_path, meta)
+    key = _file_key(db_path, meta)
     with _lock:
         return _held(db_path, key)
 
 
-def cached(db_path: Path, meta: dict[str, str]) -> Adjacency | None:
-    """The adjacency of the index at ``db_path`` if this process holds it or a sidecar
-    written for this very database does; None otherwise, and while another thread is
+def cached(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency | None:
+    """The adjacency of the index at ``db_path`` if this process holds it or the index
+    keeps one derived for its own graph; None otherwise, and while another thread is
     still making it (nothing is built, nobody waits)."""
-    key = index_key(db_path, meta)
+    key = _file_key(db_path, meta)
     with _lock:
         found = _held(db_path, key)
         if found is not None or db_path in _building:
             return found
-    found = _read(sidecar_path(db_path), key)
+    found = read(conn, derived.index_key(meta))
     if found is not None:
         with _lock:
             _loaded[db_path] = (key, found)
     return found
 
 
-def load(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
-    """The adjacency of the index at ``db_path``: from its sidecar when that was written
-    for this very database, else made from ``conn`` (nothing is written)."""
-    key = index_key(db_path, meta)
-    path = sidecar_path(db_path)
-    found = _read(path, key)
+def load(conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
+    """The adjacency of the index ``conn`` reads: kept in it when derived for its graph,
+    else made from its edges (nothing is written)."""
+    return read(conn, derived.index_key(meta)) or build(conn)
+
+
+@dataclass
+class Derived:
+    """An adjacency made by index maintenance, and what of it to write (``blocks``:
+    None, every block; else the blocks the update changed; empty: kept as it is)."""
+
+    adjacency: Adjacency
+    blocks: set[int] | None
+
+
+def derive(conn: sqlite3.Connection, meta: dict[str, str]) -> Derived:
+    """The adjacency of the index, for maintenance to keep: as kept, when derived for
+    this graph; the one kept for the index an update started from with the update's
+    touched nodes read again (``indexer.query.adjacency_delta``); else built."""
+    found = read(conn, derived.index_key(meta))
     if found is not None:
-        return found
-    return _spliced(path, conn, meta) or build(conn)
-
-
-def keep(db_path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency:
-    """:func:`load`, and the sidecar written for this database when it was not (index
-    maintenance only). Not held for the process: a reader of the index reads it then."""
-    key = index_key(db_path, meta)
-    path = sidecar_path(db_path)
-    found = _read(path, key)
-    if found is None:
-        found = _spliced(path, conn, meta) or build(conn)
-        _write(path, key, found)
-    return found
-
-
-def _spliced(path: Path, conn: sqlite3.Connection, meta: dict[str, str]) -> Adjacency | None:
-    """The sidecar of the index this one was updated from, with the update's touched
-    nodes read again (``indexer.query.adjacency_delta``); None when there is none."""
+        return Derived(found, set())
     for delta in deltas_of(meta):
-        base = _read(path, delta.base)
+        base = read(conn, delta.base)
         if base is not None:
-            return splice(base, conn, delta.nodes)
-    return None
+            spliced = splice(base, conn, delta.nodes)
+            if spliced is None:
+                break
+            grown = range(base.node_count, spliced.node_count)
+            changed = {node // BLOCK for node in (*delta.nodes, *grown)}
+            return Derived(spliced, {block for block in changed if block < _blocks(spliced)})
+    return Derived(build(conn), None)
+
+
+def store(conn: sqlite3.Connection, meta: dict[str, str], made: Derived) -> None:
+    """Write ``made`` into the index as derived for its graph (a writer's connection,
+    in its transaction): only the blocks it changed."""
+    adjacency = made.adjacency
+    head = {
+        "node_kinds": adjacency.node_kinds,
+        "edge_kinds": adjacency.edge_kinds,
+        "nodes": adjacency.node_count,
+        "edges": len(adjacency.in_other),
+        "block": BLOCK,
+    }
+    wanted = range(_blocks(adjacency)) if made.blocks is None else sorted(made.blocks)
+    blocks = {block: _block(adjacency, block) for block in wanted}
+    derived.write(
+        conn,
+        NAME,
+        derived.index_key(meta),
+        head,
+        blocks,
+        replace=made.blocks is None,
+        block_count=_blocks(adjacency),
+    )
+
+
+def _blocks(adjacency: Adjacency) -> int:
+    return -(-adjacency.node_count // BLOCK)
+
+
+def _block(adjacency: Adjacency, block: int) -> dict[str, array]:
+    """The arrays of nodes ``block * BLOCK`` up to the next block: each node's kind,
+    file and edge counts, and its edges."""
+    first, last = block * BLOCK, min((block + 1) * BLOCK, adjacency.node_count)
+    arrays = {
+        "node_kind": adjacency.node_kind[first:last],
+        "node_file": adjacency.node_file[first:last],
+    }
+    for side in ("in", "out"):
+        offsets: array = getattr(adjacency, f"{side}_offsets")
+        arrays[f"{side}_count"] = array(
+            "i", map(operator.sub, offsets[first + 1 : last + 1], offsets[first:last])
+        )
+        start, end = offsets[first], offsets[last]
+        for column in _COLUMNS:
+            arrays[f"{side}_{column}"] = getattr(adjacency, f"{side}_{column}")[start:end]
+    return arrays
 
 
 def build(conn: sqlite3.Connection) -> Adjacency:
@@ -329,23 +390,36 @@ def _code_of(column: str, kinds: list[str]) -> str:
     return f"CASE {column} {cases} END"
 
 
-def _read(path: Path, key: str) -> Adjacency | None:
-    """The sidecar's adjacency if it was written for ``key`` and reads whole; else None."""
-    found = array_file.read(path, MAGIC, key, _ARRAYS)
+def read(conn: sqlite3.Connection, key: str) -> Adjacency | None:
+    """The adjacency kept in the index if it was derived for ``key`` and reads whole;
+    else None."""
+    head = derived.header(conn, NAME, key)
+    if head is None:
+        return None
+    found = derived.arrays(conn, NAME, _STORED)
     if found is None:
         return None
-    header, arrays = found
+    arrays = {name: found[name] for name in ("node_kind", "node_file")}
+    for side in ("in", "out"):
+        # Per-node counts, kept so that a block holds its own nodes' edges alone.
+        arrays[f"{side}_offsets"] = array("q", accumulate(found[f"{side}_count"], initial=0))
+        for column in _COLUMNS:
+            arrays[f"{side}_{column}"] = found[f"{side}_{column}"]
     try:
-        adjacency = Adjacency(header["node_kinds"], header["edge_kinds"], arrays)
-    except (KeyError, TypeError, IndexError):
+        adjacency = Adjacency(list(head["node_kinds"]), list(head["edge_kinds"]), arrays)
+    except (KeyError, TypeError):
         return None
-    return adjacency if _consistent(adjacency) else None
+    if adjacency.node_count != head.get("nodes") or not _consistent(adjacency):
+        return None
+    return adjacency
 
 
 def _consistent(adjacency: Adjacency) -> bool:
-    """Cheap structural checks, so a damaged file is rebuilt rather than walked."""
+    """Cheap structural checks, so that damaged rows are rebuilt rather than walked."""
     nodes = adjacency.node_count
     if len(adjacency.node_file) != nodes:
+        return False
+    if not _codes_within(adjacency.node_kind, len(adjacency.node_kinds), NONE):
         return False
     for side in ("in", "out"):
         offsets = getattr(adjacency, f"{side}_offsets")
@@ -354,18 +428,16 @@ def _consistent(adjacency: Adjacency) -> bool:
             return False
         if any(len(getattr(adjacency, f"{side}_{name}")) != edges for name in _COLUMNS):
             return False
+        if not _codes_within(getattr(adjacency, f"{side}_kind"), len(adjacency.edge_kinds)):
+            return False
     return True
 
 
-_COLUMNS = ("kind", "file", "line", "ref")
-
-
-def _write(path: Path, key: str, adjacency: Adjacency) -> None:
-    """Write the sidecar whole or not at all; a read-only cache keeps the arrays in
-    memory only."""
-    header = {"node_kinds": adjacency.node_kinds, "edge_kinds": adjacency.edge_kinds}
-    arrays = {name: getattr(adjacency, name) for name in _ARRAYS}
-    array_file.write(path, MAGIC, key, header, arrays)
+def _codes_within(codes: array, count: int, *allowed: int) -> bool:
+    """Whether every one-byte code is below ``count`` (or one of ``allowed``): deleting
+    the valid bytes leaves none (a C loop; ``max`` over a million codes takes ~30 ms)."""
+    valid = bytes(code & 0xFF for code in (*range(count), *allowed))
+    return not codes.tobytes().translate(None, valid)
 
 
 def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:

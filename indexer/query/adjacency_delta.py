@@ -5,25 +5,24 @@ the other files' edges into them); rebuilding the arrays from all ~960,000 edges
 PyTorch costs ~5 s, most of a PR job's selection. So the update notes which nodes it
 touched (temporary triggers on ``nodes`` and ``edges``: every row inserted, deleted or
 updated names its ends) and stores them in the new index's meta with the key of the
-index it started from (:func:`index_key`). The refresh after the update finds the base's
-sidecar and splices the touched nodes' rows, read from SQLite in the order a build gives,
-into the base arrays (``indexer.query.adjacency.splice``), and writes the result as the
-new sidecar.
+index it started from (``indexer.store.derived.index_key``). The update's copy of the
+database still holds what was derived for that index; the refresh splices the touched
+nodes' rows, read from SQLite in the order a build gives, into the base arrays
+(``indexer.query.adjacency.splice``) and rewrites the blocks they are in.
 
 The result equals a build from scratch (tested array for array); anything it cannot
 express that way (a node or edge kind the base never had, a delta too large to be worth
-it, a base sidecar written for another index) is built from scratch instead.
+it, nothing derived for the base) is built from scratch instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 
 from indexer.query import moved_facts
+from indexer.store.derived import index_key
 
 META_KEY = "adjacency_delta"
 # Past this share of the nodes (and this many), splicing saves little over a build.
@@ -34,8 +33,6 @@ MAX_CHAIN = 4  # deltas kept per index: from its base, and from that one's bases
 # changed, and every node whose own row did (inserted, deleted, updated).
 _TOUCHED = "torchtalk_touched"
 _ROWS = "torchtalk_rows"
-# What an index file's key (:func:`index_key`) is made of, besides the file itself.
-_META_KEYS = ("schema_version", "git_commit", "files_fingerprint", "built_at", "counts")
 
 
 @dataclass(frozen=True)
@@ -82,17 +79,17 @@ def track_touched(conn: sqlite3.Connection) -> None:
             )
 
 
-def store_delta(conn: sqlite3.Connection, base_path: Path, base_meta: dict[str, str]) -> None:
-    """Write what changed into ``conn``'s meta as deltas: from the index at ``base_path``,
-    and from each index that one's own deltas start from (its sidecar may still be the
-    one on disk: a snapshot loaded and updated before anything read it). None are kept
-    when there is none worth keeping."""
+def store_delta(conn: sqlite3.Connection, base_meta: dict[str, str]) -> None:
+    """Write what changed into ``conn``'s meta as deltas: from the index of ``base_meta``,
+    and from each index that one's own deltas start from (what it holds may have been
+    derived for one of those: an index updated by code that did not derive). None are
+    kept when there is none worth keeping."""
     touched = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_TOUCHED} ORDER BY id")]
     rows = [node for (node,) in conn.execute(f"SELECT id FROM temp.{_ROWS} ORDER BY id")]
     nodes = conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
     limit = max(MAX_SHARE * nodes, MAX_NODES)
     moves = moved_facts.compare(conn)
-    latest = Delta(index_key(base_path, base_meta), touched, rows)
+    latest = Delta(index_key(base_meta), touched, rows)
     if moves is not None:
         lines = {str(f): {str(o): n for o, n in m.items()} for f, m in moves.lines.items()}
         latest = Delta(latest.base, touched, rows, moves.changed, moves.changed_rows, lines)
@@ -131,8 +128,8 @@ def _chained(earlier: Delta, latest: Delta) -> Delta:
 
 
 def deltas_of(meta: dict[str, str]) -> list[Delta]:
-    """What the updates that made this index changed, against each index it may have a
-    sidecar of: the nearest first; [] when it was built whole."""
+    """What the updates that made this index changed, against each index whose derived
+    data it may hold: the nearest first; [] when it was built whole."""
     try:
         found = json.loads(meta.get(META_KEY) or "[]")
         return [
@@ -158,11 +155,3 @@ def _lines(values) -> dict[str, dict[str, int]] | None:
     if values is None:
         return None
     return {str(f): {str(o): int(n) for o, n in m.items()} for f, m in values.items()}
-
-
-def index_key(db_path: Path, meta: dict[str, str]) -> str:
-    """What changes whenever the database does: its build metadata and the file itself."""
-    stat = db_path.stat()
-    parts = [meta.get(key, "") for key in _META_KEYS]
-    parts += [str(stat.st_ino), str(stat.st_size), str(stat.st_mtime_ns)]
-    return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()

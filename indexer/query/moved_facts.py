@@ -3,7 +3,7 @@
 Re-extracting a file rewrites every row of it, but a typical edit (a statement added to
 a function body) leaves its facts as they were, only lower down the file: the same
 nodes (an update keeps their ids: ``indexer.store.db.ReusedIds``), the same edges between
-them, the same refs, at other lines. What is kept beside the index from walking the graph
+them, the same refs, at other lines. What is derived into the index from walking the graph
 (the hub's walk, ``indexer.select.hub``) is still true then, but for its line numbers.
 So the update notes the rows it deletes and inserts (temporary triggers) and compares
 them with their lines left out: a node is *changed* when a row naming it differs

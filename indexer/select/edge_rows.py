@@ -1,7 +1,7 @@
 """Where the impact walk reads a frontier's edges: SQLite, or the index's adjacency.
 
 A small walk asks SQLite for each 900-node batch's edges. Once a walk has reached
-``ADJACENCY_AFTER`` nodes, or a sidecar written for this index exists, the edges come
+``ADJACENCY_AFTER`` nodes, or the index keeps one derived for its graph, the edges come
 from the in-memory adjacency (``indexer.query.adjacency``) instead. Both give a batch's
 edges in the same order (by node, kind, edge id), so the walk reaches the same nodes by
 the same steps either way.
@@ -50,11 +50,11 @@ class EdgeRows:
         self._graph_looked = False
 
     def graph(self, reached: int = 0) -> adjacency.Adjacency | None:
-        """The index's adjacency: read from its sidecar if one was written for this index,
-        else built once the walk has reached ``ADJACENCY_AFTER`` nodes; None before."""
+        """The index's adjacency: read from the index if it keeps one derived for its
+        graph, else built once the walk has reached ``ADJACENCY_AFTER`` nodes; None before."""
         if self._graph is None and not self._graph_looked:
             self._graph_looked = True
-            self._graph = adjacency.cached(self.index.db_path, self.index.meta)
+            self._graph = adjacency.cached(self.index.db_path, self.index.conn, self.index.meta)
         if self._graph is None and reached >= ADJACENCY_AFTER:
             self._graph = adjacency.shared(self.index.db_path, self.index.conn, self.index.meta)
         return self._graph

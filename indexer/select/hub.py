@@ -6,8 +6,8 @@ A change whose impact reaches code that package runs at import (``torch.nested``
 ``__torch_function__`` does) reaches everything importing it: on PyTorch ~81,000 nodes,
 seconds of walking, and the same nodes for every such change. So that walk is made once
 per index, from the hub alone, as a changed module (its import runs changed code), kept
-in a sidecar next to the index, and spliced into a selection's walk the moment the hub
-becomes live there.
+inside the index (``indexer.store.derived``) by its refresh, and spliced into a
+selection's walk the moment the hub becomes live there.
 
 Splicing gives the walk the same nodes it would reach itself, because the walk is
 monotone: a step taken with less reached stays valid with more, so everything the hub's
@@ -18,11 +18,11 @@ goes on deciding it with everything it has reached (``ImpactWalker.walk``). The 
 chains run from the hub, whose own step is the walk's: every test's chain still starts
 at the change.
 
-The sidecar is keyed by the index file (as the adjacency is) and by the code that walks
-and the manifest it reads, and is only made and used by selections, which walk an index
-known to describe the tree (whose files' text the walk also reads). An incremental
-update keeps it when nothing the walk met changed but lines: the update notes the ends
-of every edge it changed and every node whose row it changed, rows that only moved to
+It is kept under the index's key (``indexer.store.derived.index_key``), the code that
+walks and the manifest it reads, and is only made and used for an index known to describe
+the tree (whose files' text the walk also reads). An incremental update keeps it when
+nothing the walk met changed but lines: the update notes the ends of every edge it
+changed and every node whose row it changed, rows that only moved to
 other lines aside (``indexer.query.adjacency_delta``, ``indexer.query.moved_facts``; an
 update keeps the ids of the nodes it re-extracts). When no changed edge ends at a node
 the walk met and no changed node row sits at the other end of one's edge, walking again
@@ -41,19 +41,18 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
-from indexer.query.adjacency_delta import Delta, deltas_of, index_key
+from indexer.query.adjacency_delta import Delta, deltas_of
 from indexer.select.judgments import CODE_VERSION
 from indexer.select.reach import Overlay, Step
-from indexer.store import array_file
+from indexer.store import derived
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    import sqlite3
 
     from indexer.query.index import Index
     from indexer.select.reach import Reach
 
-MAGIC = b"torchtalk-hub 1\n"
-SUFFIX = ".hub"
+NAME = "hub"  # its item in the index's derived data
 NONE = -1
 # One row per node the hub's walk reached, in the order it reached them (so each row's
 # ``prev`` is a hub row above it, or the hub).
@@ -199,16 +198,12 @@ class HubWalk:
         return added
 
 
-def sidecar_key(index: Index, of_index: str | None = None) -> str:
-    """The index file (``of_index``: another index's key), the code that walks, and the
-    manifest it reads."""
+def derived_key(index: Index, of_index: str | None = None) -> str:
+    """The index's graph (``of_index``: another index's key), the code that walks, and
+    the manifest it reads."""
     manifest = index.meta.get("manifest") or ""
-    parts = [of_index or index_key(index.db_path, index.meta), CODE_VERSION, manifest]
+    parts = [of_index or derived.index_key(index.meta), CODE_VERSION, manifest]
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest()
-
-
-def sidecar_path(index: Index) -> Path:
-    return index.db_path.with_name(index.db_path.name + SUFFIX)
 
 
 def load(index: Index) -> HubWalk | None:
@@ -218,11 +213,11 @@ def load(index: Index) -> HubWalk | None:
 
 def kept_walk(index: Index) -> tuple[HubWalk | None, bool]:
     """The hub's walk kept for this very index and code, or None; and whether it was
-    carried across an update from the walk kept for the index before it (then only a
-    keeping walker saves it under this index's key)."""
+    carried across an update from the walk kept for the index before it (then the
+    refresh keeps it under this index's key)."""
     if not CODE_VERSION:
         return None, False  # the walking code cannot be hashed: nothing kept can be trusted
-    found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index), _ARRAYS)
+    found = _read(index.conn, derived_key(index))
     carried = found is None
     if carried:
         found = _kept_across_update(index)
@@ -246,12 +241,19 @@ def kept_walk(index: Index) -> tuple[HubWalk | None, bool]:
     return walk, carried
 
 
+def _read(conn: sqlite3.Connection, key: str):
+    """(header, arrays) of the walk kept under ``key``, or None."""
+    head = derived.header(conn, NAME, key)
+    found = derived.arrays(conn, NAME, _ARRAYS) if head is not None else None
+    return None if found is None else (head, found)
+
+
 def _kept_across_update(index: Index):
     """The (header, arrays) of the walk kept for the index this one was updated from,
     when the update changed nothing it met but the lines of its evidence (then moved
     with them); else None."""
     for delta in deltas_of(index.meta):
-        found = array_file.read(sidecar_path(index), MAGIC, sidecar_key(index, delta.base), _ARRAYS)
+        found = _read(index.conn, derived_key(index, delta.base))
         if found is not None:
             if not _unchanged_by(index, delta, found):
                 return None
@@ -308,8 +310,9 @@ def touched_by(index: Index, delta: Delta) -> set[int]:
     return touched
 
 
-def save(index: Index, walk: HubWalk) -> None:
-    """Keep the hub's walk next to the index (skipped when it cannot be written)."""
+def store(conn: sqlite3.Connection, index: Index, walk: HubWalk) -> None:
+    """Keep the hub's walk in the index ``index`` reads, through ``conn`` (a writer's
+    connection to it, in its transaction)."""
     if not CODE_VERSION:
         return
     header = {
@@ -320,7 +323,7 @@ def save(index: Index, walk: HubWalk) -> None:
         "module_names": {str(m): names for m, names in walk.module_names.items()},
         "deferred_calls": walk.deferred_calls,
     }
-    array_file.write(sidecar_path(index), MAGIC, sidecar_key(index), header, walk.arrays)
+    derived.write(conn, NAME, derived_key(index), header, {0: walk.arrays})
 
 
 def _consistent(walk: HubWalk) -> bool:

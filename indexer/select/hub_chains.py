@@ -1,4 +1,4 @@
-"""Chains to the hub from the most used ops, derived from one index and kept beside it.
+"""Chains to the hub from the most used ops, derived from one index and kept inside it.
 
 The refresh after a build or an update (``indexer.select.derived``) walks from each of
 the most used ops, in order, until the hub is live (``ImpactWalker.walk_to_hub``),
@@ -29,16 +29,15 @@ from indexer.query.adjacency_delta import deltas_of
 from indexer.select import hub as hub_walks
 from indexer.select.judgments import CODE_VERSION
 from indexer.select.witness import Chain, Ids, Lead, Witnesses, chain_keys
-from indexer.store import array_file
+from indexer.store import derived
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    import sqlite3
 
     from indexer.query.index import Index
     from indexer.select.reach import Reach
 
-MAGIC = b"torchtalk-hub-chains 1\n"
-SUFFIX = ".witnesses"
+NAME = "hub_chains"  # its item in the index's derived data
 # Per op, in the order derived: the nodes its walk met, those it asked for leads and
 # was given none, those it was given leads with a digest of them, each run ending at
 # the op's ``*_end``.
@@ -220,12 +219,9 @@ def _ids_kept(index: Index, before: Before) -> dict[Chain, Ids]:
     return kept
 
 
-def sidecar_path(index: Index) -> Path:
-    return index.db_path.with_name(index.db_path.name + SUFFIX)
-
-
-def save(index: Index, derivation: Derivation) -> None:
-    """Keep the derivation beside the index (skipped when it cannot be written)."""
+def store(conn: sqlite3.Connection, index: Index, derivation: Derivation) -> None:
+    """Keep the derivation in the index ``index`` reads, through ``conn`` (a writer's
+    connection to it, in its transaction)."""
     if not CODE_VERSION:
         return
     arrays = {name: array(typecode) for name, typecode in _ARRAYS.items()}
@@ -244,7 +240,7 @@ def save(index: Index, derivation: Derivation) -> None:
         "chain_ids": derivation.chain_ids,
         "walked": derivation.walked,
     }
-    array_file.write(sidecar_path(index), MAGIC, hub_walks.sidecar_key(index), header, arrays)
+    derived.write(conn, NAME, hub_walks.derived_key(index), header, {0: arrays})
 
 
 def load(index: Index, of_index: str | None = None) -> Derivation | None:
@@ -252,11 +248,11 @@ def load(index: Index, of_index: str | None = None) -> Derivation | None:
     or None."""
     if not CODE_VERSION:
         return None
-    key = hub_walks.sidecar_key(index, of_index)
-    found = array_file.read(sidecar_path(index), MAGIC, key, _ARRAYS)
-    if found is None:
+    key = hub_walks.derived_key(index, of_index)
+    header = derived.header(index.conn, NAME, key)
+    a = derived.arrays(index.conn, NAME, _ARRAYS) if header is not None else None
+    if header is None or a is None:
         return None
-    header, a = found
     try:
         chains = [None if c is None else tuple(tuple(k) for k in c) for c in header["chains"]]
         derivation = Derivation(

@@ -97,13 +97,14 @@ class ImpactWalker(Bridges, EdgeRows):
     """Reverse reachability over one index; reusable across walks.
 
     ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
-    what the hub reaches from its sidecar, not walk it again (``indexer.select.hub``).
+    what the hub reaches from the walk kept in the index, not walk it again
+    (``indexer.select.hub``).
     Only for an index known to describe the tree, as a selection's is: the kept walk
     read the tree's text.
 
-    ``keep``: write what the walks derive (the hub's walk, chains to it, judgments) beside
-    the index. Only index maintenance keeps (``indexer.select.derived``); a selection's
-    walker writes nothing (docs/selection.md, "A current index").
+    ``keep``: hold what the walks derive (the hub's walk, judgments) for index
+    maintenance to keep in the index (``indexer.select.derived``); a walker writes
+    nothing (docs/selection.md, "A current index").
     """
 
     def __init__(
@@ -125,8 +126,7 @@ class ImpactWalker(Bridges, EdgeRows):
         self._witnesses: Witnesses | None = None
         if source is None and index.meta.get("source_path"):
             source = Path(index.meta["source_path"])
-        sidecar = index.db_path.with_name(index.db_path.name + judgments.SUFFIX)
-        self.judgments = judgments.Judgments(sidecar if source is not None else None)
+        self.judgments = judgments.Judgments(index.conn if source is not None else None)
         self.statements = ModuleStatements(source, self.judgments)
         self.deferral = Deferral(index, self.statements)
         manifest = json.loads(index.meta.get("manifest") or "{}")
@@ -288,17 +288,14 @@ class ImpactWalker(Bridges, EdgeRows):
         """Add the hub's walk to ``reach``, in which the hub has just become live, and
         return what of ``frontier`` is left to expand: the hub's walk expanded its other
         nodes already, in the same state (a module's state may differ: modules stay)."""
-        use = "read from the index's hub sidecar"
+        use = "read from the walk kept in the index"
         if self._hub_walk is None:
-            self._hub_walk, carried = hub_walks.kept_walk(self.index)
-            if carried and self.keeps and self._hub_walk.hub == hub:
-                hub_walks.save(self.index, self._hub_walk)  # under this index's key
+            self._hub_walk, _ = hub_walks.kept_walk(self.index)
             if self._hub_walk is None or self._hub_walk.hub != hub:
                 use = "walked; no walk was kept for this index"
                 self._hub_walk = hub_walks.HubWalk.of(hub, self._walk({hub: 0}, None, None))
                 if self.keeps:
-                    use = "walked, and kept in the index's hub sidecar"
-                    hub_walks.save(self.index, self._hub_walk)
+                    use = "walked, and kept in the index"
         added = self._hub_walk.splice_into(reach)
         name = self.index.node(hub).qualname
         self.hub_use = f"{added} nodes past the hub {name}: {use}{self._lead}"
@@ -367,11 +364,10 @@ class ImpactWalker(Bridges, EdgeRows):
         there to the witnesses (``indexer.select.hub_chains`` keeps it)."""
         return self._walk({start: 0}, None, None, splice=True, stop_at_hub=True)
 
-    def save(self) -> None:
-        """Write the judgments this walker made for later walks. Only a keeping walker
-        writes."""
-        if self.keeps:
-            self.judgments.save()
+    @property
+    def hub_walk(self) -> hub_walks.HubWalk | None:
+        """The hub's walk this walker spliced (kept, carried or walked), if it met the hub."""
+        return self._hub_walk
 
     def _walk(
         self,

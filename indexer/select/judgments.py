@@ -1,27 +1,28 @@
-"""The walk's judgments of source text, kept across runs next to the index.
+"""The walk's judgments of source text, kept across runs inside the index.
 
 Whether a line calls the op it names (``torch.atan2(...)`` or only ``torch.atan2`` in a
 table), whether ``x.add(...)`` has a receiver its file shows is no tensor, and what a
 module's top-level statement does with a name (``indexer.select.module_scope``) depend
 only on the file's content. A selection asks thousands of them, most about library files
 no change touches, and parsing their functions is most of a warm walk's time. So the
-answers are kept in a sidecar ``index.sqlite.judgments``, each keyed by the hash of the
-content it was read from (not the index's record of it: what is judged is what is read),
-the line and the name, and the whole file by a hash of the code that judges: a changed
-rule starts afresh. The file is written to a temporary file and renamed; one that
-cannot be read counts as empty, one that cannot be written is skipped.
+refresh keeps the answers its walks made in the index's ``judgments`` table
+(``indexer.store.derived``), each keyed by the hash of the content it was read from (not
+the index's record of it: what is judged is what is read), the line and the name, and
+all of them by a hash of the code that judges: a changed rule starts afresh. An update's
+copy of the index carries them over; a selection reads them and writes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
-from indexer import durable
+from indexer.store import derived
 
-SUFFIX = ".judgments"
+NAME = "judgments"  # its item in the index's derived data: the code that judged
 MAX_ENTRIES = 200_000  # past this (~12 MB), only the last run's answers are kept
 # The judging code and what it imports (indexer.python.scope, ...): whole packages, so a
 # helper added or changed anywhere in them can never leave old answers standing.
@@ -49,46 +50,57 @@ def content_key(data: bytes) -> str:
 
 
 class Judgments:
-    """Answers by key, read from and written to one sidecar (None: in memory only).
-    An answer is a bool, or a list of JSON values."""
+    """Answers by key, read from the index ``conn`` reads (None: in memory only), and
+    the answers this walker added (``new``: for the refresh to keep). An answer is a
+    bool, or a list of JSON values."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path if CODE_VERSION else None
-        self._answers: dict[str, Any] = {}
-        self._new: dict[str, Any] = {}
-        if self.path is not None:
-            self._answers = _read(self.path)
+    def __init__(self, conn: sqlite3.Connection | None) -> None:
+        self._conn = conn if conn is not None and _kept_by_this_code(conn) else None
+        self._read: dict[str, Any] = {}
+        self.new: dict[str, Any] = {}
 
     def get(self, key: str) -> Any:
-        found = self._new.get(key)
-        return self._answers.get(key) if found is None else found
+        found = self.new.get(key)
+        if found is not None:
+            return found
+        if key in self._read:
+            return self._read[key]
+        answer = None
+        if self._conn is not None:
+            row = self._conn.execute(
+                "SELECT answer FROM judgments WHERE key = ?", (key,)
+            ).fetchone()
+            answer = _answer(row[0]) if row is not None else None
+        self._read[key] = answer
+        return answer
 
     def put(self, key: str, answer: Any) -> None:
-        self._new[key] = answer
-
-    def save(self) -> None:
-        """Write the answers if this run added any (temporary file, then rename)."""
-        if self.path is None or not self._new:
-            return
-        answers = {**self._answers, **self._new}
-        if len(answers) > MAX_ENTRIES:
-            answers = dict(self._new)
-        text = json.dumps({"code": CODE_VERSION, "answers": answers}, separators=(",", ":"))
-        try:
-            durable.write_atomic(self.path, text.encode("utf-8"))
-        except OSError:
-            return
-        self._answers, self._new = answers, {}
+        self.new[key] = answer
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _kept_by_this_code(conn: sqlite3.Connection) -> bool:
+    return bool(CODE_VERSION) and derived.header(conn, NAME, CODE_VERSION) is not None
+
+
+def _answer(text: str) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # a cache that does not parse is a miss
-        return {}
-    if not isinstance(data, dict) or data.get("code") != CODE_VERSION:
-        return {}
-    answers = data.get("answers")
-    if not isinstance(answers, dict):
-        return {}
-    return {key: value for key, value in answers.items() if isinstance(value, (bool, list))}
+        answer = json.loads(text)
+    except (ValueError, RecursionError):  # a damaged answer is a miss
+        return None
+    return answer if isinstance(answer, (bool, list)) else None
+
+
+def store(conn: sqlite3.Connection, answers: dict[str, Any]) -> None:
+    """Keep ``answers`` in the index (a writer's connection, in its transaction): beside
+    those kept by this code, or instead of all of them when the code changed or they
+    grew past ``MAX_ENTRIES``."""
+    if not CODE_VERSION:
+        return
+    (count,) = conn.execute("SELECT COUNT(*) FROM judgments").fetchone()
+    if not _kept_by_this_code(conn) or count + len(answers) > MAX_ENTRIES:
+        conn.execute("DELETE FROM judgments")
+    conn.executemany(
+        "INSERT OR REPLACE INTO judgments(key, answer) VALUES (?, ?)",
+        [(key, json.dumps(answer, separators=(",", ":"))) for key, answer in answers.items()],
+    )
+    derived.write(conn, NAME, CODE_VERSION, {}, {})

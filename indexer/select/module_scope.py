@@ -390,7 +390,7 @@ class ModuleStatements:
     ) -> Any:
         """``judge()``, kept in the judgments by the content of ``path`` (and ``what``
         is asked); asked afresh when the file cannot be read, or when what is kept is not
-        ``valid`` (a damaged sidecar is judged again, not trusted)."""
+        ``valid`` (a damaged answer is judged again, not trusted)."""
         digest = self.digest(path)
         if digest is None:
             return judge()

@@ -29,13 +29,12 @@ from indexer.snapshot.blockgzip import BlockGzipError, BlockGzipReader, BlockGzi
 from indexer.snapshot.names import validate_name
 from indexer.snapshot.store import (
     DB_FILE,
+    LEGACY_FILES,
     META_FILE,
     RECORD_FILE,
-    SIDECAR_FILES,
     SnapshotError,
     SnapshotInfo,
     check_name_free,
-    check_sidecar,
     db_of,
     install_dir,
     read_info,
@@ -47,9 +46,9 @@ from indexer.snapshot.store import (
 from indexer.store.db import SCHEMA_VERSION, connect_readonly, read_meta
 
 SUMS_FILE = "SHA256SUMS"
-MEMBERS = (SUMS_FILE, META_FILE, DB_FILE, RECORD_FILE, *SIDECAR_FILES)
-REQUIRED = (SUMS_FILE, META_FILE, DB_FILE)  # a record and sidecars only where there are
-OPTIONAL = (RECORD_FILE, *SIDECAR_FILES)
+MEMBERS = (SUMS_FILE, META_FILE, DB_FILE, RECORD_FILE, *LEGACY_FILES)
+REQUIRED = (SUMS_FILE, META_FILE, DB_FILE)  # a record only where there is one
+OPTIONAL = (RECORD_FILE, *LEGACY_FILES)
 # Upper bounds per member: a description or checksum list is tiny; the index and the
 # record are bounded by what their archive can hold (``member_limits``).
 MAX_BYTES = {
@@ -79,7 +78,7 @@ def member_limits(archive_bytes: int) -> dict[str, int]:
     else:
         db_limit = min(max(MIN_DB_LIMIT, archive_bytes * MAX_INFLATION), MAX_BYTES[DB_FILE])
     limits = {**MAX_BYTES, DB_FILE: db_limit, RECORD_FILE: min(db_limit, MAX_BYTES[RECORD_FILE])}
-    limits.update({name: db_limit for name in SIDECAR_FILES})  # each smaller than its index
+    limits.update({name: db_limit for name in LEGACY_FILES})  # each smaller than its index
     return limits
 
 
@@ -305,8 +304,8 @@ def _unpack(archive: Path, staged: Path) -> None:
             raise SnapshotError(f"checksum mismatch for {name}: the archive is corrupt")
     if RECORD_FILE in seen:
         record_summary(staged / RECORD_FILE)
-    for name in sorted(seen & set(SIDECAR_FILES)):
-        check_sidecar(staged / name)
+    for name in seen & set(LEGACY_FILES):  # an older snapshot's: derived data is in the index
+        (staged / name).unlink()
     (staged / SUMS_FILE).unlink()
 
 

@@ -27,8 +27,6 @@ from indexer.build import build_lock
 from indexer.changes import detect_changes
 from indexer.errors import IndexMissingError, TorchTalkError, UsageError
 from indexer.locations import cache_dir
-from indexer.query.adjacency_delta import MAX_CHAIN, Delta, deltas_of, index_key
-from indexer.query.adjacency_delta import META_KEY as DELTA_KEY
 from indexer.query.recorded import RECORD_FILE as RECORD_NAME
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record.storage import RecordError
@@ -39,18 +37,15 @@ from indexer.snapshot.fingerprint import (
     source_fingerprint,
 )
 from indexer.snapshot.names import validate_name
-from indexer.store import array_file
 from indexer.store.db import SCHEMA_VERSION, connect_readonly, connect_writable, read_meta
 from indexer.workspace import Workspace
 
 DB_FILE = "index.sqlite"
 META_FILE = "snapshot.json"
 RECORD_FILE = RECORD_NAME  # the recorded run beside the index, when there is one
-# What selections keep beside the index, carried so that a restored snapshot's first
-# selection need not make them again: the adjacency and the hub's walk (keyed to the
-# index they were made for: a restored index takes them over as an update would,
-# ``indexer.query.adjacency_delta``), kept chains and judgments (valid across indexes).
-SIDECAR_FILES = tuple(
+# Files of snapshots made before derived data moved into the index (docs/architecture.md,
+# "Derived data"): an archive may still hold them; they are dropped, never installed.
+LEGACY_FILES = tuple(
     DB_FILE + suffix for suffix in (".adjacency", ".hub", ".witnesses", ".judgments")
 )
 FORMAT = 1  # of snapshot.json
@@ -76,7 +71,6 @@ class SnapshotInfo:
     counts: dict[str, Any] = field(default_factory=dict)
     db_bytes: int = 0
     record: dict[str, Any] = field(default_factory=dict)  # its commit, age, tests; {} if none
-    sidecars_for: str = ""  # the key of the index its sidecars were made for; '' if none
     format: int = FORMAT
 
     def to_json(self) -> str:
@@ -124,7 +118,6 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "counts": ((dict,), False),
     "db_bytes": ((int,), False),
     "record": ((dict,), False),
-    "sidecars_for": ((str,), False),
     "format": ((int,), False),
 }
 _REQUIRED = tuple(key for key, (_, required) in _FIELDS.items() if required)
@@ -387,7 +380,6 @@ def save_snapshot(workspace: Workspace, name: str, *, force: bool = False) -> Sn
                     db_bytes=(staged / DB_FILE).stat().st_size,
                 )
                 info.record = _stage_record(record_path_for(db_path), staged / RECORD_FILE)
-                info.sidecars_for = _stage_sidecars(db_path, meta, staged)
                 (staged / META_FILE).write_text(info.to_json(), encoding="utf-8")
                 install_dir(staged, name, replace=True)
             finally:
@@ -407,23 +399,6 @@ def record_summary(path: Path) -> dict[str, Any]:
     return {key: summary[key] for key in keys}
 
 
-# Sidecars kept as arrays behind a header (indexer.store.array_file); the others are JSON.
-ARRAY_SIDECARS = (DB_FILE + ".adjacency", DB_FILE + ".hub", DB_FILE + ".witnesses")
-
-
-def check_sidecar(path: Path) -> None:
-    """SnapshotError when a sidecar carried in from elsewhere is not whole or not bounded
-    (a header or JSON nested past what we write, arrays longer than the file): its
-    reader would rebuild a damaged one, but must never be handed one that crashes it."""
-    try:
-        if path.name in ARRAY_SIDECARS:
-            array_file.check_whole(path)
-        else:
-            array_file.parse_json(path.read_bytes())
-    except array_file.DamagedFile as exc:
-        raise SnapshotError(f"{path.name} cannot be used: {exc}") from None
-
-
 def _stage_record(record: Path, staged: Path) -> dict[str, Any]:
     """Copy the workspace's record (checked first) into a snapshot being made."""
     if not record.is_file():
@@ -432,36 +407,6 @@ def _stage_record(record: Path, staged: Path) -> dict[str, Any]:
     shutil.copyfile(record, staged)
     _fsync(staged)
     return summary
-
-
-def _stage_sidecars(db_path: Path, meta: dict[str, str], staged: Path) -> str:
-    """Copy the index's sidecars into a snapshot being made; the key of the index they
-    go with ('' when there are none). Each checks itself when read: one made for another
-    index is made again, never trusted."""
-    copied = False
-    for name in SIDECAR_FILES:
-        source = db_path.with_name(name)
-        try:
-            shutil.copyfile(source, staged / name)
-        except FileNotFoundError:
-            continue
-        _fsync(staged / name)
-        copied = True
-    return index_key(db_path, meta) if copied else ""
-
-
-def _install_sidecars(info: SnapshotInfo, db_path: Path) -> list[tuple[Path, Path]]:
-    """Copy the snapshot's sidecars beside the index being installed, as temporary files:
-    (temporary, final) pairs, renamed into place with the index."""
-    staged = []
-    for name in SIDECAR_FILES:
-        source = snapshot_dir(info.name) / name
-        if info.sidecars_for and source.is_file():
-            tmp = db_path.with_name(f"{name}.loading-{os.getpid()}")
-            shutil.copyfile(source, tmp)
-            _fsync(tmp)
-            staged.append((tmp, db_path.with_name(name)))
-    return staged
 
 
 def delete_snapshot(name: str) -> None:
@@ -521,10 +466,8 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
     db_path = workspace.db_path
     with build_lock(db_path.parent, wait=wait):
         tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
-        sidecars: list[tuple[Path, Path]] = []
         try:
             shutil.copyfile(source_db, tmp)
-            sidecars = _install_sidecars(info, db_path)
             conn = connect_writable(tmp)
             try:
                 values = [
@@ -532,28 +475,14 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
                     ("harness_chosen_by", workspace.chosen_by),
                     ("loaded_snapshot", info.name),
                 ]
-                if sidecars:
-                    # The same graph as the index saved: nothing changed against it, nor
-                    # against the indexes its own deltas start from (a sidecar may be
-                    # one of theirs, saved before anything read the index). Nothing
-                    # moved either: said so, or an update after it would count every
-                    # node it rewrote as changed (the hub's walk and chains walked again).
-                    same = Delta(info.sidecars_for, [], [], [], [], {})
-                    deltas = [same, *deltas_of(read_meta(conn))]
-                    kept = [delta.as_json() for delta in deltas[:MAX_CHAIN]]
-                    values.append((DELTA_KEY, json.dumps(kept)))
                 conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
             finally:
                 conn.close()
             _fsync(tmp)
             _install_record(snapshot_dir(info.name) / RECORD_FILE, record_path_for(db_path))
-            for staged, final in sidecars:
-                durable.replace(staged, final)
             durable.replace(tmp, db_path)
         except BaseException:
             tmp.unlink(missing_ok=True)
-            for staged, _ in sidecars:
-                staged.unlink(missing_ok=True)
             raise
     return db_path
 

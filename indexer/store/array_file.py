@@ -1,10 +1,9 @@
-"""Files of named arrays behind a JSON header: the index's sidecars.
+"""Files of named arrays behind a JSON header (the record's earlier format).
 
-A sidecar holds what is derived from one index and costly to derive again (the edges
-both ways, the walk from the hub). Each names the key it was derived for, so one left
-over from another index is never read as this one's; carries a digest of its arrays, so
-a file damaged in place is rebuilt rather than trusted; and is written whole or not at
-all: to a temporary file, then renamed over the old one.
+Each names the key it was written for, so one of another kind or version is never read
+as this one's; carries a digest of its arrays, so a file damaged in place is refused
+rather than trusted; and is written whole or not at all: to a temporary file, then
+renamed over the old one.
 
 A file may also come from elsewhere (a snapshot archive, a record from CI), so nothing in
 it is trusted before it is checked: a header nested deeper than any we write is refused
@@ -38,8 +37,7 @@ def is_layout_entry(entry: Any) -> bool:
 
 def digest(arrays: dict[str, array]) -> str:
     """A checksum of the arrays' bytes, in the order of the dict. It guards against
-    damage, not tampering: CRC-32 reads the adjacency's 36 MB in ~10 ms, a cryptographic
-    hash in ~60, and every selection reads it."""
+    damage, not tampering: CRC-32 is several times cheaper than a cryptographic hash."""
     checksum = 0
     for values in arrays.values():
         checksum = zlib.crc32(memoryview(values).cast("B"), checksum)
@@ -69,7 +67,7 @@ def write(
 
 
 class DamagedFile(ValueError):
-    """A sidecar that is not whole: wrong magic or key, truncated, or damaged in place."""
+    """A file that is not whole: wrong magic or key, truncated, or damaged in place."""
 
 
 # Deeper than any header we write (a record's meta is 3 levels down). The parser's own
@@ -176,41 +174,3 @@ def _arrays(
     if header.get("digest") != digest(arrays):
         raise DamagedFile("its checksum does not match (damaged in place)")
     return arrays
-
-
-_ANY_TYPECODE = frozenset("bBhHiIlLqQfd")
-_MAGIC_PREFIX = b"torchtalk-"
-
-
-def check_whole(path: Path) -> None:
-    """Refuse (:class:`DamagedFile`) a file that is not an array file of some kind, whole:
-    its header bounded, its arrays filling it and matching its digest. For a file that
-    comes from elsewhere (a snapshot's sidecar), before it is installed; its own reader
-    still checks its key and its arrays when it reads it."""
-    with open(path, "rb") as handle:
-        first = handle.readline(256)
-        if not (first.startswith(_MAGIC_PREFIX) and first.endswith(b"\n")):
-            raise DamagedFile("not a file of this kind")
-        header = _header(handle.readline())
-        listed = header.get("arrays")
-        typecodes = {
-            entry[0]: entry[1]
-            for entry in (listed if isinstance(listed, list) else [])
-            if isinstance(entry, list)
-            and len(entry) == 3
-            and isinstance(entry[0], str)
-            and isinstance(entry[1], str)
-            and entry[1] in _ANY_TYPECODE
-        }
-        _arrays(handle, header, typecodes)
-
-
-def read(
-    path: Path, magic: bytes, key: str, typecodes: dict[str, str]
-) -> tuple[dict[str, Any], dict[str, array]] | None:
-    """(header, arrays) of a file written for ``key`` holding exactly the arrays of
-    ``typecodes`` (name -> typecode), whole and undamaged; None otherwise."""
-    try:
-        return read_checked(path, magic, key, typecodes)
-    except (OSError, DamagedFile):
-        return None

@@ -112,7 +112,7 @@ class ReusedIds:
     each node the id of the old node of the same kind and qualified name (the n-th of a
     name in the file the n-th's), so that what an update did not change keeps its
     identity in the graph: an edge between the same two functions is the same edge, and
-    what is kept beside the index (walks, chains) still names the same nodes. Anything
+    what is derived into the index (walks, chains) still names the same nodes. Anything
     new gets an id above every id the index had, never one freed by an evicted file
     whose facts are still to be written. Read before any file is evicted."""
 

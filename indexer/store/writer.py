@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,6 +20,10 @@ from indexer.store.db import (
     insert_file_facts,
     write_meta,
 )
+
+# Writes what is derived from the graph into a new index's private file (its path, and
+# a writable connection to it, outside any transaction) before it is renamed into place.
+Derive = Callable[[Path, sqlite3.Connection], None]
 
 
 class IndexWriter:
@@ -51,11 +56,15 @@ class IndexWriter:
         create_indexes(self.conn)
         self.conn.execute("BEGIN")
 
-    def commit(self) -> Path:
+    def commit(self, derive: Derive | None = None) -> Path:
+        """Finish the file and rename it into place; ``derive`` first writes what is
+        derived from the graph into it (``indexer.store.derived``)."""
         if self.conn.in_transaction:
             self.conn.execute("COMMIT")
         create_indexes(self.conn)
         self.conn.execute("ANALYZE")
+        if derive is not None:
+            derive(self.tmp_path, self.conn)
         self.conn.close()
         with open(self.tmp_path, "rb+") as handle:
             os.fsync(handle.fileno())

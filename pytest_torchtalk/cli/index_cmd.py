@@ -188,10 +188,12 @@ def _warn_updated(result) -> None:
 
 
 def run_update(args: argparse.Namespace) -> int:
+    from indexer.refresh import Preparation, Refresh, prepare_for_selection
     from indexer.update import update_index
 
     _check_arguments(args)
     workspace = Workspace.resolve(args.source, args.harness)
+    preparation = Preparation(workspace)
     result = update_index(
         workspace,
         since=args.since,
@@ -200,13 +202,14 @@ def run_update(args: argparse.Namespace) -> int:
         show_progress=False if (args.quiet or args.json) else None,
         force=args.force,
         compile_commands=args.compile_commands,
+        derive=preparation,
     )
     _warn_updated(result)
-    from indexer.refresh import Refresh, prepare_for_selection
-
     done = Refresh("built" if result.full_build else "updated", result.reason, None, result)
-    if not result.up_to_date:
-        prepare_for_selection(workspace, done)
+    if result.up_to_date:
+        prepare_for_selection(workspace, done, wait=not args.no_wait)
+    else:
+        preparation.installed(workspace.db_path, done)
     if done.prepare_problem:
         print(f"warning: not prepared for test selection ({done.prepare_problem})", file=sys.stderr)
     if args.json:
