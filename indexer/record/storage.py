@@ -25,9 +25,10 @@ import bisect
 import hashlib
 import json
 import os
+import re
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -354,6 +355,9 @@ def _header_problem(header: dict, counts_named: tuple[str, ...]) -> str | None:
     return meta_problem(header.get("meta"))
 
 
+_RUNS = re.compile(rb"(.)\1*", re.S)  # runs of one byte
+
+
 def _below(values: Sequence[int], bound: int, what: str) -> Sequence[int]:
     """``values``, each checked to be below ``bound`` (a slice read for one question)."""
     if values and max(values) >= bound:
@@ -671,11 +675,36 @@ class StoredRecord:
         except ValueError as exc:
             raise self._fail(exc) from None
 
+    def tests_of_segments(self, segments: Sequence[int]) -> list[array]:
+        """:meth:`tests_of_segment` of each of ``segments``, checked together (a selection
+        asks for tens of thousands at once)."""
+        try:
+            bounds, values = self._s.whole("segment_test_offsets"), self._s.whole("segment_tests")
+            length = len(values)
+            found = []
+            for segment in segments:
+                start, stop = bounds[segment], bounds[segment + 1]
+                if not start <= stop <= length:
+                    raise ValueError("segment_test_offsets do not match segment_tests")
+                found.append(values[start:stop])
+            if max(chain.from_iterable(found), default=-1) >= self.test_count:
+                raise ValueError("a segment names a test that does not exist")
+            return found
+        except (ValueError, IndexError, OSError) as exc:
+            raise self._fail(exc) from None
+
     def segment_kind(self, segment: int) -> str:
         kinds = self._whole_checked(
             "segment_kinds", len(SEGMENT_KINDS), "a segment of no known kind"
         )
         return SEGMENT_KINDS[kinds[segment]]
+
+    def segment_kinds(self, segments: Sequence[int]) -> list[str]:
+        """:meth:`segment_kind` of each of ``segments``."""
+        kinds = self._whole_checked(
+            "segment_kinds", len(SEGMENT_KINDS), "a segment of no known kind"
+        )
+        return [SEGMENT_KINDS[kinds[segment]] for segment in segments]
 
     def segment_label(self, segment: int) -> str:
         label = bytes(self._delimited("segment_label_offsets", "segment_labels", segment))
@@ -712,10 +741,18 @@ class StoredRecord:
                     )
                     continue
                 keys: dict[tuple[int, int], list[int]] = {}
-                for index, outcome, reason in zip(
-                    range(start, stop), outcomes[start:stop], reasons[start:stop], strict=True
-                ):
-                    keys.setdefault((outcome, reason), []).append(index)
+                if reasons[start:stop].count(reasons[start]) == stop - start:
+                    # One reason, outcomes in runs (a template's instances): run by run.
+                    reason = reasons[start]
+                    for run in _RUNS.finditer(outcomes[start:stop].tobytes()):
+                        keys.setdefault((run[0][0], reason), []).extend(
+                            range(start + run.start(), start + run.end())
+                        )
+                else:
+                    for index, outcome, reason in zip(
+                        range(start, stop), outcomes[start:stop], reasons[start:stop], strict=True
+                    ):
+                        keys.setdefault((outcome, reason), []).append(index)
                 for (outcome, reason), tests in keys.items():
                     groups[(file, OUTCOMES[outcome], self.reasons[reason])] = tests
             self._groups = groups
