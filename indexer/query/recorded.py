@@ -62,8 +62,14 @@ class _InMemory:
     def tests_of_segment(self, segment: int) -> Sequence[int]:
         return self._tests_of.get(segment, ())
 
-    def tests_of_segments(self, segments: Sequence[int]) -> list[Sequence[int]]:
-        return [self._tests_of.get(segment, ()) for segment in segments]
+    def tests_of_segments(self, segments: Sequence[int]) -> tuple[list[int], list[int]]:
+        found: list[int] = []
+        counts = []
+        for segment in segments:
+            tests = self._tests_of.get(segment, ())
+            found += tests
+            counts.append(len(tests))
+        return found, counts
 
     def segment_kind(self, segment: int) -> str:
         return self.record.segments[segment].kind
@@ -151,16 +157,29 @@ class RecordedRuns:
         call, teardown, fixtures, its file's collection, the session): import work is
         no test's own (``import_work``, ``importers``). The sets are shared between the
         tests that executed the same of ``names``: read them, do not change them."""
-        view = self._lookups()
-        found: dict[int, set[int]] = {}
         hits = self._segments_hit(names)
-        for (_, hit), tests in zip(hits, view.tests_of_segments([s for s, _ in hits]), strict=True):
-            for test in tests:
-                known = found.get(test)
-                if known is None:
-                    found[test] = hit
-                elif known is not hit:
-                    found[test] = known | hit  # hit is shared: not |=
+        tests, counts = self._lookups().tests_of_segments([segment for segment, _ in hits])
+        if len(tests) == len(hits):  # each segment one test's: its own, the common case
+            each = [hit for _, hit in hits]
+        else:
+            each = [hit for (_, hit), count in zip(hits, counts, strict=True) for _ in range(count)]
+        found = dict(zip(tests, each, strict=True))
+        if len(found) == len(tests):
+            return found  # no test reached by two segments: nothing to join
+        # A test reached by several segments executed what each of them did: the sets
+        # are joined once per pair met (a session's segment holds every test).
+        found = {}
+        joined: dict[tuple[int, int], set[int]] = {}
+        for test, hit in zip(tests, each, strict=True):
+            known = found.get(test)
+            if known is None:
+                found[test] = hit
+            elif known is not hit:
+                pair = (id(known), id(hit))  # both kept alive by `each` and `joined`
+                union = joined.get(pair)
+                if union is None:
+                    union = joined[pair] = known | hit
+                found[test] = union
         return found
 
     def _segments_hit(self, names: Iterable[tuple[str, str]]) -> list[tuple[int, set[int]]]:

@@ -24,11 +24,11 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import operator
 import os
-import re
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import chain, pairwise
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -355,9 +355,6 @@ def _header_problem(header: dict, counts_named: tuple[str, ...]) -> str | None:
     return meta_problem(header.get("meta"))
 
 
-_RUNS = re.compile(rb"(.)\1*", re.S)  # runs of one byte
-
-
 def _below(values: Sequence[int], bound: int, what: str) -> Sequence[int]:
     """``values``, each checked to be below ``bound`` (a slice read for one question)."""
     if values and max(values) >= bound:
@@ -622,13 +619,19 @@ class StoredRecord:
 
     def _columns(self) -> tuple[array, array, array]:
         """The tests' outcomes, reasons and durations, whole (a few bytes a test)."""
-        outcomes = self._whole_checked("test_outcomes", len(OUTCOMES), "an unknown outcome")
-        reasons = self._whole_checked("test_unrecorded", len(self.reasons), "an unknown reason")
+        outcomes, reasons = self._outcomes()
         try:
             durations = self._s.whole("test_durations")
         except (ValueError, OSError) as exc:
             raise self._fail(exc) from None
         return outcomes, reasons, durations
+
+    def _outcomes(self) -> tuple[array, array]:
+        """The tests' outcomes and reasons, whole (what trusting them reads: not their
+        durations, 8 bytes a test)."""
+        outcomes = self._whole_checked("test_outcomes", len(OUTCOMES), "an unknown outcome")
+        reasons = self._whole_checked("test_unrecorded", len(self.reasons), "an unknown reason")
+        return outcomes, reasons
 
     def file_of(self, test: int) -> str:
         offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
@@ -675,21 +678,29 @@ class StoredRecord:
         except ValueError as exc:
             raise self._fail(exc) from None
 
-    def tests_of_segments(self, segments: Sequence[int]) -> list[array]:
-        """:meth:`tests_of_segment` of each of ``segments``, checked together (a selection
-        asks for tens of thousands at once)."""
+    def tests_of_segments(self, segments: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The tests of each of ``segments``, one segment's after another, and how many
+        each has: read and checked together, in C where each has one (a selection asks
+        for tens of thousands of tests' own segments at once)."""
         try:
             bounds, values = self._s.whole("segment_test_offsets"), self._s.whole("segment_tests")
-            length = len(values)
-            found = []
-            for segment in segments:
-                start, stop = bounds[segment], bounds[segment + 1]
-                if not start <= stop <= length:
-                    raise ValueError("segment_test_offsets do not match segment_tests")
-                found.append(values[start:stop])
-            if max(chain.from_iterable(found), default=-1) >= self.test_count:
+            starts = list(map(bounds.__getitem__, segments))
+            stops = list(map(bounds.__getitem__, map((1).__add__, segments)))
+            counts = list(map(operator.sub, stops, starts))
+            if segments and (min(counts) < 0 or max(stops) > len(values)):
+                raise ValueError("segment_test_offsets do not match segment_tests")
+            if counts.count(1) == len(counts):
+                found = list(map(values.__getitem__, starts))
+            else:
+                found = []
+                for start, count in zip(starts, counts, strict=True):
+                    if count == 1:
+                        found.append(values[start])
+                    elif count:
+                        found += values[start : start + count]
+            if found and max(found) >= self.test_count:
                 raise ValueError("a segment names a test that does not exist")
-            return found
+            return found, counts
         except (ValueError, IndexError, OSError) as exc:
             raise self._fail(exc) from None
 
@@ -724,7 +735,7 @@ class StoredRecord:
         """(file, outcome, why unrecorded) -> the tests that share them: what deciding
         which tests to trust reads, without a test's object."""
         if self._groups is None:
-            outcomes, reasons, _ = self._columns()
+            outcomes, reasons = self._outcomes()
             offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
             paths = self.file_paths()
             groups: dict[tuple[str, str, str], Sequence[int]] = {}
@@ -740,19 +751,13 @@ class StoredRecord:
                         start, stop
                     )
                     continue
+                # Outcomes and reasons come in runs (a template's instances): run by run.
                 keys: dict[tuple[int, int], list[int]] = {}
-                if reasons[start:stop].count(reasons[start]) == stop - start:
-                    # One reason, outcomes in runs (a template's instances): run by run.
-                    reason = reasons[start]
-                    for run in _RUNS.finditer(outcomes[start:stop].tobytes()):
-                        keys.setdefault((run[0][0], reason), []).extend(
-                            range(start + run.start(), start + run.end())
-                        )
-                else:
-                    for index, outcome, reason in zip(
-                        range(start, stop), outcomes[start:stop], reasons[start:stop], strict=True
-                    ):
-                        keys.setdefault((outcome, reason), []).append(index)
+                at = start
+                for key, run in groupby(zip(outcomes[start:stop], reasons[start:stop], strict=True)):
+                    length = len(list(run))
+                    keys.setdefault(key, []).extend(range(at, at + length))
+                    at += length
                 for (outcome, reason), tests in keys.items():
                     groups[(file, OUTCOMES[outcome], self.reasons[reason])] = tests
             self._groups = groups

@@ -159,19 +159,13 @@ def _consult(
     pending: dict[tuple, tuple[Entity, Callable[[], list[Hop]], list[int]]] = {}
     grouped: set[int] = set()  # tests given a reason (import_uses adds to `chosen` itself)
 
-    def select(
-        test_index: int, entity: Entity, key: tuple, chain: Callable[..., list[Hop]], *of
-    ) -> None:
-        """Select the test for ``entity``; ``chain(*of)`` makes its reason's chain, once
-        per ``key``."""
-        chosen.add(test_index)
-        if test_index in grouped:
-            return
-        grouped.add(test_index)
+    def group(entity: Entity, key: tuple, chain: Callable[..., list[Hop]], *of) -> list[int]:
+        """The tests selected for ``entity`` by the reason ``key``, whose chain
+        ``chain(*of)`` makes (once per reason)."""
         found = pending.get(key)
         if found is None:
             found = pending[key] = (entity, partial(chain, *of), [])
-        found[2].append(test_index)
+        return found[2]
 
     cuda_users = runs.tests_using_device("cuda")
     used_no_cuda: set[int] = set()  # ran an op whose changed CUDA kernel they never launched
@@ -182,17 +176,24 @@ def _consult(
         answer.answered.add(position)
         # Device code runs only in tests that launched kernels, where the record can tell.
         users = cuda_users if cuda_users is not None and _device_code(index, entity) else None
-        first: dict[int, tuple[str, str]] = {}  # id of a shared set of hits -> its first name
+        # A test's reason is the first name it ran: tests that ran the same names share
+        # one set of them (``tests_executing``), so it is found once per set.
+        groups: dict[int, list[int]] = {}  # id of a set of names -> its reason's tests
         for test_index, hits in runs.tests_executing(names).items():
             if test_index not in trusted_indexes:
                 continue
             if users is not None and test_index not in users:
                 used_no_cuda.add(test_index)
                 continue
-            name = first.get(id(hits))
-            if name is None:
-                name = first[id(hits)] = record.names[min(hits)]
-            select(test_index, entity, (position, name), _executed, chains, name)
+            chosen.add(test_index)
+            if test_index in grouped:
+                continue
+            grouped.add(test_index)
+            tests = groups.get(id(hits))
+            if tests is None:
+                name = record.names[min(hits)]
+                tests = groups[id(hits)] = group(entity, (position, name), _executed, chains, name)
+            tests.append(test_index)
         work = runs.import_work(names)
         if work:
             imported.append((position, entity, chains, work))
@@ -209,7 +210,10 @@ def _consult(
         for use in import_uses(runs, work, trusted_indexes, chosen):
             name = record.names[use.name]
             key = (position, name, use.module, use.role, use.entered)
-            select(use.test, entity, key, _imported, chains, name, use)
+            chosen.add(use.test)
+            if use.test not in grouped:
+                grouped.add(use.test)
+                group(entity, key, _imported, chains, name, use).append(use.test)
     for entity, chain, tests in pending.values():
         reason = Reason(entity.label, entity.evidence, chain(), label, "record")
         for file, named in _by_file(runs, tests):
