@@ -62,8 +62,20 @@ class _InMemory:
     def tests_of_segment(self, segment: int) -> Sequence[int]:
         return self._tests_of.get(segment, ())
 
+    def tests_of_segments(self, segments: Sequence[int]) -> tuple[list[int], list[int]]:
+        found: list[int] = []
+        counts = []
+        for segment in segments:
+            tests = self._tests_of.get(segment, ())
+            found += tests
+            counts.append(len(tests))
+        return found, counts
+
     def segment_kind(self, segment: int) -> str:
         return self.record.segments[segment].kind
+
+    def segment_kinds(self, segments: Sequence[int]) -> list[str]:
+        return [self.record.segments[segment].kind for segment in segments]
 
     def segment_label(self, segment: int) -> str:
         return self.record.segments[segment].label
@@ -95,6 +107,7 @@ class RecordedRuns:
         self._functions: dict[str, list[tuple[str, str]]] | None = None  # module -> its functions
         self._overloads: dict[str, list[str]] | None = None
         self._names_of_worksets: list[frozenset[int]] | None = None
+        self._last_hit: tuple[frozenset[int], list[tuple[int, set[int]]]] | None = None
         self._lock = threading.RLock()  # the lookups build on one another
 
     @classmethod
@@ -142,28 +155,54 @@ class RecordedRuns:
     def tests_executing(self, names: Iterable[tuple[str, str]]) -> dict[int, set[int]]:
         """Test index -> the ids of ``names`` it executed through its own segments (setup,
         call, teardown, fixtures, its file's collection, the session): import work is
-        no test's own (``import_work``, ``importers``)."""
-        view = self._lookups()
-        found: dict[int, set[int]] = {}
-        for segment, hit in self._segments_hit(names):
-            for test in view.tests_of_segment(segment):
-                known = found.get(test)
-                found[test] = hit if known is None else known | hit  # hit is shared: not |=
+        no test's own (``import_work``, ``importers``). The sets are shared between the
+        tests that executed the same of ``names``: read them, do not change them."""
+        hits = self._segments_hit(names)
+        tests, counts = self._lookups().tests_of_segments([segment for segment, _ in hits])
+        if len(tests) == len(hits):  # each segment one test's: its own, the common case
+            each = [hit for _, hit in hits]
+        else:
+            each = [hit for (_, hit), count in zip(hits, counts, strict=True) for _ in range(count)]
+        found = dict(zip(tests, each, strict=True))
+        if len(found) == len(tests):
+            return found  # no test reached by two segments: nothing to join
+        # A test reached by several segments executed what each of them did: the sets
+        # are joined once per pair met (a session's segment holds every test).
+        found = {}
+        joined: dict[tuple[int, int], set[int]] = {}
+        for test, hit in zip(tests, each, strict=True):
+            known = found.get(test)
+            if known is None:
+                found[test] = hit
+            elif known is not hit:
+                pair = (id(known), id(hit))  # both kept alive by `each` and `joined`
+                union = joined.get(pair)
+                if union is None:
+                    union = joined[pair] = known | hit
+                found[test] = union
         return found
 
     def _segments_hit(self, names: Iterable[tuple[str, str]]) -> list[tuple[int, set[int]]]:
         """(segment, the ids of ``names`` it executed): each work set followed to its
-        segments once, however many of the names it executed."""
+        segments once, however many of the names it executed. The last answer is kept:
+        a selection asks for the same names' tests and then their import work."""
+        ids = frozenset(self.name_ids(names))
+        with self._lock:
+            if self._last_hit is not None and self._last_hit[0] == ids:
+                return self._last_hit[1]
         view = self._lookups()
         by_workset: dict[int, set[int]] = defaultdict(set)
-        for name in set(self.name_ids(names)):
+        for name in ids:
             for workset in view.worksets_executing(name):
                 by_workset[workset].add(name)
-        return [
+        found = [
             (segment, hit)
             for workset, hit in by_workset.items()
             for segment in view.segments_of_workset(workset)
         ]
+        with self._lock:
+            self._last_hit = (ids, found)
+        return found
 
     def test_groups(self) -> dict[tuple[str, str, str], Sequence[int]]:
         """(test file, outcome, why unrecorded ('' when recorded whole)) -> the indexes of
@@ -228,8 +267,10 @@ class RecordedRuns:
         """Module path -> the ids of ``names`` its body ran while it was imported."""
         view = self._lookups()
         found: dict[str, set[int]] = defaultdict(set)
-        for segment, hit in self._segments_hit(names):
-            if view.segment_kind(segment) == "module":
+        hits = self._segments_hit(names)
+        kinds = view.segment_kinds([segment for segment, _ in hits])
+        for (segment, hit), kind in zip(hits, kinds, strict=True):
+            if kind == "module":
                 found[view.segment_label(segment)] |= hit
         return dict(found)
 

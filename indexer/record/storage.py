@@ -24,10 +24,11 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import operator
 import os
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import pairwise
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -631,13 +632,19 @@ class StoredRecord:
 
     def _columns(self) -> tuple[array, array, array]:
         """The tests' outcomes, reasons and durations, whole (a few bytes a test)."""
-        outcomes = self._whole_checked("test_outcomes", len(OUTCOMES), "an unknown outcome")
-        reasons = self._whole_checked("test_unrecorded", len(self.reasons), "an unknown reason")
+        outcomes, reasons = self._outcomes()
         try:
             durations = self._s.whole("test_durations")
         except (ValueError, OSError) as exc:
             raise self._fail(exc) from None
         return outcomes, reasons, durations
+
+    def _outcomes(self) -> tuple[array, array]:
+        """The tests' outcomes and reasons, whole (what trusting them reads: not their
+        durations, 8 bytes a test)."""
+        outcomes = self._whole_checked("test_outcomes", len(OUTCOMES), "an unknown outcome")
+        reasons = self._whole_checked("test_unrecorded", len(self.reasons), "an unknown reason")
+        return outcomes, reasons
 
     def file_of(self, test: int) -> str:
         offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
@@ -684,11 +691,44 @@ class StoredRecord:
         except ValueError as exc:
             raise self._fail(exc) from None
 
+    def tests_of_segments(self, segments: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The tests of each of ``segments``, one segment's after another, and how many
+        each has: read and checked together, in C where each has one (a selection asks
+        for tens of thousands of tests' own segments at once)."""
+        try:
+            bounds, values = self._s.whole("segment_test_offsets"), self._s.whole("segment_tests")
+            starts = list(map(bounds.__getitem__, segments))
+            stops = list(map(bounds.__getitem__, map((1).__add__, segments)))
+            counts = list(map(operator.sub, stops, starts))
+            if segments and (min(counts) < 0 or max(stops) > len(values)):
+                raise ValueError("segment_test_offsets do not match segment_tests")
+            if counts.count(1) == len(counts):
+                found = list(map(values.__getitem__, starts))
+            else:
+                found = []
+                for start, count in zip(starts, counts, strict=True):
+                    if count == 1:
+                        found.append(values[start])
+                    elif count:
+                        found += values[start : start + count]
+            if found and max(found) >= self.test_count:
+                raise ValueError("a segment names a test that does not exist")
+            return found, counts
+        except (ValueError, IndexError, OSError) as exc:
+            raise self._fail(exc) from None
+
     def segment_kind(self, segment: int) -> str:
         kinds = self._whole_checked(
             "segment_kinds", len(SEGMENT_KINDS), "a segment of no known kind"
         )
         return SEGMENT_KINDS[kinds[segment]]
+
+    def segment_kinds(self, segments: Sequence[int]) -> list[str]:
+        """:meth:`segment_kind` of each of ``segments``."""
+        kinds = self._whole_checked(
+            "segment_kinds", len(SEGMENT_KINDS), "a segment of no known kind"
+        )
+        return [SEGMENT_KINDS[kinds[segment]] for segment in segments]
 
     def segment_label(self, segment: int) -> str:
         label = bytes(self._delimited("segment_label_offsets", "segment_labels", segment))
@@ -708,7 +748,7 @@ class StoredRecord:
         """(file, outcome, why unrecorded) -> the tests that share them: what deciding
         which tests to trust reads, without a test's object."""
         if self._groups is None:
-            outcomes, reasons, _ = self._columns()
+            outcomes, reasons = self._outcomes()
             offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
             paths = self.file_paths()
             groups: dict[tuple[str, str, str], Sequence[int]] = {}
@@ -724,11 +764,13 @@ class StoredRecord:
                         start, stop
                     )
                     continue
+                # Outcomes and reasons come in runs (a template's instances): run by run.
                 keys: dict[tuple[int, int], list[int]] = {}
-                for index, outcome, reason in zip(
-                    range(start, stop), outcomes[start:stop], reasons[start:stop], strict=True
-                ):
-                    keys.setdefault((outcome, reason), []).append(index)
+                at = start
+                for key, run in groupby(zip(outcomes[start:stop], reasons[start:stop], strict=True)):
+                    length = len(list(run))
+                    keys.setdefault(key, []).extend(range(at, at + length))
+                    at += length
                 for (outcome, reason), tests in keys.items():
                     groups[(file, OUTCOMES[outcome], self.reasons[reason])] = tests
             self._groups = groups

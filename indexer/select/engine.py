@@ -208,9 +208,11 @@ def _collect(
 ) -> None:
     paths = dict(index.conn.execute("SELECT id, path FROM files"))
     by_file: dict[str, list[int]] = {}
-    for node_id, file_id in reach.file_id.items():
-        if file_id in tests:
-            by_file.setdefault(tests[file_id], []).append(node_id)
+    test_path = tests.get
+    for node_id, file_id in reach.file_id.items():  # a central change's ~80,000
+        path = test_path(file_id)
+        if path is not None:
+            by_file.setdefault(path, []).append(node_id)
     cuda_only = bool(selection.entities) and all(e.cuda for e in selection.entities)
     for raw, reason in direct.items():
         path = printable(raw)  # a name that is not UTF-8 is keyed as reports show it
@@ -219,11 +221,16 @@ def _collect(
         static.sources.setdefault(path, set()).add(DIRECT)
     # Each file's reason: the chain to its nearest reached node.
     ordered = sorted(by_file.items())
-    firsts = [min(node_ids, key=lambda n: reach.depth.get(n, 0)) for _, node_ids in ordered]
+    depth = reach.depth.get
+    firsts = [
+        node_ids[0] if len(node_ids) == 1 else min(node_ids, key=lambda n: depth(n, 0))
+        for _, node_ids in ordered
+    ]
     reasons = reasons_for(index, reach, firsts, selection.entities, paths)
+    origin = reach.origin.__getitem__
     for (path, node_ids), reason in zip(ordered, reasons, strict=True):
         selected = selection.files.setdefault(path, SelectedFile(path))
         selected.reasons.append(reason)
-        static.sources.setdefault(path, set()).update(reach.origin[n] for n in node_ids)
+        static.sources.setdefault(path, set()).update(map(origin, node_ids))
         narrow(index, reach, selected, node_ids, cuda_only)
     selection.files = dict(sorted(selection.files.items()))

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import platform
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,15 @@ def _torch_answers(torch: Any | None) -> dict[str, Any] | None:
         build = _version_file()
         if build is None:
             return None
-        if build.pop("xpu", None) or build["cuda"] or build["hip"] or sys.platform == "darwin":
+        builds = [key for key in ("cuda", "hip", "xpu") if build.get(key)]
+        build.pop("xpu", None)
+        if sys.platform == "darwin" or may_have_device(builds, DEVICE_FILES):
             torch = _import_torch()  # which devices are present only torch can say
             if torch is None:
                 return None
         else:
-            # A CPU-only build on a platform without MPS: importing torch (seconds)
-            # would only say so.
+            # A CPU-only build, or a GPU build on a Linux machine without the device files
+            # its driver opens: importing torch (seconds) would only say "cpu".
             return {**build, "devices": {"cpu": True}}
     version = getattr(torch, "version", None)
     return {
@@ -69,6 +72,32 @@ def _torch_answers(torch: Any | None) -> dict[str, Any] | None:
         "debug": getattr(version, "debug", None),
         "devices": _devices(torch),
     }
+
+
+# The files a GPU build's runtime opens on Linux: NVIDIA's driver (/dev/nvidiactl,
+# /dev/nvidia0, ...), WSL's GPU (/dev/dxg), ROCm's kernel driver (/dev/kfd), and the DRM
+# render nodes (/dev/dri/renderD128, ...) Intel's XPU runtime uses.
+_NODES = {"cuda": ("nvidia", "dxg"), "hip": ("kfd", "dxg"), "xpu": ("renderD",)}
+DEVICE_FILES = Path("/dev")
+
+
+def may_have_device(builds: Collection[str], dev: Path) -> bool:
+    """Whether a device of a torch build with ``builds`` support (``cuda``, ``hip``,
+    ``xpu``) may be present: False only on Linux where ``dev`` shows none of the device
+    files such a runtime opens; True where it cannot be listed, or elsewhere (where only
+    torch can say)."""
+    if not builds:
+        return False
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        names = os.listdir(dev)
+        if "xpu" in builds and os.path.isdir(dev / "dri"):
+            names += os.listdir(dev / "dri")
+    except OSError:
+        return True
+    prefixes = tuple(p for build in builds for p in _NODES.get(build, ("",)))
+    return any(name.startswith(prefixes) for name in names)
 
 
 def _version_file() -> dict[str, Any] | None:

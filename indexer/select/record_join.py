@@ -30,6 +30,7 @@ manifest's ``[record] max_age_days``) is not used, and the selection says why.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,16 +133,17 @@ def _consult(
     if drift.dirty:
         summary["differs_from_its_commit"] = sorted(drift.dirty)[:20]
     skips = skip_environment(runs)
-    trusted_indexes, untrusted = trusted_test_indexes(runs, drift.to_base, skips)
+    trust = _trust(runs, drift.to_base, skips)
+    trusted_indexes, untrusted = trust.indexes, trust.untrusted
     answer = RecordAnswer(summary={**summary, "used": True})
     failing: list[int] = []  # trusted tests that failed or errored when recorded
     decided_counts: Counter = Counter()
-    for (file, outcome, _), tests in runs.test_groups().items():
-        trusted = len(trusted_indexes.intersection(tests))
+    for (file, outcome, unrecorded), tests in runs.test_groups().items():
+        trusted = trust.counts[(file, outcome, unrecorded)]
         decided_counts[file] += trusted
         if len(tests) - trusted:
             answer.undecided[file] = answer.undecided.get(file, 0) + len(tests) - trusted
-        if outcome in FAILURES:
+        if outcome in FAILURES and trusted:
             failing.extend(i for i in tests if i in trusted_indexes)
     # Each file's decided tests are counted here, named only when something asks for them.
     answer.decided = _Decided(runs, trusted_indexes, +decided_counts)
@@ -157,15 +159,13 @@ def _consult(
     pending: dict[tuple, tuple[Entity, Callable[[], list[Hop]], list[int]]] = {}
     grouped: set[int] = set()  # tests given a reason (import_uses adds to `chosen` itself)
 
-    def select(test_index: int, entity: Entity, key: tuple, chain: Callable[[], list[Hop]]) -> None:
-        chosen.add(test_index)
-        if test_index in grouped:
-            return
-        grouped.add(test_index)
+    def group(entity: Entity, key: tuple, chain: Callable[..., list[Hop]], *of) -> list[int]:
+        """The tests selected for ``entity`` by the reason ``key``, whose chain
+        ``chain(*of)`` makes (once per reason)."""
         found = pending.get(key)
         if found is None:
-            found = pending[key] = (entity, chain, [])
-        found[2].append(test_index)
+            found = pending[key] = (entity, partial(chain, *of), [])
+        return found[2]
 
     cuda_users = runs.tests_using_device("cuda")
     used_no_cuda: set[int] = set()  # ran an op whose changed CUDA kernel they never launched
@@ -176,14 +176,24 @@ def _consult(
         answer.answered.add(position)
         # Device code runs only in tests that launched kernels, where the record can tell.
         users = cuda_users if cuda_users is not None and _device_code(index, entity) else None
+        # A test's reason is the first name it ran: tests that ran the same names share
+        # one set of them (``tests_executing``), so it is found once per set.
+        groups: dict[int, list[int]] = {}  # id of a set of names -> its reason's tests
         for test_index, hits in runs.tests_executing(names).items():
             if test_index not in trusted_indexes:
                 continue
             if users is not None and test_index not in users:
                 used_no_cuda.add(test_index)
                 continue
-            name = record.names[min(hits)]
-            select(test_index, entity, (position, name), partial(_executed, chains, name))
+            chosen.add(test_index)
+            if test_index in grouped:
+                continue
+            grouped.add(test_index)
+            tests = groups.get(id(hits))
+            if tests is None:
+                name = record.names[min(hits)]
+                tests = groups[id(hits)] = group(entity, (position, name), _executed, chains, name)
+            tests.append(test_index)
         work = runs.import_work(names)
         if work:
             imported.append((position, entity, chains, work))
@@ -200,7 +210,10 @@ def _consult(
         for use in import_uses(runs, work, trusted_indexes, chosen):
             name = record.names[use.name]
             key = (position, name, use.module, use.role, use.entered)
-            select(use.test, entity, key, partial(_imported, chains, name, use))
+            chosen.add(use.test)
+            if use.test not in grouped:
+                grouped.add(use.test)
+                group(entity, key, _imported, chains, name, use).append(use.test)
     for entity, chain, tests in pending.values():
         reason = Reason(entity.label, entity.evidence, chain(), label, "record")
         for file, named in _by_file(runs, tests):
@@ -218,10 +231,9 @@ def _by_file(runs: RecordedRuns, tests: list[int]) -> Iterator[tuple[str, _Named
         members = runs.tests_of_file(file)
         named = _Named(runs, file)
         if members and members[-1] - members[0] + 1 == len(members):
-            last = members[-1]
-            while at < len(tests) and tests[at] <= last:
-                named.add(tests[at])
-                at += 1
+            end = bisect.bisect_right(tests, members[-1], at)
+            named.extend(tests[at:end])
+            at = end
         else:
             named.add(tests[at])
             at += 1
@@ -257,6 +269,10 @@ class _Named(Sequence[str]):
 
     def add(self, test: int) -> None:
         self._indexes.append(test)
+        self._names = None
+
+    def extend(self, tests: list[int]) -> None:
+        self._indexes += tests
         self._names = None
 
     def __len__(self) -> int:
@@ -477,19 +493,34 @@ def trusted_test_indexes(
 ) -> tuple[set[int], Counter]:
     """:func:`trusted_tests` as test indexes, decided for each group of tests that share
     a file, an outcome and a reason (``RecordedRuns.test_groups``), not test by test."""
+    trust = _trust(runs, drifted, skips)
+    return trust.indexes, trust.untrusted
+
+
+@dataclass
+class _Trust:
+    indexes: set[int]  # the tests the record can speak for
+    untrusted: Counter  # why the others cannot: reason -> count
+    counts: Counter  # group of ``RecordedRuns.test_groups`` -> how many of it are trusted
+
+
+def _trust(runs: RecordedRuns, drifted: frozenset[str], skips: str | None) -> _Trust:
     record = runs.record
-    stale_names = [
-        name for name in record.names
-        if (path := path_of_name(*name)) is not None and path in drifted
-    ]  # fmt: skip
-    ran_stale = set(runs.tests_executing(stale_names))
-    # A stale module, or one whose import ran stale code, changes what its importers see.
-    stale_imports = set(runs.import_work(stale_names))
-    stale_imports.update(text for kind, text in stale_names if kind == "module")
-    ran_stale |= runs.importers(stale_imports)
-    trusted: set[int] = set()
-    untrusted: Counter = Counter()
-    for (file, outcome, unrecorded), tests in runs.test_groups().items():
+    ran_stale: set[int] = set()
+    if drifted:  # nothing changed since the record: no name of it is stale
+        stale_names = [
+            name for name in record.names
+            if (path := path_of_name(*name)) is not None and path in drifted
+        ]  # fmt: skip
+        ran_stale.update(runs.tests_executing(stale_names))
+        # A stale module, or one whose import ran stale code, changes what its importers see.
+        stale_imports = set(runs.import_work(stale_names))
+        stale_imports.update(text for kind, text in stale_names if kind == "module")
+        ran_stale |= runs.importers(stale_imports)
+    trust = _Trust(set(), Counter(), Counter())
+    trusted, untrusted = trust.indexes, trust.untrusted
+    for group, tests in runs.test_groups().items():
+        file, outcome, unrecorded = group
         complete = not unrecorded and outcome in COMPLETE_OUTCOMES
         if unrecorded:
             untrusted["not recorded whole (the recorder was disturbed)"] += len(tests)
@@ -500,12 +531,13 @@ def trusted_test_indexes(
         elif file in drifted:
             untrusted["its test file changed since the record"] += len(tests)
         else:
-            stale = ran_stale.intersection(tests)
+            stale = ran_stale.intersection(tests) if ran_stale else ()
             if stale:
                 untrusted["it ran code changed since the record"] += len(stale)
             trusted.update(tests)
-            trusted -= stale
-    return trusted, untrusted
+            trusted.difference_update(stale)
+            trust.counts[group] = len(tests) - len(stale)
+    return trust
 
 
 Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
