@@ -8,7 +8,9 @@ here, indexed as a tree is.
   too; commented-out and ``#define`` lines are not registrations.
 - A kernel launch inside a ``#define`` body (``kernel<<<`` then a backslash, as
   Shape.cu's ``HANDLE_CASE``): the definitions after it keep their namespace, so a
-  structured CUDA kernel below it is found by the name its yaml entry gives."""
+  structured CUDA kernel below it is found by the name its yaml entry gives.
+- A function named in capitals (``UNARY_OUTER_LOOP`` in Reduce.h) is not a macro: its
+  callers in other files are listed; a macro the file defines is no call."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer.query.graph import graph
 from indexer.query.index import Index
 from indexer.query.trace import trace
 from tests.helpers import build_private_index, commit_all, line_of, make_fixture_repo
@@ -23,6 +26,31 @@ from tests.helpers import build_private_index, commit_all, line_of, make_fixture
 NATIVE = "aten/src/ATen/native"
 AUTOCAST = "aten/src/ATen/autocast_mode.cpp"
 SHAPE_CU = f"{NATIVE}/cuda/Shape.cu"
+REDUCE_H = f"{NATIVE}/cpu/Reduce.h"
+REDUCE = """\
+namespace at::native {
+template <typename F>
+inline void UNARY_OUTER_LOOP(char* data[2], int n, F f) {
+  for (int j = 0; j < n; j++) {
+    f();
+  }
+}
+} // namespace at::native
+"""
+SUM_CPP = f"{NATIVE}/cpu/SumKernel.cpp"
+SUM = """\
+#include <ATen/native/cpu/Reduce.h>
+#define LOCAL_CHECK(x) (void)(x)
+
+namespace at::native {
+void cascade_sum(char* data[2], int n) {
+  LOCAL_CHECK(n);
+  UNARY_OUTER_LOOP(data, n, [&] {
+    data[0] += 1;
+  });
+}
+} // namespace at::native
+"""
 CAT_YAML = """
 - func: cat.out(Tensor[] tensors, int dim=0, *, Tensor(a!) out) -> Tensor(a!)
   structured: True
@@ -104,6 +132,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     repo = make_fixture_repo("minitorch", base / "minitorch")
     (repo / AUTOCAST).write_text(AUTOCAST_CPP, encoding="utf-8")
     (repo / SHAPE_CU).write_text(SHAPE, encoding="utf-8")
+    (repo / REDUCE_H).write_text(REDUCE, encoding="utf-8")
+    (repo / SUM_CPP).write_text(SUM, encoding="utf-8")
     yaml = repo / NATIVE / "native_functions.yaml"
     yaml.write_text(yaml.read_text(encoding="utf-8") + CAT_YAML, encoding="utf-8")
     commit_all(repo, "Autocast registrations through KERNEL_* macros; a launch in a #define")
@@ -162,3 +192,13 @@ def test_definitions_after_a_launch_in_a_define_keep_their_namespace(built) -> N
     assert at(repo, "TORCH_IMPL_FUNC(cat_out_cuda)", SHAPE_CU) in text, text
     # the launch in the macro body is the use's: the kernel is reached from the op
     assert "CatArrayBatchedCopy" in text, text
+
+
+def test_a_function_named_in_capitals_has_its_callers(built) -> None:
+    repo, index = built
+    text = graph(index, "UNARY_OUTER_LOOP", mode="callers").to_text()
+    assert "at::native::cascade_sum" in text, text
+    assert at(repo, "UNARY_OUTER_LOOP(data, n", SUM_CPP) in text, text
+    # the file's own macro is no call (no ref left to resolve or to count)
+    refs = index.conn.execute("SELECT count(*) FROM refs WHERE target = 'LOCAL_CHECK'")
+    assert refs.fetchone()[0] == 0
