@@ -319,3 +319,17 @@ def test_a_kernel_launched_through_elementwise_helpers_is_named(built) -> None:
     cu = f"{NATIVE}/cuda/MaskedScale.cu"
     assert "at::native::elementwise_kernel" in text, text
     assert at(repo, cu, "elementwise_kernel<<<") in text, text
+
+
+def test_the_structured_answer_is_the_same_encoded_in_one_pass(built) -> None:
+    """Answer.to_json, what the server sends as structured content, says what to_dict says
+    (dataclasses as their fields, tuples as lists, anything else as its text)."""
+    import json
+
+    _, index = built
+    for answer in (
+        affected(index, ["minitorch.vision.ops.nms"]),
+        find_tests(index, "minitorch.vision.ops.nms"),
+        trace(index, "aten::masked_scale", focus="cuda"),
+    ):
+        assert json.loads(answer.to_json()) == json.loads(json.dumps(answer.to_dict(), default=str))
