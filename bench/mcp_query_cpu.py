@@ -83,7 +83,7 @@ def main() -> int:
             }[tool]
             answer = run(index, call.pop(key), **call)
         answer.to_text()
-        answer.to_dict()
+        answer.to_json()  # the structured content, as the server encodes it
 
     data = json.loads(args.questions.read_text())
     asked = [

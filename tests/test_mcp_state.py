@@ -350,6 +350,8 @@ def test_status_says_when_the_idle_load_is_done(
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert "_all_names_lower" in vars(state.index())
+        # what tests and affected read first: loaded, not paid by the first of them
+        assert "test-file-paths" in state.index()._shared
         status = _data(Tools(state).get_status())
         assert status["data"]["warmed"] is True
     finally:
