@@ -83,7 +83,10 @@ def main() -> int:
             }[tool]
             answer = run(index, call.pop(key), **call)
         answer.to_text()
-        answer.to_json()  # the structured content, as the server encodes it
+        if hasattr(answer, "to_json"):  # the structured content, as the server encodes it
+            answer.to_json()
+        else:  # an older checkout's (--code): as its server did
+            json.loads(json.dumps(answer.to_dict(), default=str))
 
     data = json.loads(args.questions.read_text())
     asked = [
