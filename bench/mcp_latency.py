@@ -114,6 +114,47 @@ def server_pid(command: str) -> int | None:
     return None
 
 
+WARM_WAIT_S = 120.0  # the longest wait for it; also what a server that does not say is given
+WARM_POLL_S = 2.0  # get_status interval while waiting for the server's warm-up
+
+
+def compile_validators(client) -> None:
+    """Compile the client's output-schema validator of every tool the first get_status
+    listed: the Python SDK compiles one on a tool's first answer (~60x a validation, tens
+    of milliseconds at load), a cost of this client's session, once per tool, that would
+    land on whichever question asks that tool first."""
+    session = client.session
+    schemas = getattr(session, "_tool_output_schemas", {})
+    compile_one = getattr(session, "_output_schema_validator", None)
+    if compile_one is None:
+        return
+    for name, schema in schemas.items():
+        if schema is not None:
+            compile_one(name, schema)
+
+
+async def settle(client, settle_s: float, warm_wait_s: float) -> float:
+    """One get_status (and the client's validators compiled), a ``settle_s`` pause (an
+    agent reading it), then until the server says its lookup tables are loaded
+    (get_status ``warmed``; at most ``warm_wait_s``): on a loaded machine the idle warm-up
+    takes tens of seconds, and questions asked during it time the warm-up, not their own
+    work. A server that does not say (older code) is given ``warm_wait_s``. Returns the
+    seconds waited in all."""
+    started = time.perf_counter()
+    result = await client.call_tool("get_status", {})
+    compile_validators(client)
+    await anyio_sleep(settle_s)
+    if "warmed" not in (result.structured_content or {}).get("data", {}):
+        await anyio_sleep(max(0.0, warm_wait_s - settle_s))
+        return time.perf_counter() - started
+    while time.perf_counter() - started < warm_wait_s:
+        result = await client.call_tool("get_status", {})
+        if (result.structured_content or {}).get("data", {}).get("warmed"):
+            break
+        await anyio_sleep(WARM_POLL_S)
+    return time.perf_counter() - started
+
+
 async def first_answer(params) -> tuple[float, float, float | None]:
     """Seconds from process start to initialized and to the first answer, and the CPU
     seconds the server had used by then (robust to other load on the machine)."""
@@ -134,7 +175,7 @@ async def first_answer(params) -> tuple[float, float, float | None]:
 
 
 async def tool_latency(
-    params, calls: int, queries: list[tuple[str, dict]], settle_s: float
+    params, calls: int, queries: list[tuple[str, dict]], settle_s: float, warm_wait_s: float
 ) -> list[tuple[str, dict, str, float, list[float], list[float], float | None]]:
     """Per query: status, the first call's ms, the other calls' ms, and of each of those
     the ms the client itself spent validating the answer against the tool's output
@@ -161,8 +202,8 @@ async def tool_latency(
         if settle_s:
             # An agent reads the first answer before asking more: the server uses the
             # pause to load the name list and the edges in memory (mcp_server.state).
-            await client.call_tool("get_status", {})
-            await anyio_sleep(settle_s)
+            waited = await settle(client, settle_s, warm_wait_s)
+            print(f"server warm after {waited:.1f} s")
         for name, arguments in queries:
             samples = []
             validation = []
@@ -290,6 +331,12 @@ def main() -> int:
         help="seconds idle after the first answer, as an agent reading it (0: none)",
     )
     parser.add_argument(
+        "--warm-wait",
+        type=float,
+        default=WARM_WAIT_S,
+        help="most seconds to wait for the server's idle warm-up after --settle (0: none)",
+    )
+    parser.add_argument(
         "--tool", action="append", help="per-tool latency of this tool's queries only (repeat)"
     )
     parser.add_argument(
@@ -343,10 +390,13 @@ def main() -> int:
     if args.only == "startup":
         return 0
     queries = [query for query in QUERIES if not args.tool or query[0] in args.tool]
-    rows = anyio.run(tool_latency, params, args.calls, queries, args.settle)
+    rows = anyio.run(tool_latency, params, args.calls, queries, args.settle, args.warm_wait)
     print(f"\ndone: {machine_now()}")
     print(f"\nper-tool latency, client side, {args.calls} calls each (fewer if slow; ms),")
-    print(f"after one get_status and a {args.settle:g} s pause (--settle):")
+    print(
+        f"after one get_status, a {args.settle:g} s pause (--settle) and the server's warm-up"
+        f" (at most {args.warm_wait:g} s, --warm-wait):"
+    )
     print("  round trip as the SDK's client sees it; 'served': the same less the client's own")
     print("  jsonschema validation of the answer (compiled validators, as in TypeScript")
     print("  clients, take microseconds)")

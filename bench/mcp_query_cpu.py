@@ -1,7 +1,7 @@
 """Server CPU per MCP question, in process: what the code controls when the machine is busy.
 
     python bench/mcp_query_cpu.py DB QUESTIONS [--split dev|held_out] [--corpus NAME]
-                                  [--code PATH] [--profile]
+                                  [--code PATH] [--tool NAME] [--profile [first|last]]
 
 Opens the index ``DB``, loads what the server loads when idle (mcp_server.state._warm),
 then asks each question of ``QUESTIONS`` (a bench/mcp_questions*.json file) three times
@@ -9,7 +9,8 @@ through the tools' query functions, timing each asking by ``time.process_time`` 
 this process, which other load inflates far less than wall time). Prints the slowest
 questions and p50 / p95 of the first asking and of the last. ``--code`` puts another
 checkout first on the path (before/after on one index); ``--profile`` prints a cProfile
-of the last askings, by cumulative time. No answer text is printed: safe on a held-out half.
+of the last askings (``--profile first``: the first), by cumulative time; ``--tool`` asks
+only one tool's questions. No answer text is printed: safe on a held-out half.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def main() -> int:
     parser.add_argument("--split", choices=("dev", "held_out"))
     parser.add_argument("--corpus", help="only this corpus's questions (pytorch, vllm)")
     parser.add_argument("--code", type=Path, help="project checkout to import instead")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--tool", help="only the questions asked with this tool (affected...)")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="last",
+        choices=("first", "last"),
+        help="cProfile the first or the last (default) asking of each question",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str((args.code or ROOT).resolve()))
 
@@ -75,25 +83,30 @@ def main() -> int:
             }[tool]
             answer = run(index, call.pop(key), **call)
         answer.to_text()
-        answer.to_dict()
+        if hasattr(answer, "to_json"):  # the structured content, as the server encodes it
+            answer.to_json()
+        else:  # an older checkout's (--code): as its server did
+            json.loads(json.dumps(answer.to_dict(), default=str))
 
     data = json.loads(args.questions.read_text())
     asked = [
         q for q in data["questions"]
         if (not args.split or q.get("split") == args.split)
         and (not args.corpus or q["corpus"] == args.corpus)
+        and (not args.tool or q["call"]["tool"] == args.tool)
     ]  # fmt: skip
     profiler = cProfile.Profile()
     rows = []
     for question in asked:
         times = []
         for asking in range(3):
-            if args.profile and asking == 2:
+            profiled = args.profile == ("first" if asking == 0 else "last" if asking == 2 else "")
+            if profiled:
                 profiler.enable()
             before = time.process_time()
             ask(question)
             times.append((time.process_time() - before) * 1000)
-            if args.profile and asking == 2:
+            if profiled:
                 profiler.disable()
         rows.append((times[0], times[-1], question["id"]))
     rows.sort(reverse=True)

@@ -61,15 +61,17 @@ class Tree:
         self.tests = test_functions(root, "test")  # file, line, name, body
 
     def definitions(
-        self, name: str, suffixes: tuple[str, ...] = (".cpp", ".cu", ".mm")
+        self,
+        name: str,
+        suffixes: tuple[str, ...] = (".cpp", ".cu", ".mm"),
+        structured: bool = False,
     ) -> list[str]:
         """file:line of each definition of C++ function ``name``: a line starting with a type
         (or ``TORCH_IMPL_FUNC(name)``) whose parameters open on it and that is not a
-        declaration."""
-        head = re.compile(
-            rf"^(?:TORCH_IMPL_FUNC\({name}\)"
-            rf"|(?:template\s*<.*>\s*)?[A-Za-z_][\w:<>,\s\*&]*[\s\*&:]{name}\s*\()"
-        )
+        declaration. A ``structured`` entry's kernel is only its ``TORCH_IMPL_FUNC``: a plain
+        function of that name is another overload's (remainder.Scalar_out's remainder_out)."""
+        plain = rf"|(?:template\s*<.*>\s*)?[A-Za-z_][\w:<>,\s\*&]*[\s\*&:]{name}\s*\("
+        head = re.compile(rf"^(?:TORCH_IMPL_FUNC\({name}\)" + ("" if structured else plain) + ")")
         accept = lambda rel: rel.endswith(suffixes)  # noqa: E731
         return definitions_by_head(self.cpp, self.words, name, head, accept, 12)
 
@@ -84,6 +86,11 @@ def op_table(tree: Tree) -> dict[str, dict]:
         if isinstance(entry, dict) and "func" in entry:
             ops[entry["func"].split("(", 1)[0]] = entry
     return ops
+
+
+def structured(ops: dict[str, dict], runs: str) -> bool:
+    """Whether the entry ``runs`` (dispatch_of's first value) is a structured kernel's."""
+    return bool(ops.get(runs, {}).get("structured"))
 
 
 def dispatch_of(ops: dict[str, dict], name: str) -> tuple[str, dict[str, str]]:
@@ -131,7 +138,7 @@ def gen_impl(tree: Tree, ops: dict, key: str, kind: str, focus: str) -> list[dic
         function = table.get(key)
         if not function or table.get("CPU") == table.get("CUDA"):
             continue
-        found = tree.definitions(function)
+        found = tree.definitions(function, structured=structured(ops, runs))
         if 0 < len(found) <= 3:
             out.append(
                 q(
@@ -232,7 +239,7 @@ def gen_backends(tree: Tree, ops: dict) -> list[dict]:
         keys = [k for k in ("CPU", "CUDA", "MPS") if k in table]
         if len(keys) < 2 or len({table[k] for k in keys}) < len(keys):
             continue
-        expect = [tree.definitions(table[k]) for k in keys]
+        expect = [tree.definitions(table[k], structured=structured(ops, runs)) for k in keys]
         if all(0 < len(group) <= 3 for group in expect):
             out.append(
                 q(
@@ -260,7 +267,7 @@ def gen_overload(tree: Tree, ops: dict) -> list[dict]:
         if not function:
             continue
         key = "CPU" if "CPU" in table else "CompositeExplicitAutograd"
-        found = tree.definitions(function)
+        found = tree.definitions(function, structured=structured(ops, runs))
         if 0 < len(found) <= 2:
             spelled = f"torch.ops.aten.{base}.{overload}"
             out.append(
@@ -478,10 +485,11 @@ def gen_callers(tree: Tree) -> list[dict]:
             name = match.group(1)
             if tree.words.get(name) != {rel}:
                 continue
+            # an extern "C" prototype (BatchLinearAlgebra.cpp's #else branch) is no call
             uses = [
                 n for n, text in enumerate(lines, 1)
                 if re.search(rf"\b{name}\b", text) and n != number
-                and not text.lstrip().startswith(("//", "*"))
+                and not text.lstrip().startswith(("//", "*", "extern"))
             ]  # fmt: skip
             calls = [n for n in uses if re.search(rf"\b{name}\s*(?:<[^>]*>)?\(", lines[n - 1])]
             if 0 < len(calls) <= 4 and calls == uses:

@@ -60,6 +60,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "pybind_macros": _STR_LIST,
         "dispatch_stub_macros": _STR_LIST,
         "registration_wrappers": _STR_LIST,
+        "impl_macros": _STR_LIST,
         "namespace_aliases": _STR_TABLE,
     },
     "selection": {

@@ -166,6 +166,7 @@ class ServerState:
         self._index_inode: int | None = None
         self._served: str = "none"  # none | quick | full
         self._components = dict.fromkeys(COMPONENTS, PENDING)
+        self._warmed: Path | None = None  # the index whose tables _warm loaded
         self._progress: dict[str, Any] = {}
         self._phases: list[dict[str, Any]] = []
         self._error: str | None = None
@@ -388,6 +389,8 @@ class ServerState:
             if not warmed:
                 _warm(index, full=index.db_path == self.full_path)
                 warmed = True
+                with self._lock:
+                    self._warmed = index.db_path
             if served != settled_at:
                 heap.settle()
                 settled_at = served
@@ -494,4 +497,7 @@ class ServerState:
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "building": self._thread is not None and self._thread.is_alive(),
                 "head_commit": self._head_commit,
+                # the index served has its lookup tables loaded (_warm): answers from here
+                # on pay none of that
+                "warmed": self._index_path is not None and self._warmed == self._index_path,
             }

@@ -60,7 +60,7 @@ ToolResult = Annotated[CallToolResult, AnswerOut]
 
 
 def reply(answer: Answer) -> CallToolResult:
-    structured = json.loads(json.dumps(answer.to_dict(), default=str))
+    structured = json.loads(answer.to_json())
     return CallToolResult(
         content=[TextContent(type="text", text=answer.to_text())], structured_content=structured
     )

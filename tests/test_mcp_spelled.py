@@ -87,6 +87,19 @@ from minitorch.vision.ops import nms
 
 def test_nms():
     assert nms(minitorch.Tensor([1.0]), minitorch.Tensor([2.0])) is not None
+
+
+def test_boxes_pipeline():
+    assert nms(minitorch.Tensor([3.0]), minitorch.Tensor([4.0])) is not None
+"""
+# The test of nms by its exact name, whose call the index cannot follow (torch_np's
+# test_ceil calls torch._numpy's ceil; inductor's through self.common).
+EXACT_NAMED_TEST = """\
+import importlib
+
+
+def test_nms():
+    assert getattr(importlib.import_module("minitorch.vision." + "ops"), "nms") is not None
 """
 
 
@@ -151,6 +164,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     (ops / "boxes.py").write_text(BOXES, encoding="utf-8")
     (repo / "test/test_vision_ops.py").write_text(VISION_TEST, encoding="utf-8")
     (repo / "test/test_named_only.py").write_text(NAMED_ONLY_TEST, encoding="utf-8")
+    (repo / "test/test_exact_named.py").write_text(EXACT_NAMED_TEST, encoding="utf-8")
     yaml = repo / NATIVE / "native_functions.yaml"
     yaml.write_text(yaml.read_text(encoding="utf-8") + SCALE_YAML, encoding="utf-8")
     (repo / NATIVE / "cuda/MaskedScale.cu").write_text(SCALE_CU, encoding="utf-8")
@@ -268,6 +282,21 @@ def test_tests_named_for_it_are_listed_after_those_that_call_it(built) -> None:
     assert not any("test_nmsx" in label for label in labels), answer.to_text()
 
 
+def test_a_test_named_exactly_for_it_ranks_before_those_that_only_call_it(built) -> None:
+    """test_nms, whose call no path follows, is the test of nms: after the reached tests
+    named for it, before a test that calls it among other things; a test only prefixed
+    (test_nms_through_a_harness) stays after the callers."""
+    _, index = built
+    labels = [item.label for item in find_tests(index, "minitorch.vision.ops.nms").items]
+    reached_named = labels.index("test/test_vision_ops.py::test_nms")
+    exact = labels.index("test/test_exact_named.py::test_nms")
+    caller = labels.index("test/test_vision_ops.py::test_boxes_pipeline")
+    prefixed = labels.index("test/test_named_only.py::test_nms_through_a_harness")
+    assert reached_named < exact < caller < prefixed, labels
+    files = [item.label for item in affected(index, ["minitorch.vision.ops.nms"]).items]
+    assert files.index("test/test_exact_named.py") < files.index("test/test_named_only.py")
+
+
 def test_affected_lists_files_of_tests_named_for_it_and_says_no_path_reaches_them(built) -> None:
     # `tests` and `affected` agree: a test named for the function whose call the index cannot
     # follow is a file a change may break, listed after those a path reaches, and said so.
@@ -278,7 +307,7 @@ def test_affected_lists_files_of_tests_named_for_it_and_says_no_path_reaches_the
     named = next(item for item in answer.items if item.label == "test/test_named_only.py")
     assert "named for it" in named.detail and "test_nms_through_a_harness" in named.detail
     assert named.evidence == at(repo, "test/test_named_only.py", "def test_nms_through")
-    assert "1 more holds a test named for it" in answer.title, answer.title
+    assert "2 more hold a test named for it" in answer.title, answer.title
     assert "test/test_named_only.py" in answer.data["named_only_files"]
 
 
@@ -290,3 +319,17 @@ def test_a_kernel_launched_through_elementwise_helpers_is_named(built) -> None:
     cu = f"{NATIVE}/cuda/MaskedScale.cu"
     assert "at::native::elementwise_kernel" in text, text
     assert at(repo, cu, "elementwise_kernel<<<") in text, text
+
+
+def test_the_structured_answer_is_the_same_encoded_in_one_pass(built) -> None:
+    """Answer.to_json, what the server sends as structured content, says what to_dict says
+    (dataclasses as their fields, tuples as lists, anything else as its text)."""
+    import json
+
+    _, index = built
+    for answer in (
+        affected(index, ["minitorch.vision.ops.nms"]),
+        find_tests(index, "minitorch.vision.ops.nms"),
+        trace(index, "aten::masked_scale", focus="cuda"),
+    ):
+        assert json.loads(answer.to_json()) == json.loads(json.dumps(answer.to_dict(), default=str))

@@ -330,6 +330,36 @@ def test_the_name_list_and_edges_load_only_once_the_server_is_idle(
         state.stop()
 
 
+def test_status_says_when_the_idle_load_is_done(
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """get_status's ``warmed``: false while the server is busy, true once the lookup
+    tables are loaded, so a client (bench/mcp_answers.py) can tell when answers stop
+    paying for them."""
+    from pytest_torchtalk.cli import main
+
+    monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.2)
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    state.start()
+    try:
+        with state.serving():
+            state.index()
+            time.sleep(0.6)
+            assert state.snapshot()["warmed"] is False  # busy: not loaded yet
+        deadline = time.monotonic() + 20
+        while not state.snapshot()["warmed"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert "_all_names_lower" in vars(state.index())
+        # what tests and affected read first: loaded, not paid by the first of them
+        assert "test-file-paths" in state.index()._shared
+        status = _data(Tools(state).get_status())
+        assert status["data"]["warmed"] is True
+    finally:
+        state.stop()
+
+
 def test_a_failed_idle_load_is_said_on_stderr(
     minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -164,9 +164,11 @@ def _affected(index: Index, funcs: Iterable[str] | str, depth: int | None, limit
     # Tests named for it (test_<name>) that no path reaches: as `tests` lists them, after
     # the files that name it, their files listed even where the walk did not reach them.
     reached_tests = {hit.id for hit in ranking.ranked}
-    ids = named_ids(index, [*names, *op_names(index, native)])
+    test_names = [*names, *op_names(index, native)]
+    ids = named_ids(index, test_names)
     named_tests = {hit.id: hit for hit in named_for(index, (), reached_tests, ids)}
-    direct = _tests_by_file(with_named(ranking.ranked, list(named_tests.values()), ids))
+    ordered = with_named(ranking.ranked, list(named_tests.values()), ids, test_names)
+    direct = _tests_by_file(ordered)
     named_only = sorted({hit.path for hit in named_tests.values()} - set(by_file))
     if named_only:
         answer.title += (

@@ -10,10 +10,13 @@ Forms read (any module variable name; namespaces through the manifest's aliases)
   wrappers: ``m.impl(name, fn)``, ``m.impl(name, Key, fn)`` (vLLM's ``torch::kCUDA``),
   with ``fn`` written ``&fn``, ``fn``, ``TORCH_FN(fn)``, ``TORCH_BOX(&fn)``,
   ``torch::dispatch(Key, fn)`` or a lambda (-> the functions it calls);
-- ``torch::RegisterOperators().op("ns::name", &fn)`` chains.
+- ``torch::RegisterOperators().op("ns::name", &fn)`` chains;
+- uses of the manifest's ``impl_macros`` inside an IMPL block (Autocast's ``KERNEL_CPU(op,
+  policy)``: indexer/bindings/impl_macros.py), each a registration for the block's key.
 
 A kernel registered in the file that defines its op is a ``dispatches`` ref of the op; one
-registered elsewhere hangs off a ``registration`` node (one per op per file), which the op
+registered elsewhere hangs off a ``registration`` node (one per op and key per file: the
+line of each key's registration is its own), which the op
 finds through its ``op_impl`` ref. Registrations the preprocessor drops (``#if 0``) and
 commented-out code are not registrations.
 """
@@ -39,6 +42,7 @@ from indexer.bindings.cpp_site import (
     text,
     walk,
 )
+from indexer.bindings.impl_macros import MacroImpl, macro_impls
 from indexer.bindings.python_names import ops_names, packages_with_torch
 from indexer.bindings.schema import Schema, parse_schema, split_op_name
 from indexer.graph.facts import FileFacts
@@ -145,11 +149,20 @@ def module_calls(block: Block, dead: DeadCode) -> list[tuple[str, tree_sitter.No
             continue
         receiver = function.child_by_field_name("argument")
         method = text(function.child_by_field_name("field"))
-        if text(receiver) != block.var or method not in ("def", "impl"):
+        if method not in ("def", "impl") or not _on_variable(function, receiver, block.var):
             continue
         if not dead.covers(node):
             calls.append((method, node))
     return calls
+
+
+def _on_variable(function: tree_sitter.Node, receiver: tree_sitter.Node | None, var: str) -> bool:
+    """Whether ``m.impl`` is called on the block's variable, also where a macro use with no
+    semicolon before it (``AT_FORALL_PROMOTE(K)`` then ``m.impl(...)``) made tree-sitter
+    read ``AT_FORALL_PROMOTE(K) m`` as the receiver, ``m`` an ERROR child."""
+    if text(receiver) == var:
+        return True
+    return any(child.type == "ERROR" and text(child) == var for child in function.children)
 
 
 class LibraryReader:
@@ -163,8 +176,10 @@ class LibraryReader:
         macros: list[str],
         aliases: dict[str, str],
         packages: list[str],
+        impl_macros: list[str] | None = None,
     ) -> None:
         self.facts = facts
+        self.impl_macros = impl_macros or []
         self.data = data
         self.root = root
         self.macros = macros
@@ -173,12 +188,13 @@ class LibraryReader:
         self.usings = UsingIndex(root)
         self.dead = DeadCode(data)
         self.ops: dict[str, int] = {}  # qualname -> op node defined in this file
-        self.registrations: dict[str, int] = {}  # qualname -> registration node
+        self.registrations: dict[tuple[str, str], int] = {}  # (qualname, key) -> registration
 
     def read(self) -> None:
         macros = self.macros + local_wrappers(self.data, self.macros)
         blocks = find_macro_blocks(self.data, self.root, macros, self.aliases, self.dead)
         pending_impls = []
+        pending_macros: list[tuple[Block, MacroImpl]] = []
         for block in blocks:
             if block.namespace == "_":  # fallback-only blocks name no op
                 continue
@@ -187,11 +203,16 @@ class LibraryReader:
                     self._define(block, call)
                 else:
                     pending_impls.append((block, call))
+            if block.key is not None:
+                found = macro_impls(self.data, self.root, block.body, self.impl_macros, self.dead)
+                pending_macros.extend((block, impl) for impl in found)
         for chain_call in self._register_operators_calls():
             self._legacy_op(chain_call)
         # Impls after every def of the file, so an impl above its def still finds it.
         for block, call in pending_impls:
             self._implement(block, call)
+        for block, impl in pending_macros:
+            self._implement_macro(block, impl)
         for qualname, node in self.ops.items():
             self.facts.add_ref(
                 node, EdgeKind.DISPATCHES.value, "op_impl", qualname, self.facts.nodes[node].line
@@ -256,12 +277,28 @@ class LibraryReader:
             key = dispatch_key(kernel) or key
         source = self.ops.get(qualname)
         if source is None:
-            source = self._registration(qualname, name, overload, namespace, block, call)
-        self.facts.nodes[source].attrs.setdefault("impl_keys", [])
-        keys = self.facts.nodes[source].attrs["impl_keys"]
+            site = method_site(call)
+            source = self._registration(qualname, name, overload, namespace, block, key, site, call)
+        self._add_key(source, key)
+        self._kernel_refs(source, kernel, key)
+
+    def _implement_macro(self, block: Block, impl: MacroImpl) -> None:
+        """A registration macro's use: the op for the block's key at the use's line; the
+        kernel is the macro's template instance, no function of the tree."""
+        namespace = block.namespace
+        qualname = f"{namespace}::{impl.name}" + (f".{impl.overload}" if impl.overload else "")
+        key = block.key or CATCH_ALL_KEY
+        source = self.ops.get(qualname)
+        if source is None:
+            source = self._registration(
+                qualname, impl.name, impl.overload, namespace, block, key, impl.site, impl.site
+            )
+        self._add_key(source, key)
+
+    def _add_key(self, source: int, key: str) -> None:
+        keys = self.facts.nodes[source].attrs.setdefault("impl_keys", [])
         if key not in keys:
             keys.append(key)
-        self._kernel_refs(source, kernel, key)
 
     def _registration(
         self,
@@ -270,22 +307,24 @@ class LibraryReader:
         overload: str,
         namespace: str,
         block: Block,
+        key: str,
+        site: tree_sitter.Node,
         call: tree_sitter.Node,
     ) -> int:
-        node = self.registrations.get(qualname)
+        node = self.registrations.get((qualname, key))
         if node is None:
             node = self.facts.add_node(
                 NodeKind.REGISTRATION.value,
                 name,
                 qualname,
-                line(method_site(call)),
+                line(site),
                 end_line(call),
                 namespace=namespace,
                 overload=overload,
                 source=block.macro,
                 block_line=line(block.node),
             )
-            self.registrations[qualname] = node
+            self.registrations[(qualname, key)] = node
         return node
 
     def _kernel_refs(self, node: int, argument: tree_sitter.Node, key: str, **extra: Any) -> None:

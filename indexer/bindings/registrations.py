@@ -33,6 +33,7 @@ class RegistrationExtractor:
             )
         )
         self.pybind_macros = manifest.list("bindings", "pybind_macros") or ["PYBIND11_MODULE"]
+        self.impl_macros = manifest.list("bindings", "impl_macros")
         self.aliases = dict(manifest.get("bindings", "namespace_aliases", {}) or {})
         self.packages = manifest.python_packages
         tokens = [
@@ -65,7 +66,13 @@ class RegistrationExtractor:
         root = src.cpp_tree.root_node
         if self._library_tokens.search(src.data):
             LibraryReader(
-                facts, src.data, root, self.library_macros, self.aliases, self.packages
+                facts,
+                src.data,
+                root,
+                self.library_macros,
+                self.aliases,
+                self.packages,
+                self.impl_macros,
             ).read()
         if self._pybind_tokens.search(src.data):
             PybindReader(

@@ -29,6 +29,7 @@ _KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
 _LAUNCH_HELPER = re.compile(r"launch", re.I)
 _CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
 _NEWLINE = re.compile(rb"\n")
+_DEFINED = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
 # `= name;`, `= &ns::name<T, 4>;`: a variable set to a function's name.
 _ASSIGNED_NAME = rb"\s*=\s*&?\s*([A-Za-z_][\w:]*(?:\s*<[^;{}()=]*>)?)\s*;"
 _SMART_POINTERS = frozenset(
@@ -130,6 +131,7 @@ class CallSites:
         self.starts = [caller.start for caller in self.callers]
         self.aliases = aliases
         self.launch_ends = self._launch_ends(launch_at)
+        self._defined_macros: frozenset[str] | None = None
         self.line_map = line_map
         self.newlines = newlines
         self.variables: dict[bytes, list[int]] = {}  # name -> where it is declared
@@ -153,6 +155,18 @@ class CallSites:
         while caller is not None and offset >= caller.end:
             caller = caller.outer
         return caller
+
+    def _macro(self, name: str) -> bool:
+        """Whether an ALL_CAPS callee is a macro: one without an underscore (``M``, ``CPU``)
+        or one this file defines; other ALL_CAPS names are kept as calls, resolved only
+        where the tree defines a function so named (``UNARY_OUTER_LOOP`` in Reduce.h,
+        ``GET_BLOCKS``, ``WARP_SHFL_DOWN``); a header's macro stays unresolved."""
+        if "_" not in name.strip("_"):
+            return True
+        if self._defined_macros is None:
+            found = _DEFINED.findall(self.data) if b"define" in self.data else []
+            self._defined_macros = frozenset(name.decode() for name in found)
+        return name in self._defined_macros
 
     def _launch_ends(self, launch_at: list[int]) -> set[int]:
         """Where the callee of each ``<<<...>>>`` ends (its launch configuration is blanked)."""
@@ -247,7 +261,7 @@ class CallSites:
             if kind == _IDENTIFIER:
                 written = data[start:end]
                 target = written.decode("utf-8", "replace")
-                if target.isupper() and is_macro_name(target):
+                if target.isupper() and is_macro_name(target) and self._macro(target):
                     continue
                 if not launch and written in variables and call.child_count == 2:
                     receiver = self.variable_type(written, start, caller)

@@ -82,6 +82,7 @@ _RARE_PASSES = (
 _EXPORT = re.compile(rb"_(?:API|EXPORT)(?!\w)")
 # Launch configurations never span a statement or a block.
 _LAUNCH = re.compile(rb"<<<[^;{}]*?>>>")
+_CONTINUATION = re.compile(rb"\\\r?\n")
 # Long runs of lines holding nothing but numeric literals, commas and braces are data
 # tables: nothing to index, and in a big file (SobolEngineOpsUtils.cpp: 2 MB of direction
 # numbers) the bulk of the parse. A run is blanked only when its braces balance.
@@ -356,10 +357,15 @@ def prepare(data: bytes, shared: SharedMacros | None = None, objc: bool = False)
     buffer = bytearray(data)
     for start, end in spans:
         text = data[start:end]
-        # Newlines stay, so lines keep their numbers even when a blanked span wraps.
-        buffer[start:end] = (
-            text.translate(_SPACES_KEEP_NEWLINES) if b"\n" in text else b" " * (end - start)
-        )
+        # Newlines stay, so lines keep their numbers even when a blanked span wraps; so do
+        # the backslashes continuing a #define over them (a launch inside a macro body).
+        if b"\n" not in text:
+            buffer[start:end] = b" " * (end - start)
+            continue
+        blank = bytearray(text.translate(_SPACES_KEEP_NEWLINES))
+        for continued in _CONTINUATION.finditer(text):
+            blank[continued.start()] = 0x5C
+        buffer[start:end] = blank
     for start, value in written:
         buffer[start : start + len(value)] = value
     prepared.data = bytes(buffer)

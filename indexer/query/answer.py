@@ -11,6 +11,7 @@ every item. A caller that asks for a number of items (``limit``) sets ``budget=N
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -92,8 +93,21 @@ class Answer:
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
 
+    def to_json(self) -> str:
+        """``to_dict()`` as JSON (what is not JSON written as its ``str``), encoded in one
+        pass of the C encoder: an affected answer's tens of thousands of values, walked in
+        Python by ``to_dict``, were a tenth of its time."""
+        return json.dumps(self, default=_jsonable)
+
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _jsonable(value: Any) -> Any:
+    """What the JSON encoder cannot write itself: a dataclass's fields, else its text."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {item.name: getattr(value, item.name) for item in fields(value)}
+    return str(value)
 
 
 def _plain(value: Any) -> Any:

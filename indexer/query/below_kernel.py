@@ -18,6 +18,7 @@ Both are read from the call graph:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -96,8 +97,10 @@ def library_of_name(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=16384)
 def library_of_path(path: str) -> str | None:
-    """The library whose PyTorch wrapper ``path`` holds, if any."""
+    """The library whose PyTorch wrapper ``path`` holds, if any (asked for every function
+    a kernel's walk reaches: remembered per path)."""
     for prefix, library in _WRAPPER_PATHS:
         if path.startswith(prefix):
             return library

@@ -265,10 +265,11 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
     found = rank_tests(index, starts, evidence.tests if evidence else ())
     ranked, dropped, truncated = found.ranked, found.dropped, found.truncated
     ops = [node.qualname for node in starts if node.kind == "op"][:NEAREST_OPS]
-    ids = named_ids(index, [query, *ops, *op_names(index, native)])
+    names = [query, *ops, *op_names(index, native)]
+    ids = named_ids(index, names)
     named = named_for(index, (), {hit.id for hit in ranked}, ids)
     reaching = len(ranked)
-    ranked = with_named(ranked, named, ids)
+    ranked = with_named(ranked, named, ids, names)
     files: dict[str, int] = {}
     for hit in ranked:
         files[hit.path] = files.get(hit.path, 0) + 1
@@ -332,6 +333,7 @@ def _find(index: Index, query: str, limit: int, focus: str | None) -> Answer:
 
 
 MAX_NAMED_ONLY = 20  # tests named for the query with no path, listed after the direct ones
+MAX_EXACT_FIRST = 5  # of them, named exactly test_<name>: listed before the direct ones
 NAMED_READ = 500  # tests named for it read, reached or not
 # test_X or test_X_*: a range over the name index ('`' sorts right after '_'), not a
 # LIKE, which scans every test function (12 ms on vLLM's 18,611).
@@ -350,13 +352,7 @@ def named_ids(index: Index, names: Iterable[str]) -> set[int]:
     ``test_align_tensors_*``)."""
     ids: set[int] = set()
     test_files = index.test_file_paths()
-    for query in names:
-        name = query.strip()
-        if "::" in name:  # aten::add.Tensor: the op's name without namespace and overload
-            name = name.rpartition("::")[2].split(".", 1)[0]
-        base = name.rpartition(".")[2].lstrip("_")
-        if len(base) < 3 or not base.isidentifier():
-            continue
+    for base in test_bases(names):
         for spelled in dict.fromkeys((base, base.lower())):  # test_rnn_* for RNN, as written
             prefix = f"test_{spelled}_"
             rows = index.conn.execute(
@@ -368,6 +364,20 @@ def named_ids(index: Index, names: Iterable[str]) -> set[int]:
                 if kind == "test_function" or file_id in test_files
             )
     return ids
+
+
+def test_bases(names: Iterable[str]) -> list[str]:
+    """What tests named for ``names`` are named after: ``add`` for ``aten::add.Tensor``,
+    ``softmax`` for ``torch.nn.functional.softmax``."""
+    bases = []
+    for query in names:
+        name = query.strip()
+        if "::" in name:  # aten::add.Tensor: the op's name without namespace and overload
+            name = name.rpartition("::")[2].split(".", 1)[0]
+        base = name.rpartition(".")[2].lstrip("_")
+        if len(base) >= 3 and base.isidentifier():
+            bases.append(base)
+    return list(dict.fromkeys(bases))
 
 
 def named_for(
@@ -387,12 +397,17 @@ def named_for(
 
 
 def with_named(
-    ranked: list[ReachedTest], named: list[ReachedTest], ids: set[int] = frozenset()
+    ranked: list[ReachedTest],
+    named: list[ReachedTest],
+    ids: set[int] = frozenset(),
+    names: Iterable[str] = (),
 ) -> list[ReachedTest]:
     """Tests named for the query ranked as dedicated to it: the reached ones of ``ids``
     (test_ceil_*, however far their path) right after the tests that are what the query
-    names and those a record saw run it; then the tests that name it themselves; then
-    ``named``, which no path reaches; then OpInfo harness tests and tests further away.
+    names and those a record saw run it; then the first few of ``named`` (no path reaches
+    them) named exactly for one of ``names`` (``test_ceil``: the test of it, its calls
+    through another module's name or a harness); then the tests that name it themselves;
+    then the rest of ``named``; then OpInfo harness tests and tests further away.
     Positions renumbered."""
     start = next(
         (i for i, hit in enumerate(ranked) if hit.tier >= test_rank.DIRECT and not hit.ran),
@@ -401,7 +416,11 @@ def with_named(
     promoted = [hit for hit in ranked[start:] if hit.id in ids]
     others = [hit for hit in ranked[start:] if hit.id not in ids]
     cut = next((i for i, hit in enumerate(others) if hit.tier >= test_rank.OPINFO), len(others))
-    merged = [*ranked[:start], *promoted, *others[:cut], *named, *others[cut:]]
+    exact_names = {f"test_{base.lower()}" for base in test_bases(names)}
+    exact = [hit for hit in named if hit.qualname.rpartition("::")[2].lower() in exact_names]
+    exact = exact[:MAX_EXACT_FIRST]
+    rest = [hit for hit in named if hit not in exact]
+    merged = [*ranked[:start], *promoted, *exact, *others[:cut], *rest, *others[cut:]]
     for position, hit in enumerate(merged):
         hit.position = position
     return merged

@@ -271,8 +271,8 @@ def _known_key(index: Index, key: str) -> None:
     hint = f" (closest: {', '.join(close)})" if close else ""
     raise ValueError(
         f"the index holds no kernel or registration for dispatch key {key!r}{hint}: a"
-        " misspelling, or registrations made through macros the index does not expand"
-        f" (Autocast's KERNEL_CPU lists); focus also takes {', '.join(FOCUS_PARTS)}"
+        " misspelling, or registrations made through macros the harness does not name"
+        f" ([bindings] impl_macros); focus also takes {', '.join(FOCUS_PARTS)}"
     )
 
 

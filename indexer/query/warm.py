@@ -35,6 +35,7 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
         ("the DispatchStub registrations", stub_registrations),
         ("the dispatch keys trace's focus takes", dispatch_keys),
         ("the file paths", Index.file_paths),
+        ("the test files", Index.test_file_paths),
         ("the Python short names", short_names),
         ("the Python modules' ids", module_ids),
         ("the backward formulas' calls", formula_calls),
