@@ -219,6 +219,28 @@ def test_outcomes_name_each_test_as_pytest_does_and_keep_collection_errors(tmp_p
     }
 
 
+def test_a_crash_is_attributed_to_the_file_that_crashed_though_the_command_names_all(
+    tmp_path: Path,
+) -> None:
+    # A suite naming its files on the command line: pytest collects an explicit argument
+    # even when it is --ignore'd, so a per-file rerun must keep one file's tests another way
+    # (on torchvision the crash of test_ops.py was charged to all 32 test files).
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_crash.py").write_text(
+        "import os\n\ndef test_dies():\n    os.abort()\n"
+    )
+    (tmp_path / "test" / "test_other.py").write_text("def test_ok():\n    pass\n")
+    (tmp_path / "test" / "test_unrun.py").write_text("def test_never():\n    pass\n")
+    tests = ["test/test_crash.py", "test/test_other.py", "test/test_unrun.py"]
+    suite = f"{sys.executable} -m pytest test/test_crash.py test/test_other.py -q"
+    outcomes = run_suite(suite, tmp_path, tests)
+    assert outcomes.per_file
+    assert outcomes.results == {
+        "test/test_crash.py::<crash>": "failed",
+        "test/test_other.py::test_ok": "passed",
+    }
+
+
 # --- end to end ------------------------------------------------------------------------------
 
 

@@ -4,8 +4,9 @@ The test command is the user's (a pytest invocation, in a shell); the audit adds
 options through ``PYTEST_ADDOPTS``: a JUnit XML file (``xunit1``, whose test cases name
 their file) and no cache provider (its ``lastfailed`` would reorder later runs). When the
 suite dies without writing its XML (a segfault in a mutated kernel), the test files are
-run one at a time (the others ``--ignore``d) so each failure is still attributed to its
-file; a file that crashes the process fails as a whole.
+run one at a time so each failure is still attributed to its file; a file that crashes the
+process fails as a whole. One file's tests are kept by a plugin the audit writes, not by
+``--ignore`` alone: pytest collects a file named on the command line even when ignored.
 """
 
 from __future__ import annotations
@@ -175,6 +176,23 @@ def read_junit(xml_path: Path, source: Path, tests: list[str]) -> Outcomes | Non
     return outcomes
 
 
+_ONE_FILE_PLUGIN = "torchtalk_audit_one_file"
+_ONE_FILE_SOURCE = '''"""Written by torchtalk audit: run only the tests of $TORCHTALK_AUDIT_FILE."""
+import os
+from pathlib import Path
+
+
+def pytest_collection_modifyitems(config, items):
+    target = Path(os.environ["TORCHTALK_AUDIT_FILE"]).resolve()
+    kept, dropped = [], []
+    for item in items:
+        (kept if Path(str(item.path)).resolve() == target else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+'''
+
+
 def _addopts(xml: Path, extra: str = "") -> dict[str, str]:
     inherited = os.environ.get("PYTEST_ADDOPTS", "")
     options = (
@@ -204,10 +222,14 @@ def run_suite(
         if result.timed_out and not per_file_after_timeout:
             return Outcomes(command=result)
         outcomes = Outcomes(command=result, per_file=True)
-        for test_file in tests:
+        (Path(scratch) / f"{_ONE_FILE_PLUGIN}.py").write_text(_ONE_FILE_SOURCE)
+        path = os.pathsep.join(p for p in (scratch, os.environ.get("PYTHONPATH", "")) if p)
+        for number, test_file in enumerate(tests):
             ignored = " ".join(f"--ignore={t}" for t in tests if t != test_file)
-            xml = Path(scratch) / f"junit-{len(outcomes.results)}.xml"
-            one = run_command(command, source, _addopts(xml, ignored), timeout)
+            xml = Path(scratch) / f"junit-{number}.xml"
+            env = _addopts(xml, f"{ignored} -p {_ONE_FILE_PLUGIN}")
+            env |= {"PYTHONPATH": path, "TORCHTALK_AUDIT_FILE": str(source / test_file)}
+            one = run_command(command, source, env, timeout)
             read = read_junit(xml, source, tests)
             if read is None:
                 outcomes.results[f"{test_file}::{CRASH}"] = "failed"
