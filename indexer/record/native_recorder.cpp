@@ -279,15 +279,14 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 }
 
 #if PY_VERSION_HEX >= 0x030C0000
-// The same observation through sys.monitoring (Python 3.12+; docs/recording.md#sysmonitoring):
+// The same observation through sys.monitoring (Python 3.12+; docs/recording.md, "sys.monitoring"):
 // the callbacks below are registered for the recorder's own tool id by
-// indexer/record/python_monitoring.py. Each event that only says "this code object (or
-// this C function) ran" returns DISABLE once noted, so the interpreter stays specialized
-// and pays one event per code object per window; restart_events() at every drain that
-// follows a DISABLE opens the next window. What a window holds is exactly what the
-// profile function's set holds for it: every code object run in it fired at least once.
-// A call site is disabled only when it called a Python function or a C function already
-// noted... see mon_call for why a site is never disabled on a new C function.
+// indexer/record/python_monitoring.py. PY_START and PY_RESUME return DISABLE once the code
+// object is noted, so the function runs specialized for the rest of the window;
+// restart_events() at every drain that follows a DISABLE opens the next window. A window
+// holds exactly what the profile function's set holds for it: every code object run in
+// it fired at least once. CALL sites stay on (g_call_policy 0): a site calls many
+// functions, and a disabled one would hide the C functions it calls later in the window.
 bool g_monitoring = false;          // the callbacks below are registered and on
 bool g_disabled_since_restart = false;
 int g_call_policy = 0;              // 0: CALL sites never disabled; 1: disabled once seen

@@ -13,8 +13,10 @@ every importer. Kept with the segment that happened to import it, it would make 
 segment look as if it ran the work itself, and the others as if they did not.
 
 Its one promise is honesty: when something a test did disturbed the observation (a test
-that replaced the profile function, or removed every RecordFunction callback), the segment
-says so, and the test is then unrecorded rather than recorded as doing less.
+that replaced the profile function or, on Python 3.12+, turned off the recorder's
+sys.monitoring events, or removed every RecordFunction callback), the segment says so, and
+the test is then unrecorded rather than recorded as doing less. How Python is observed is
+chosen in ``python_observation.py``.
 """
 
 from __future__ import annotations
