@@ -408,7 +408,11 @@ class RecordRun:
             "environment": current_environment(torch),
             "mechanisms": {
                 "ops": "RecordFunction global callback",
-                "python": "C profile function (PyEval_SetProfile)",
+                "python": (
+                    self.observer.python_how
+                    if self.observer
+                    else "C profile function (PyEval_SetProfile)"
+                ),
                 "cuda_kernels": self.kernels_off or "Kineto CUDA activity, a session per test",
                 "devices": (
                     self.observer.devices_how

@@ -102,22 +102,54 @@ def load() -> ctypes.PyDLL:
             library = ctypes.PyDLL(str(target))
         except OSError as exc:
             raise NativeUnavailable(f"cannot load {target}: {exc}") from None
-        for name in ("tt_close_epoch", "tt_drain_codes", "tt_drain_cfuncs", "tt_unobserved_ops"):
-            getattr(library, name).restype = ctypes.py_object
-        library.tt_observe_thread.argtypes = [ctypes.py_object]
-        library.tt_observe_thread.restype = None
-        library.tt_stop_thread.restype = None
-        library.tt_step_aside.restype = ctypes.c_int
-        library.tt_start_devices.restype = ctypes.c_int
-        library.tt_set_module_callback.argtypes = [ctypes.py_object]
-        library.tt_set_module_callback.restype = None
-        library.tt_forget_code_names.restype = None
-        library.tt_name_codes.argtypes = [ctypes.py_object, ctypes.py_object]
-        library.tt_name_codes.restype = ctypes.c_int
-        library.tt_quiet.argtypes = [ctypes.c_int]
-        library.tt_quiet.restype = None
-        _loaded = library
+        _loaded = _declared(library)
         return library
+
+
+def load_python_only(directory: Path) -> ctypes.PyDLL:
+    """The recorder's Python observation alone (``TT_PYTHON_ONLY``: no ops, no devices),
+    built for this interpreter without torch, and loaded as the library ``load`` returns
+    from then on: the tests of the Python backends run it where torch is not installed."""
+    global _loaded
+    compiler = _compiler()
+    if compiler is None:
+        raise NativeUnavailable("no C++ compiler (c++, g++ or clang++) on PATH")
+    target = directory / f"python-only-{sys.implementation.cache_tag}.so"
+    command = [
+        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-w", "-DTT_PYTHON_ONLY",
+        f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(target),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise NativeUnavailable(f"{SOURCE.name} (Python only) did not compile: {done.stderr}")
+    with _lock:
+        _loaded = _declared(ctypes.PyDLL(str(target)))
+        return _loaded
+
+
+def _declared(library: ctypes.PyDLL) -> ctypes.PyDLL:
+    """Declares the C signatures ctypes needs to call the library."""
+    for name in (
+        "tt_close_epoch", "tt_drain_codes", "tt_drain_cfuncs", "tt_unobserved_ops",
+        "tt_monitoring_callbacks",
+    ):  # fmt: skip
+        getattr(library, name).restype = ctypes.py_object
+    library.tt_monitoring_on.argtypes = [ctypes.py_object] * 4 + [ctypes.c_int]
+    library.tt_monitoring_on.restype = ctypes.c_int
+    library.tt_monitoring_off.restype = None
+    library.tt_observe_thread.argtypes = [ctypes.py_object]
+    library.tt_observe_thread.restype = None
+    library.tt_stop_thread.restype = None
+    library.tt_step_aside.restype = ctypes.c_int
+    library.tt_start_devices.restype = ctypes.c_int
+    library.tt_set_module_callback.argtypes = [ctypes.py_object]
+    library.tt_set_module_callback.restype = None
+    library.tt_forget_code_names.restype = None
+    library.tt_name_codes.argtypes = [ctypes.py_object, ctypes.py_object]
+    library.tt_name_codes.restype = ctypes.c_int
+    library.tt_quiet.argtypes = [ctypes.c_int]
+    library.tt_quiet.restype = None
+    return library
 
 
 @contextlib.contextmanager

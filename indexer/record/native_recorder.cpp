@@ -20,10 +20,15 @@
 // from the name's pointer to its id, checked against the interned text because pointers
 // of freed schemas can be reused by other ops). It uses only what torch 2.6 and later
 // declare alike.
+// TT_PYTHON_ONLY builds the Python observation alone, without torch: the tests drive the
+// profile function and sys.monitoring with it on an interpreter that has no torch
+// (tests/test_record_python_backends.py). The op and device observers are then absent.
+#ifndef TT_PYTHON_ONLY
 #include <ATen/core/dispatch/ObservedOperators.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#endif
 #include <Python.h>
 #include <frameobject.h>
 
@@ -46,8 +51,10 @@ std::atomic<uint32_t> g_seen[kCapacity];
 const char* g_names[kCapacity];  // "op\0name.overload" style: kind byte then text
 std::mutex g_intern_mutex;
 std::unordered_map<std::string, uint32_t>* g_ids = nullptr;
+#ifndef TT_PYTHON_ONLY
 bool g_registered = false;
 at::CallbackHandle g_handle = 0;
+#endif
 
 // kind: 'o' an operator (name.overload), 'b' an autograd node of a backward pass, 'd' a
 // device type whose memory was allocated.
@@ -75,6 +82,7 @@ uint32_t intern(char kind, const char* name, const char* overload) {
   return id;
 }
 
+#ifndef TT_PYTHON_ONLY
 // Whether the interned name `id` is (kind, name) with any overload: a cached pointer is
 // trusted only while the text behind it is still the op's.
 bool same_text(uint32_t id, char kind, const char* name) {
@@ -137,6 +145,7 @@ class CountingAllocator final : public c10::Allocator {
   uint32_t id_;
 };
 CountingAllocator* g_cpu_counter = nullptr;
+#endif  // TT_PYTHON_ONLY
 
 // The interpreter's side. Every structure below is touched only with the GIL held.
 std::unordered_set<PyObject*>* g_codes = nullptr;   // code objects entered (strong refs)
@@ -228,6 +237,29 @@ PyObject* describe_cfunction(PyObject* function) {
   return about;
 }
 
+void note_cfunction(PyObject* function) {
+  const void* definition = reinterpret_cast<PyCFunctionObject*>(function)->m_ml;
+  if (g_cfuncs->find(definition) == g_cfuncs->end()) {
+    PyObject* about = describe_cfunction(function);
+    if (about != nullptr) g_cfuncs->emplace(definition, about);
+  }
+}
+
+// A module body's frame returns (or unwinds). Frames above it that never reported their
+// end are closed with it, so one lost event cannot misattribute what follows.
+void module_frame_ends(PyFrameObject* frame) {
+  for (size_t depth = t_module_frames.size(); depth-- > 0;) {
+    if (t_module_frames[depth] != frame) continue;
+    while (t_module_frames.size() > depth) {
+      PyFrameObject* ending = t_module_frames.back();
+      t_module_frames.pop_back();
+      --g_module_frames_open;
+      module_boundary(ending, 0);
+    }
+    break;
+  }
+}
+
 int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   if (what == PyTrace_CALL) {
     PyObject* code = reinterpret_cast<PyObject*>(PyFrame_GetCode(frame));  // new reference
@@ -239,27 +271,132 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       module_boundary(frame, 1);
     }
   } else if (what == PyTrace_RETURN && g_module_frames_open != 0 && !t_module_frames.empty()) {
-    // A module body's frame returns (or unwinds). Frames above it that never reported
-    // their end are closed with it, so one lost event cannot misattribute what follows.
-    for (size_t depth = t_module_frames.size(); depth-- > 0;) {
-      if (t_module_frames[depth] != frame) continue;
-      while (t_module_frames.size() > depth) {
-        PyFrameObject* ending = t_module_frames.back();
-        t_module_frames.pop_back();
-        --g_module_frames_open;
-        module_boundary(ending, 0);
-      }
-      break;
-    }
+    module_frame_ends(frame);
   } else if (what == PyTrace_C_CALL && PyCFunction_Check(arg)) {
-    const void* definition = reinterpret_cast<PyCFunctionObject*>(arg)->m_ml;
-    if (g_cfuncs->find(definition) == g_cfuncs->end()) {
-      PyObject* about = describe_cfunction(arg);
-      if (about != nullptr) g_cfuncs->emplace(definition, about);
-    }
+    note_cfunction(arg);
   }
   return 0;
 }
+
+#if PY_VERSION_HEX >= 0x030C0000
+// The same observation through sys.monitoring (Python 3.12+; docs/recording.md, "sys.monitoring"):
+// the callbacks below are registered for the recorder's own tool id by
+// indexer/record/python_monitoring.py. PY_START and PY_RESUME return DISABLE once the code
+// object is noted, so the function runs specialized for the rest of the window;
+// restart_events() at every drain that follows a DISABLE opens the next window. A window
+// holds exactly what the profile function's set holds for it: every code object run in
+// it fired at least once. CALL sites stay on (g_call_policy 0): a site calls many
+// functions, and a disabled one would hide the C functions it calls later in the window.
+bool g_monitoring = false;          // the callbacks below are registered and on
+bool g_disabled_since_restart = false;
+int g_call_policy = 0;              // 0: CALL sites never disabled; 1: disabled once seen
+PyObject* g_disable = nullptr;      // sys.monitoring.DISABLE
+PyObject* g_missing = nullptr;      // sys.monitoring.MISSING
+PyObject* g_restart = nullptr;      // sys.monitoring.restart_events
+PyObject* g_watch_return = nullptr; // callable(code): PY_RETURN on for a module body
+
+PyObject* disable() {
+  g_disabled_since_restart = true;
+  Py_INCREF(g_disable);
+  return g_disable;
+}
+
+void note_code(PyObject* code) {
+  if (g_codes->insert(code).second) Py_INCREF(code);
+}
+
+// PY_START and PY_RESUME: (code, offset).
+PyObject* mon_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!g_monitoring || nargs < 1) Py_RETURN_NONE;
+  PyObject* code = args[0];
+  note_code(code);
+  if (!(PyCode_Check(code) && is_module_body(reinterpret_cast<PyCodeObject*>(code)))) {
+    return disable();
+  }
+  // A module body: never disabled (it runs once; a second run must be seen starting).
+  if (g_module_callback != nullptr) {
+    PyFrameObject* frame = PyEval_GetFrame();  // borrowed: the body's own frame
+    if (frame != nullptr) {
+      if (g_watch_return != nullptr) {
+        PyObject* done = PyObject_CallOneArg(g_watch_return, code);
+        Py_XDECREF(done);
+        PyErr_Clear();
+      }
+      t_module_frames.push_back(frame);
+      ++g_module_frames_open;
+      module_boundary(frame, 1);
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+// PY_THROW: (code, offset, exception); cannot be disabled.
+PyObject* mon_throw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (g_monitoring && nargs >= 1) note_code(args[0]);
+  Py_RETURN_NONE;
+}
+
+// PY_RETURN (on module bodies only) and PY_UNWIND (everywhere): (code, offset, value).
+PyObject* mon_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!g_monitoring || g_module_frames_open == 0 || t_module_frames.empty() || nargs < 1) {
+    Py_RETURN_NONE;
+  }
+  PyObject* code = args[0];
+  if (!(PyCode_Check(code) && is_module_body(reinterpret_cast<PyCodeObject*>(code)))) {
+    Py_RETURN_NONE;
+  }
+  PyFrameObject* frame = PyEval_GetFrame();
+  if (frame != nullptr) module_frame_ends(frame);
+  Py_RETURN_NONE;
+}
+
+// CALL: (code, offset, callable, first argument or MISSING). A C function is reported as
+// the profile function is told of it: a builtin as itself, a method descriptor's call as
+// the bound method CPython makes for a profile function (none without an argument).
+PyObject* mon_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!g_monitoring || nargs < 4) Py_RETURN_NONE;
+  PyObject* callable = args[2];
+  if (PyCFunction_Check(callable)) {
+    note_cfunction(callable);
+  } else if (Py_IS_TYPE(callable, &PyMethodDescr_Type) && args[3] != g_missing) {
+    const void* definition = reinterpret_cast<PyMethodDescrObject*>(callable)->d_method;
+    if (g_cfuncs->find(definition) == g_cfuncs->end()) {
+      PyObject* self = args[3];
+      PyObject* bound = Py_TYPE(callable)->tp_descr_get(
+          callable, self, reinterpret_cast<PyObject*>(Py_TYPE(self)));
+      if (bound == nullptr) {
+        PyErr_Clear();
+      } else {
+        if (PyCFunction_Check(bound)) note_cfunction(bound);
+        Py_DECREF(bound);
+      }
+    }
+  }
+  if (g_call_policy == 1) return disable();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_mon_defs[] = {
+    {"tt_mon_start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(mon_start)),
+     METH_FASTCALL, nullptr},
+    {"tt_mon_throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(mon_throw)),
+     METH_FASTCALL, nullptr},
+    {"tt_mon_end", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(mon_end)),
+     METH_FASTCALL, nullptr},
+    {"tt_mon_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(mon_call)),
+     METH_FASTCALL, nullptr},
+};
+
+void restart_if_disabled() {
+  if (!g_monitoring || !g_disabled_since_restart || g_restart == nullptr) return;
+  g_disabled_since_restart = false;
+  PyObject* done = PyObject_CallNoArgs(g_restart);
+  Py_XDECREF(done);
+  PyErr_Clear();
+}
+#else
+void restart_if_disabled() {}
+#endif
 
 template <typename Set, typename Item>
 PyObject* drain(Set* set, Item item_of) {
@@ -283,10 +420,72 @@ bool append_text(PyObject* list, const char* text) {
   return failed == 0;
 }
 
+void ensure_sets() {
+  if (g_codes == nullptr) {
+    g_codes = new std::unordered_set<PyObject*>();
+    g_cfuncs = new std::unordered_map<const void*, PyObject*>();
+    if (g_code_names == nullptr) g_code_names = new std::unordered_map<PyObject*, PyObject*>();
+  }
+}
+
 }  // namespace
 
 extern "C" {
 
+// The sys.monitoring callbacks, as Python callables: (PY_START and PY_RESUME, PY_THROW,
+// PY_RETURN and PY_UNWIND, CALL); None before Python 3.12.
+PyObject* tt_monitoring_callbacks() {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* result = PyTuple_New(4);
+  if (result == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < 4; ++i) {
+    PyObject* function = PyCFunction_New(&g_mon_defs[i], nullptr);
+    if (function == nullptr) {
+      Py_DECREF(result);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(result, i, function);
+  }
+  return result;
+#else
+  Py_RETURN_NONE;
+#endif
+}
+
+// Turns the sys.monitoring callbacks' work on: sys.monitoring's DISABLE, MISSING and
+// restart_events, a callable(code) that turns PY_RETURN on for a module body, and the
+// policy for CALL sites (0: never disabled). Returns 0, or -1 before Python 3.12.
+int tt_monitoring_on(PyObject* disable, PyObject* missing, PyObject* restart,
+                     PyObject* watch_return, int call_policy) {
+#if PY_VERSION_HEX >= 0x030C0000
+  ensure_sets();
+  for (PyObject** slot : {&g_disable, &g_missing, &g_restart, &g_watch_return}) Py_XDECREF(*slot);
+  Py_INCREF(disable);
+  Py_INCREF(missing);
+  Py_INCREF(restart);
+  Py_INCREF(watch_return);
+  g_disable = disable;
+  g_missing = missing;
+  g_restart = restart;
+  g_watch_return = watch_return;
+  g_call_policy = call_policy;
+  g_disabled_since_restart = true;  // whatever another observer of this process disabled
+  g_monitoring = true;
+  return 0;
+#else
+  return -1;
+#endif
+}
+
+// The callbacks note nothing more (they stay registered until the Python side frees
+// the tool id) and drains no longer restart events.
+void tt_monitoring_off() {
+#if PY_VERSION_HEX >= 0x030C0000
+  g_monitoring = false;
+#endif
+}
+
+#ifndef TT_PYTHON_ONLY
 // Starts observing operators (once per process). Returns 0, or -1 when the callback
 // could not be registered.
 int tt_start_ops() {
@@ -316,15 +515,12 @@ int tt_start_devices() {
   g_cpu_counter = counter;
   return 0;
 }
+#endif  // TT_PYTHON_ONLY
 
 // Observes the calling thread's Python functions; `token` is what sys.getprofile()
 // answers while the observation is in place.
 void tt_observe_thread(PyObject* token) {
-  if (g_codes == nullptr) {
-    g_codes = new std::unordered_set<PyObject*>();
-    g_cfuncs = new std::unordered_map<const void*, PyObject*>();
-    if (g_code_names == nullptr) g_code_names = new std::unordered_map<PyObject*, PyObject*>();
-  }
+  ensure_sets();
   if (g_profile_token == nullptr) {
     Py_INCREF(token);
     g_profile_token = token;
@@ -412,6 +608,9 @@ PyObject* tt_drain_codes() {
     Py_DECREF(code);
   }
   g_codes->clear();
+  // The next window starts: every code object and call site disabled in this one fires
+  // again when it next runs (sys.monitoring only; a no-op for the profile function).
+  restart_if_disabled();
   if (failed) {
     Py_DECREF(result);
     return nullptr;
@@ -453,15 +652,24 @@ PyObject* tt_drain_cfuncs() {
   return drain(g_cfuncs, [](const auto& entry) { return entry.second; });
 }
 
+#ifndef TT_PYTHON_ONLY
 // Observes operators again after something removed every callback
 // (torch._C._clear_callbacks); returns 0, or -1 when it cannot.
 int tt_restart_ops() {
   g_registered = false;
   return tt_start_ops();
 }
-int tt_overflowed() { return g_overflow.load() ? 1 : 0; }
 int tt_ops_registered() { return g_registered ? 1 : 0; }
+#endif
+int tt_overflowed() { return g_overflow.load() ? 1 : 0; }
+#ifdef TT_PYTHON_ONLY
+int tt_start_ops() { return 0; }
+int tt_start_devices() { return -1; }
+int tt_restart_ops() { return 0; }
+PyObject* tt_unobserved_ops() { return PyList_New(0); }
+#endif
 
+#ifndef TT_PYTHON_ONLY
 // The operators RecordFunction never reports (aten::size, aten::is_leaf, ...): that no
 // test was seen running one of them says nothing.
 PyObject* tt_unobserved_ops() {
@@ -475,5 +683,6 @@ PyObject* tt_unobserved_ops() {
   }
   return names;
 }
+#endif  // TT_PYTHON_ONLY
 
 }  // extern "C"

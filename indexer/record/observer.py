@@ -13,8 +13,10 @@ every importer. Kept with the segment that happened to import it, it would make 
 segment look as if it ran the work itself, and the others as if they did not.
 
 Its one promise is honesty: when something a test did disturbed the observation (a test
-that replaced the profile function, or removed every RecordFunction callback), the segment
-says so, and the test is then unrecorded rather than recorded as doing less.
+that replaced the profile function or, on Python 3.12+, turned off the recorder's
+sys.monitoring events, or removed every RecordFunction callback), the segment says so, and
+the test is then unrecorded rather than recorded as doing less. How Python is observed is
+chosen in ``python_observation.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, ModuleType
 
-from indexer.record import children, native
+from indexer.record import children, native, python_observation
 from indexer.record.qualnames import qualnames_by_line
 
 # RecordFunction names the autograd engine gives the nodes it evaluates; the node itself
@@ -93,7 +95,9 @@ class Observer:
         self._source_qualnames: dict[str, dict[tuple[int, str], str | None]] = {}
         self._lib = native.load()  # NativeUnavailable when it cannot be built or loaded
         self._lib.tt_forget_code_names()  # named for another observer's tree
-        self._token = object()  # what sys.getprofile() returns while we observe
+        # How Python is observed: sys.monitoring or the profile function (chosen there).
+        self._python = python_observation.choose(self._lib)
+        self.python_how = self._python.how
         if self._lib.tt_start_ops() != 0:
             raise native.NativeUnavailable("RecordFunction refused the recorder's callback")
         # How the device types a segment used are seen, or why they are not.
@@ -107,23 +111,25 @@ class Observer:
         self._pending = Observed()  # the segment's work, set aside while a body ran
         self._imports: dict[str, Observed] = {}  # module path -> its import work
         self._lib.tt_set_module_callback(self._module_boundary)
-        self._lib.tt_observe_thread(self._token)
-        threading.setprofile(self._observe_new_thread)
+        self._python.start(self._observe_new_thread)
         self._torch = sys.modules.get("torch")
-        self._aside = False  # stood aside for a profiler that traces Python
         self._guard_profilers()
         # The Python processes a test starts report what they ran (children.py).
         self.children = children.Follower(self.root, self) if follow_children else None
 
     def _observe_new_thread(self, frame, event, arg) -> None:
-        # Called once in each new thread: hand the thread to the compiled profile function.
-        self._lib.tt_observe_thread(self._token)
+        # Called once in each new thread (the profile backend's threading.setprofile).
+        self._python.observe_thread()
+
+    @property
+    def _aside(self) -> bool:
+        """Stood aside for a profiler that traces Python (children.py reads it)."""
+        return self._python.aside
 
     def stop(self) -> None:
         if self.children is not None:
             self.children.stop()
-        threading.setprofile(None)
-        self._lib.tt_stop_thread()
+        self._python.stop()
         self._lib.tt_set_module_callback(None)
 
     def close(self) -> Observed:
@@ -229,15 +235,7 @@ class Observer:
                 observed.names.add(("binding", binding))
         if self._lib.tt_overflowed():
             observed.problems.append("more distinct op names than the recorder holds")
-        profile = sys.getprofile()
-        if profile is not self._token:
-            if type(profile).__name__ == "TraceContext":  # torch's tracer, still on
-                observed.problems.append(STOOD_ASIDE)
-                return observed
-            replaced = "the profile function was replaced (sys.setprofile)"
-            observed.problems.append(STOOD_ASIDE if self._aside else replaced)
-            self._aside = False
-            self._lib.tt_observe_thread(self._token)
+        observed.problems.extend(self._python.check())
         return observed
 
     def _guard_profilers(self) -> None:
@@ -257,8 +255,7 @@ class Observer:
             # The caller is the profile object; without one, assume it traces Python.
             caller = sys._getframe(1).f_locals.get("self")
             if getattr(caller, "with_stack", True):
-                self._aside = True
-                self._lib.tt_step_aside()
+                self._python.step_aside()
             return enable(*args, **kwargs)
 
         _enable_profiler._torchtalk_guard = True
