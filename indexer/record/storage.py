@@ -596,7 +596,8 @@ class StoredRecord:
 
     def nodeids_seen_whole(self) -> list[str]:
         """As :meth:`Record.nodeids_seen_whole`, from the node ids and the unrecorded
-        column alone: no test's segments are decoded (a whole suite's record: 6 s -> 0.2 s)."""
+        column alone: no test's segments are decoded (docs/performance.md, "Completing a
+        record: what BASE costs")."""
         if not self.test_count:
             return []
         _, reasons, _ = self._columns()
