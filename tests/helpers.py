@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from indexer.environ import environment
 
 if TYPE_CHECKING:
     from indexer.query.index import Index
@@ -66,21 +66,6 @@ def make_fixture_repo(name: str, dest: Path) -> Path:
     git(dest, "init", "-q", "-b", "main")
     commit_all(dest, f"{name} fixture")
     return dest
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``values`` set, as it was before once the block ends."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def build_private_index(repo: Path, base: Path) -> Index:

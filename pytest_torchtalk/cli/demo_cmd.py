@@ -17,10 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from indexer.environ import environment
 from indexer.errors import TorchTalkError
 
 PROJECT = Path(__file__).resolve().parent.parent / "demo_project"
@@ -163,20 +163,11 @@ def _pytest_lines(repo: Path) -> list[str]:
     return wanted
 
 
-@contextmanager
-def _private_cache(work: Path) -> Iterator[None]:
+def _private_cache(work: Path) -> AbstractContextManager[None]:
     """The demo's index and configuration live in its temporary directory, not the user's."""
-    saved = {key: os.environ.get(key) for key in ("TORCHTALK_CACHE_DIR", "TORCHTALK_CONFIG_DIR")}
-    os.environ["TORCHTALK_CACHE_DIR"] = str(work / "cache")
-    os.environ["TORCHTALK_CONFIG_DIR"] = str(work / "config")
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return environment(
+        {"TORCHTALK_CACHE_DIR": str(work / "cache"), "TORCHTALK_CONFIG_DIR": str(work / "config")}
+    )
 
 
 def _git(repo: Path, *args: str) -> None:
