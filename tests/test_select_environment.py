@@ -59,6 +59,7 @@ ASK = textwrap.dedent(
     from pathlib import Path
     from indexer.select import environment
     environment.DEVICE_FILES = Path(sys.argv[1])
+    environment.DRIVER_MODULES = Path(sys.argv[1]).parent / "sys-module"
     print(json.dumps(environment.current_environment()["torch"]))
     """
 )
@@ -73,6 +74,7 @@ def _answers(tmp_path: Path, device_files: list[str]) -> tuple[dict, bool]:
     (package / "__init__.py").write_text(STAND_IN_INIT)
     dev = tmp_path / "dev"
     dev.mkdir()
+    (tmp_path / "sys-module").mkdir()  # no GPU driver loaded
     for name in device_files:
         (dev / name).write_text("")
     mark = tmp_path / "mark"
@@ -111,6 +113,11 @@ def test_cuda_build_with_a_device_file_asks_torch(tmp_path: Path) -> None:
         (["hip"], ["kfd"], True),
         (["xpu"], ["dri/renderD128"], True),
         (["xpu"], ["dri/card0"], False),
+        (["cuda"], ["nvhost-ctrl"], True),  # Tegra
+        (["xpu"], ["dxg"], True),  # WSL
+        (["cuda"], ["module/nvidia"], True),  # the driver loaded, its files not made yet
+        (["hip"], ["module/nvidia"], False),
+        (["xpu"], ["module/i915"], True),
     ],
 )
 def test_device_files_by_build(
@@ -119,8 +126,10 @@ def test_device_files_by_build(
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
-    assert may_have_device(builds, tmp_path) is expected
+    (tmp_path / "module").mkdir(exist_ok=True)
+    assert may_have_device(builds, tmp_path, tmp_path / "module") is expected
 
 
 def test_unlistable_device_files_ask_torch(tmp_path: Path) -> None:
-    assert may_have_device(["cuda"], tmp_path / "absent") is True
+    assert may_have_device(["cuda"], tmp_path / "absent", tmp_path) is True
+    assert may_have_device(["cuda"], tmp_path, tmp_path / "absent") is True

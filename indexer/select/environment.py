@@ -55,7 +55,7 @@ def _torch_answers(torch: Any | None) -> dict[str, Any] | None:
             return None
         builds = [key for key in ("cuda", "hip", "xpu") if build.get(key)]
         build.pop("xpu", None)
-        if sys.platform == "darwin" or may_have_device(builds, DEVICE_FILES):
+        if sys.platform == "darwin" or may_have_device(builds, DEVICE_FILES, DRIVER_MODULES):
             torch = _import_torch()  # which devices are present only torch can say
             if torch is None:
                 return None
@@ -75,17 +75,29 @@ def _torch_answers(torch: Any | None) -> dict[str, Any] | None:
 
 
 # The files a GPU build's runtime opens on Linux: NVIDIA's driver (/dev/nvidiactl,
-# /dev/nvidia0, ...), WSL's GPU (/dev/dxg), ROCm's kernel driver (/dev/kfd), and the DRM
-# render nodes (/dev/dri/renderD128, ...) Intel's XPU runtime uses.
-_NODES = {"cuda": ("nvidia", "dxg"), "hip": ("kfd", "dxg"), "xpu": ("renderD",)}
+# /dev/nvidia0, ...; Tegra's /dev/nvhost-*, /dev/nvmap), WSL's GPU (/dev/dxg), ROCm's kernel
+# driver (/dev/kfd), and the DRM render nodes (/dev/dri/renderD128, ...) Intel's XPU uses.
+_NODES = {
+    "cuda": ("nvidia", "nvhost", "nvmap", "dxg"),
+    "hip": ("kfd", "dxg"),
+    "xpu": ("renderD", "dxg"),
+}
+# The kernel drivers behind them: a loaded one may not have made its device files yet
+# (NVIDIA's are made on first use), so it counts as a device that may be present.
+_DRIVERS = {
+    "cuda": ("nvidia", "nvgpu", "dxgkrnl"),
+    "hip": ("amdgpu", "dxgkrnl"),
+    "xpu": ("i915", "xe", "dxgkrnl"),
+}
 DEVICE_FILES = Path("/dev")
+DRIVER_MODULES = Path("/sys/module")
 
 
-def may_have_device(builds: Collection[str], dev: Path) -> bool:
+def may_have_device(builds: Collection[str], dev: Path, drivers: Path = DRIVER_MODULES) -> bool:
     """Whether a device of a torch build with ``builds`` support (``cuda``, ``hip``,
     ``xpu``) may be present: False only on Linux where ``dev`` shows none of the device
-    files such a runtime opens; True where it cannot be listed, or elsewhere (where only
-    torch can say)."""
+    files such a runtime opens and ``drivers`` (``/sys/module``) none of their kernel
+    drivers; True where either cannot be listed, or elsewhere (where only torch can say)."""
     if not builds:
         return False
     if not sys.platform.startswith("linux"):
@@ -94,10 +106,12 @@ def may_have_device(builds: Collection[str], dev: Path) -> bool:
         names = os.listdir(dev)
         if "xpu" in builds and os.path.isdir(dev / "dri"):
             names += os.listdir(dev / "dri")
+        loaded = set(os.listdir(drivers))
     except OSError:
         return True
     prefixes = tuple(p for build in builds for p in _NODES.get(build, ("",)))
-    return any(name.startswith(prefixes) for name in names)
+    modules = {m for build in builds for m in _DRIVERS.get(build, ())}
+    return bool(loaded & modules) or any(name.startswith(prefixes) for name in names)
 
 
 def _version_file() -> dict[str, Any] | None:
