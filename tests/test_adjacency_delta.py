@@ -97,3 +97,24 @@ def test_an_index_without_the_bases_adjacency_builds_it(minitorch_repo: Path) ->
         assert adjacency.read(conn, "another index") is None
     finally:
         conn.close()
+
+
+def test_a_stored_kind_code_out_of_range_is_rebuilt_not_walked(minitorch_repo: Path) -> None:
+    workspace = Workspace.resolve(minitorch_repo)
+    build_index(workspace, jobs=1, show_progress=False, derive=KeepAdjacency())
+    with closing(sqlite3.connect(workspace.db_path)) as conn:
+        data = conn.execute(
+            "SELECT data FROM derived_arrays WHERE name = ? AND array = 'node_kind' AND block = 0",
+            (adjacency.NAME,),
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE derived_arrays SET data = ? WHERE name = ? AND array = 'node_kind' AND block = 0",
+            (bytes([120]) + data[1:], adjacency.NAME),  # no node kind has code 120
+        )
+        conn.commit()
+    conn, meta = _open(workspace.db_path)
+    try:
+        assert adjacency.read(conn, derived.index_key(meta)) is None
+        assert _arrays(adjacency.load(conn, meta)) == _arrays(adjacency.build(conn))
+    finally:
+        conn.close()

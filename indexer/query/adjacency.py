@@ -407,7 +407,7 @@ def read(conn: sqlite3.Connection, key: str) -> Adjacency | None:
             arrays[f"{side}_{column}"] = found[f"{side}_{column}"]
     try:
         adjacency = Adjacency(list(head["node_kinds"]), list(head["edge_kinds"]), arrays)
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, IndexError):  # a kind code out of range: rebuilt, not read
         return None
     if adjacency.node_count != head.get("nodes") or not _consistent(adjacency):
         return None
