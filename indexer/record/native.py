@@ -137,6 +137,7 @@ def _declared(library: ctypes.PyDLL) -> ctypes.PyDLL:
     library.tt_monitoring_on.argtypes = [ctypes.py_object] * 4 + [ctypes.c_int]
     library.tt_monitoring_on.restype = ctypes.c_int
     library.tt_monitoring_off.restype = None
+    library.tt_monitoring_restart_failed.restype = ctypes.c_int
     library.tt_observe_thread.argtypes = [ctypes.py_object]
     library.tt_observe_thread.restype = None
     library.tt_stop_thread.restype = None

@@ -289,6 +289,7 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 // functions, and a disabled one would hide the C functions it calls later in the window.
 bool g_monitoring = false;          // the callbacks below are registered and on
 bool g_disabled_since_restart = false;
+bool g_restart_failed = false;      // sticky: code disabled before it may stay unobserved
 int g_call_policy = 0;              // 0: CALL sites never disabled; 1: disabled once seen
 PyObject* g_disable = nullptr;      // sys.monitoring.DISABLE
 PyObject* g_missing = nullptr;      // sys.monitoring.MISSING
@@ -389,10 +390,16 @@ PyMethodDef g_mon_defs[] = {
 
 void restart_if_disabled() {
   if (!g_monitoring || !g_disabled_since_restart || g_restart == nullptr) return;
-  g_disabled_since_restart = false;
   PyObject* done = PyObject_CallNoArgs(g_restart);
-  Py_XDECREF(done);
-  PyErr_Clear();
+  if (done == nullptr) {
+    // Code disabled in earlier windows stays disabled: every later window is incomplete,
+    // which the Python side reports (tt_monitoring_restart_failed), never a silent loss.
+    g_restart_failed = true;
+    PyErr_Clear();
+    return;
+  }
+  Py_DECREF(done);
+  g_disabled_since_restart = false;
 }
 #else
 void restart_if_disabled() {}
@@ -479,6 +486,15 @@ int tt_monitoring_on(PyObject* disable, PyObject* missing, PyObject* restart,
 
 // The callbacks note nothing more (they stay registered until the Python side frees
 // the tool id) and drains no longer restart events.
+// 1 once a restart_events() has failed (from then on no window is whole), else 0.
+int tt_monitoring_restart_failed() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return g_restart_failed ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
 void tt_monitoring_off() {
 #if PY_VERSION_HEX >= 0x030C0000
   g_monitoring = false;

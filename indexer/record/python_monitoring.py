@@ -116,6 +116,11 @@ class MonitoringObservation:
             self.start()
             return [f"sys.monitoring tool id {TOOL_ID} was freed (sys.monitoring.free_tool_id)"]
         problems: list[str] = []
+        if self._lib.tt_monitoring_restart_failed():
+            problems.append(
+                "sys.monitoring.restart_events() failed: functions run before may not be "
+                "observed again"
+            )
         if monitoring.get_events(TOOL_ID) != self._events:
             problems.append(f"sys.monitoring events of tool id {TOOL_ID} were changed")
             monitoring.set_events(TOOL_ID, self._events)
