@@ -416,3 +416,25 @@ def test_a_build_the_budget_cuts_is_not_a_mutation_that_does_not_build(auditext:
     report = json.loads((auditext / ".git" / STATE_DIR / "report.json").read_text())
     assert [r["id"] for r in report["results"]] == [m["id"] for m in report["plan"]]
     assert all(r["status"] != "not building" for r in report["results"])
+
+
+@needs_compiler
+def test_a_test_run_the_budget_cuts_is_resumed_not_rerun_per_file(auditext: Path) -> None:
+    # The mutated tree's suite hangs (as a slow suite does when --budget runs out in it):
+    # the cut run is no result, and the audit stops at its budget instead of running
+    # every test file on its own, each past the budget, and saving that as a result.
+    flag = auditext.parent / "slow"
+    flag.touch()
+    slow = f"{{ test -e {flag} && ! git diff --quiet && sleep 600; }}; {TEST}"
+    args = ["--mutations", "2", "--seed", "3", "--baseline-runs", "1"]
+    cut = ["audit", "--source", str(auditext), "--build", BUILD, "--test", slow, *args]
+    assert main([*cut, "--budget", "0.75"]) == 0
+    report = json.loads((auditext / ".git" / STATE_DIR / "report.json").read_text())
+    assert report["stopped"] == "budget of 0.75 minutes"
+    assert report["results"] == []
+    assert git(auditext, "status", "--porcelain") == ""
+    flag.unlink()
+    assert main([*cut, "--resume"]) == 0
+    report = json.loads((auditext / ".git" / STATE_DIR / "report.json").read_text())
+    assert [r["id"] for r in report["results"]] == [m["id"] for m in report["plan"]]
+    assert not any(r["per_file_rerun"] for r in report["results"])

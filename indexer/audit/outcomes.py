@@ -94,6 +94,7 @@ class Outcomes:
     seconds: dict[str, float] = field(default_factory=dict)  # per test id
     command: CommandResult | None = None
     per_file: bool = False  # the suite crashed and was run a file at a time
+    cut: bool = False  # stopped at the caller's deadline: no result, not a failure
 
     @property
     def timed_out(self) -> bool:
@@ -209,16 +210,53 @@ def run_suite(
     timeout: float | None = None,
     *,
     per_file_after_timeout: bool = True,
+    deadline: float | None = None,
 ) -> Outcomes:
     """Run the whole suite once; per file when it dies before writing its report (when
-    it was killed at ``timeout``, only with ``per_file_after_timeout``)."""
+    it was killed at ``timeout``, only with ``per_file_after_timeout``). No command runs
+    past ``deadline`` (a ``time.monotonic()`` value): a run it stops is ``cut``."""
+
+    def limit() -> float | None:
+        if deadline is None:
+            return timeout
+        left = max(deadline - time.monotonic(), 1.0)
+        return left if timeout is None else min(timeout, left)
+
+    def past_deadline() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     with tempfile.TemporaryDirectory(prefix="torchtalk-audit-") as scratch:
         xml = Path(scratch) / "junit.xml"
-        result = run_command(command, source, _addopts(xml), timeout)
+        result = run_command(command, source, _addopts(xml), limit())
         outcomes = read_junit(xml, source, tests)
         if outcomes is not None:
             outcomes.command = result
             return outcomes
+        if result.timed_out and past_deadline():
+            return Outcomes(command=result, cut=True)
+        if result.timed_out and not per_file_after_timeout:
+            return Outcomes(command=result)
+        outcomes = Outcomes(command=result, per_file=True)
+        (Path(scratch) / f"{_ONE_FILE_PLUGIN}.py").write_text(_ONE_FILE_SOURCE)
+        path = os.pathsep.join(p for p in (scratch, os.environ.get("PYTHONPATH", "")) if p)
+        for number, test_file in enumerate(tests):
+            if past_deadline():
+                return Outcomes(command=result, per_file=True, cut=True)
+            ignored = " ".join(f"--ignore={t}" for t in tests if t != test_file)
+            xml = Path(scratch) / f"junit-{number}.xml"
+            env = _addopts(xml, f"{ignored} -p {_ONE_FILE_PLUGIN}")
+            env |= {"PYTHONPATH": path, "TORCHTALK_AUDIT_FILE": str(source / test_file)}
+            one = run_command(command, source, env, limit())
+            read = read_junit(xml, source, tests)
+            if read is None:
+                if one.timed_out and past_deadline():
+                    return Outcomes(command=result, per_file=True, cut=True)
+                outcomes.results[f"{test_file}::{CRASH}"] = "failed"
+                outcomes.seconds[f"{test_file}::{CRASH}"] = one.seconds
+                continue
+            outcomes.results.update(read.results)
+            outcomes.seconds.update(read.seconds)
+        return outcomes
         if result.timed_out and not per_file_after_timeout:
             return Outcomes(command=result)
         outcomes = Outcomes(command=result, per_file=True)

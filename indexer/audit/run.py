@@ -225,6 +225,11 @@ class Audit:
         budget = self.options.budget_minutes
         return budget is not None and time.monotonic() - self.started > budget * 60
 
+    def _deadline(self) -> float | None:
+        """When --budget runs out, as a ``time.monotonic()`` value."""
+        budget = self.options.budget_minutes
+        return None if budget is None else self.started + budget * 60
+
     def _limit(self, default: float | None, test_run: bool = True) -> float | None:
         """Seconds one command may run: a mutation's test run --run-limit (else
         ``default``), and any command never past what is left of --budget (a hanging
@@ -343,7 +348,11 @@ class Audit:
                 return _empty(result)
             selection = run_selection(self.workspace, self.options.record)
             timeout = self._limit(max(600.0, 10 * sum(baseline.seconds.values())))
-            outcomes = run_suite(self.options.test, self.source, tests, timeout)
+            outcomes = run_suite(
+                self.options.test, self.source, tests, timeout, deadline=self._deadline()
+            )
+            if outcomes.cut:
+                raise _BudgetSpent  # cut by --budget: no result, --resume runs it again
             comparison = compare(selection, outcomes, baseline, excluded)
             result.update(comparison.to_dict())
             result["status"] = "caught" if comparison.caught else "uncaught"
@@ -391,7 +400,8 @@ def mutable(path: str, manifest) -> bool:
 
 
 class _BudgetSpent(Exception):
-    """A mutation's build killed because --budget ran out: no result, so --resume runs it."""
+    """A mutation's build or test run cut because --budget ran out: no result, so
+    --resume runs it again."""
 
 
 def _empty(result: dict) -> dict:
