@@ -119,6 +119,7 @@ def _configure_recording(config: pytest.Config) -> None:
         default_record_path,
         record_path_option,
         refuse_record_path,
+        tree_state,
     )
 
     wanted = record_path_option(config)
@@ -135,11 +136,13 @@ def _configure_recording(config: pytest.Config) -> None:
         raise pytest.UsageError(f"torchtalk: {exc}") from None
     path = config.invocation_params.dir / wanted if wanted else default_record_path(workspace)
     base = config.getoption("--torchtalk-record-missing")
+    tree = None
     if base:
         from pytest_torchtalk.record_missing import load_missing
 
         try:
-            missing = load_missing(config.invocation_params.dir / base, workspace.source, path)
+            tree = tree_state(config, workspace.source)
+            missing = load_missing(config.invocation_params.dir / base, path, tree)
         except TorchTalkError as exc:
             raise pytest.UsageError(f"torchtalk: {exc}") from None
         config.pluginmanager.register(missing, MISSING_PLUGIN)
@@ -147,7 +150,7 @@ def _configure_recording(config: pytest.Config) -> None:
         problem = refuse_record_path(path)
         if problem:
             raise pytest.UsageError(f"torchtalk: {problem}")
-    plugin = RecordRun(config, workspace, path)
+    plugin = RecordRun(config, workspace, path, tree)
     config.stash[RECORD_KEY] = plugin
     config.pluginmanager.register(plugin, RECORD_PLUGIN)
 

@@ -15,8 +15,6 @@ import pytest
 
 from indexer.errors import TorchTalkError
 from indexer.record import storage
-from indexer.record.files import dirty_files
-from indexer.snapshot.fingerprint import full_commit
 
 
 class RecordMissing:
@@ -45,9 +43,14 @@ class RecordMissing:
         )
 
 
-def load_missing(base: Path, root: Path, record_path: Path) -> RecordMissing:
+def load_missing(
+    base: Path,
+    record_path: Path,
+    tree: tuple[str | None, dict[str, str | None] | None],
+) -> RecordMissing:
     """The plugin for BASE, or TorchTalkError (one line) when BASE cannot be completed by
-    a run in this tree: unreadable, the record being written, or another tree state."""
+    a run in this tree (its commit and uncommitted files, ``recording.tree_state``):
+    unreadable, the record being written, or another tree state."""
     if base.resolve() == record_path.resolve():
         raise TorchTalkError(
             f"--torchtalk-record-missing={base} is the record this run writes: record the "
@@ -56,13 +59,13 @@ def load_missing(base: Path, root: Path, record_path: Path) -> RecordMissing:
     # Only node ids and unrecorded reasons are needed, and each xdist worker opens BASE:
     # it is not decoded whole (RecordError, a TorchTalkError, when unreadable).
     record = storage.open_stored(base)
-    commit, here = record.meta.get("commit"), full_commit(root)
+    commit, here = record.meta.get("commit"), tree[0]
     if not commit or commit != here:
         raise TorchTalkError(
             f"{base} was recorded at {str(commit)[:12] or 'no single commit'}, this tree is "
             f"at {str(here)[:12]}: its missing tests would be another tree's"
         )
-    if (record.meta.get("dirty") or {}) != (dirty_files(root) or {}):
+    if (record.meta.get("dirty") or {}) != (tree[1] or {}):
         raise TorchTalkError(
             f"{base} was recorded with other uncommitted changes than this tree has "
             "(docs/recording.md#whose-record-it-is)"

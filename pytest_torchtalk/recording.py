@@ -41,8 +41,21 @@ from indexer.snapshot.fingerprint import full_commit
 from indexer.workspace import Workspace
 
 WORKER_INPUT = "torchtalk_record_journals"  # the journal directory, named by the controller
-TREE_INPUT = "torchtalk_record_tree"  # the tree's uncommitted state, read once by the controller
+TREE_INPUT = "torchtalk_record_tree"  # the tree's commit and uncommitted state, read once
+
 SESSION_LABEL = "session"
+
+
+def tree_state(
+    config: pytest.Config, root: Path
+) -> tuple[str | None, dict[str, str | None] | None]:
+    """The tree's commit and uncommitted files (``dirty_files``): under xdist the
+    controller's, handed to each worker, so git runs once per session, not per worker."""
+    given = getattr(config, "workerinput", {}).get(TREE_INPUT)
+    if given:
+        state = json.loads(given)
+        return state["commit"], state["dirty"]
+    return full_commit(root), dirty_files(root)
 
 
 def record_path_option(config: pytest.Config) -> str | None:
@@ -144,7 +157,13 @@ class _Outcome:
 class RecordRun:
     """The plugin object registered by ``pytest_torchtalk.plugin`` when recording is on."""
 
-    def __init__(self, config: pytest.Config, workspace: Workspace, path: Path) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        workspace: Workspace,
+        path: Path,
+        tree: tuple[str | None, dict[str, str | None] | None] | None = None,
+    ) -> None:
         self.config = config
         self.workspace = workspace
         self.root = workspace.source
@@ -160,7 +179,7 @@ class RecordRun:
         self._pending: dict[int, list[int]] = defaultdict(list)  # names not yet journaled
         self._interrupted = ""  # why the session stopped before its end
         self._sigterm = None  # the SIGTERM handler ours replaced
-        self._dirty: dict[str, str | None] | str | None = ""  # read once: '' = not yet
+        self._tree = tree  # the tree's commit and uncommitted files: read once
         self.record = Record(meta={})
         self.observer: Observer | None = None
         self.unavailable = ""
@@ -197,7 +216,7 @@ class RecordRun:
 
     def _start_journal(self) -> None:
         meta = self._meta()
-        meta["dirty"] = self._tree_dirty()
+        meta["dirty"] = self._tree_state()[1]
         if meta["dirty"] is None:
             del meta["dirty"]
         worker = getattr(self.config, "workerinput", {}).get("workerid")
@@ -209,12 +228,10 @@ class RecordRun:
         except OSError as exc:
             self.problems.append(f"cannot write the journal: {exc.strerror or exc}")
 
-    def _tree_dirty(self) -> dict[str, str | None] | None:
-        """The tree's uncommitted state: from the controller under xdist (read once)."""
-        if self._dirty == "":
-            given = getattr(self.config, "workerinput", {}).get(TREE_INPUT)
-            self._dirty = json.loads(given) if given else dirty_files(self.root)
-        return self._dirty  # type: ignore[return-value]
+    def _tree_state(self) -> tuple[str | None, dict[str, str | None] | None]:
+        if self._tree is None:
+            self._tree = tree_state(self.config, self.root)
+        return self._tree
 
     def _watch_sigterm(self) -> None:
         # Only where nobody else handles SIGTERM: a suite's own handler stays.
@@ -390,14 +407,15 @@ class RecordRun:
         # Known here too: xdist may set up its nodes before our session start hook runs.
         self.is_controller = True
         node.workerinput[WORKER_INPUT] = str(self.journal_dir)
-        node.workerinput[TREE_INPUT] = json.dumps(self._tree_dirty())
+        commit, dirty = self._tree_state()
+        node.workerinput[TREE_INPUT] = json.dumps({"commit": commit, "dirty": dirty})
 
     # --- the record -------------------------------------------------------------------
 
     def _meta(self) -> dict:
         torch = sys.modules.get("torch")
         meta = {
-            "commit": full_commit(self.root),
+            "commit": self._tree_state()[0],
             "started_at": self._started,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "harness": self.workspace.harness,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -390,3 +391,25 @@ def test_a_test_is_recorded_when_any_of_its_runs_saw_all_of_its_work() -> None:
         for ordered in (parts, parts[::-1]):
             (test,) = merge(ordered).tests
             assert (test.outcome, test.unrecorded) == (outcome, unrecorded)
+
+
+def test_xdist_workers_completing_a_record_take_the_tree_from_the_controller(
+    stoppable, tmp_path: Path
+) -> None:
+    # Each worker checked BASE against the tree with git of its own: on a tree of
+    # PyTorch's size that is seconds per worker. The controller reads the tree once.
+    repo, env = stoppable
+    run_pytest(repo, "--torchtalk-record-to=whole.ttr", FILE, env=env)
+    wrapper, log = tmp_path / "bin", tmp_path / "git-callers"
+    wrapper.mkdir()
+    real = shutil.which("git")
+    (wrapper / "git").write_text(f'#!/bin/sh\necho "$PPID" >> {log}\nexec {real} "$@"\n')
+    (wrapper / "git").chmod(0o755)
+    path = f"{wrapper}{os.pathsep}{os.environ['PATH']}"
+    done = run_pytest(
+        repo, "-n", "2", "--torchtalk-record-to=again.ttr", "--torchtalk-record-missing=whole.ttr",
+        FILE, env={**env, "PATH": path}, check_codes=(0, 5),
+    )  # fmt: skip
+    assert "recorded 0 tests" in done.stdout and "no tests ran" in done.stdout, done.stdout
+    callers = set(log.read_text().split())
+    assert len(callers) == 1, f"git ran in {len(callers)} processes"
