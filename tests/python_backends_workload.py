@@ -120,5 +120,17 @@ if sys.version_info >= (3, 12):
     window("after the tool id was given back")
 imports = {path: sorted(map(list, work.names)) for path, work in observer.take_imports().items()}
 result = {"how": observer.python_how, "windows": windows, "imports": imports}
+
+# A live child watches sys.setprofile (children.py): a test replacing the profile function
+# disturbs its report only where that function is how Python is observed.
+import tempfile  # noqa: E402
+
+from indexer.record import children  # noqa: E402
+
+with tempfile.TemporaryDirectory() as directory:
+    reporter = children.become_child(Path(directory), 0, observer)
+    sys.setprofile(lambda frame, event, arg: None)
+    result["child_disturbed"] = reporter.disturbed
+    reporter.finished = True  # no report at exit: there is no parent to read it
 observer.stop()
 out.write_text(json.dumps(result, indent=1))

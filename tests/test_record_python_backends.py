@@ -80,6 +80,7 @@ IMPORTS = {
     "pyb/broken.py": [_f("step"), ["module", INIT]],
 }
 REPLACED = "the profile function was replaced (sys.setprofile)"
+CHILD_REPLACED = "a live child replaced its profile function (sys.setprofile)"
 # Windows where the two ways differ by design: what disturbs one does not touch the other.
 # (window, problems with the profile function, problems with sys.monitoring)
 DISTURBED = [
@@ -147,6 +148,7 @@ def test_the_profile_function_sees_what_the_fixture_runs(tmp_path: Path) -> None
     assert seen["how"] == "C profile function (PyEval_SetProfile)"
     _check_against_the_fixture(seen, {name for name, _, _ in DISTURBED})
     assert seen["windows"]["the profile function replaced"] == {"names": [], "problems": [REPLACED]}
+    assert seen["child_disturbed"] == CHILD_REPLACED
 
 
 def test_sys_monitoring_gives_what_the_profile_function_gives(tmp_path: Path) -> None:
@@ -168,6 +170,10 @@ def test_sys_monitoring_gives_what_the_profile_function_gives(tmp_path: Path) ->
         assert monitoring["windows"][name]["problems"] == with_monitoring, name
     # sys.setprofile does not touch sys.monitoring: that window is observed whole.
     assert monitoring["windows"]["the profile function replaced"]["names"] == DOUBLE
+    # ... nor a live child's report (children.py): it stays whole where the profile
+    # function's is disturbed.
+    assert profile["child_disturbed"] == CHILD_REPLACED
+    assert monitoring["child_disturbed"] == ""
     assert monitoring["windows"]["sys.monitoring events turned off"]["names"] == []
 
 

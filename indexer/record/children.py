@@ -682,7 +682,8 @@ def _watch_profile_changes() -> None:
             reporter = _current
             observer = getattr(reporter, "observer", None)
             ours = observer is not None and function == observer._observe_new_thread
-            if observer is not None and not ours and reporter.pid == os.getpid():
+            blinded = observer is not None and observer.by_profile_function and not ours
+            if blinded and reporter.pid == os.getpid():
                 reporter.disturbed = reporter.disturbed or (
                     f"a live child replaced its profile function ({_module}.setprofile)"
                 )

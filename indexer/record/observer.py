@@ -122,6 +122,12 @@ class Observer:
         self._python.observe_thread()
 
     @property
+    def by_profile_function(self) -> bool:
+        """Whether Python is observed through the profile function (children.py reads it:
+        a test's ``sys.setprofile`` disturbs only that way)."""
+        return self._python.by_profile_function
+
+    @property
     def _aside(self) -> bool:
         """Stood aside for a profiler that traces Python (children.py reads it)."""
         return self._python.aside

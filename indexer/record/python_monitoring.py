@@ -34,6 +34,7 @@ class MonitoringObservation:
     """The recorder's sys.monitoring tool; ``check`` says when a test disturbed it."""
 
     how = f"sys.monitoring (tool id {TOOL_ID}, events disabled once seen per window)"
+    by_profile_function = False  # a test's sys.setprofile leaves it whole
 
     def __init__(self, lib) -> None:
         self._lib = lib

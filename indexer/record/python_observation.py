@@ -27,6 +27,7 @@ BACKENDS = ("profile", "monitoring")
 class PythonObservation(Protocol):
     how: str  # the record's meta.mechanisms.python
     aside: bool  # stood aside for torch's tracer (docs/recording.md#profilers)
+    by_profile_function: bool  # whether replacing the profile function blinds it
 
     def start(self, new_thread: Callable) -> None: ...
     def observe_thread(self) -> None: ...

@@ -22,6 +22,7 @@ class ProfileObservation:
     """The profile function on every thread; ``check`` says when a test disturbed it."""
 
     how = "C profile function (PyEval_SetProfile)"
+    by_profile_function = True  # a test's sys.setprofile takes it away
 
     def __init__(self, lib) -> None:
         self._lib = lib
