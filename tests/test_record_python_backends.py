@@ -157,7 +157,10 @@ def test_sys_monitoring_gives_what_the_profile_function_gives(tmp_path: Path) ->
     if python is None:
         pytest.skip(f"no Python 3.12 or later here (looked for {PY312}): sys.monitoring untested")
     profile = _run_workload(python, "profile", tmp_path)
+    (built,) = (tmp_path / "build").glob("*.so")
+    first = built.stat().st_mtime_ns
     monitoring = _run_workload(python, "monitoring", tmp_path)
+    assert built.stat().st_mtime_ns == first, "the same source was compiled again"
     assert monitoring["how"].startswith("sys.monitoring (tool id 4")
     disturbed = {name for name, _, _ in DISTURBED}
     _check_against_the_fixture(monitoring, disturbed)

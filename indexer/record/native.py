@@ -108,20 +108,26 @@ def load() -> ctypes.PyDLL:
 
 def load_python_only(directory: Path) -> ctypes.PyDLL:
     """The recorder's Python observation alone (``TT_PYTHON_ONLY``: no ops, no devices),
-    built for this interpreter without torch, and loaded as the library ``load`` returns
-    from then on: the tests of the Python backends run it where torch is not installed."""
+    built for this interpreter without torch (once per source and Python in
+    ``directory``), and loaded as the library ``load`` returns from then on: the tests of
+    the Python backends run it where torch is not installed."""
     global _loaded
     compiler = _compiler()
     if compiler is None:
         raise NativeUnavailable("no C++ compiler (c++, g++ or clang++) on PATH")
-    target = directory / f"python-only-{sys.implementation.cache_tag}.so"
-    command = [
-        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-w", "-DTT_PYTHON_ONLY",
-        f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(target),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise NativeUnavailable(f"{SOURCE.name} (Python only) did not compile: {done.stderr}")
+    key = hashlib.blake2b(SOURCE.read_bytes() + b"\0" + sys.version.encode(), digest_size=10)
+    target = directory / f"python-only-{key.hexdigest()}.so"
+    if not target.is_file():
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        command = [
+            compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-w", "-DTT_PYTHON_ONLY",
+            f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(tmp),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise NativeUnavailable(f"{SOURCE.name} (Python only) did not compile: {done.stderr}")
+        os.replace(tmp, target)
     with _lock:
         _loaded = _declared(ctypes.PyDLL(str(target)))
         return _loaded
@@ -134,7 +140,7 @@ def _declared(library: ctypes.PyDLL) -> ctypes.PyDLL:
         "tt_monitoring_callbacks",
     ):  # fmt: skip
         getattr(library, name).restype = ctypes.py_object
-    library.tt_monitoring_on.argtypes = [ctypes.py_object] * 4 + [ctypes.c_int]
+    library.tt_monitoring_on.argtypes = [ctypes.py_object] * 4
     library.tt_monitoring_on.restype = ctypes.c_int
     library.tt_monitoring_off.restype = None
     library.tt_monitoring_restart_failed.restype = ctypes.c_int

@@ -285,12 +285,11 @@ int on_python_event(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
 // object is noted, so the function runs specialized for the rest of the window;
 // restart_events() at every drain that follows a DISABLE opens the next window. A window
 // holds exactly what the profile function's set holds for it: every code object run in
-// it fired at least once. CALL sites stay on (g_call_policy 0): a site calls many
-// functions, and a disabled one would hide the C functions it calls later in the window.
+// it fired at least once. CALL sites stay on: a site calls many functions, and a
+// disabled one would hide the C functions it calls later in the window.
 bool g_monitoring = false;          // the callbacks below are registered and on
 bool g_disabled_since_restart = false;
 bool g_restart_failed = false;      // sticky: code disabled before it may stay unobserved
-int g_call_policy = 0;              // 0: CALL sites never disabled; 1: disabled once seen
 PyObject* g_disable = nullptr;      // sys.monitoring.DISABLE
 PyObject* g_missing = nullptr;      // sys.monitoring.MISSING
 PyObject* g_restart = nullptr;      // sys.monitoring.restart_events
@@ -373,7 +372,6 @@ PyObject* mon_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       }
     }
   }
-  if (g_call_policy == 1) return disable();
   Py_RETURN_NONE;
 }
 
@@ -460,10 +458,10 @@ PyObject* tt_monitoring_callbacks() {
 }
 
 // Turns the sys.monitoring callbacks' work on: sys.monitoring's DISABLE, MISSING and
-// restart_events, a callable(code) that turns PY_RETURN on for a module body, and the
-// policy for CALL sites (0: never disabled). Returns 0, or -1 before Python 3.12.
+// restart_events, and a callable(code) that turns PY_RETURN on for a module body.
+// Returns 0, or -1 before Python 3.12.
 int tt_monitoring_on(PyObject* disable, PyObject* missing, PyObject* restart,
-                     PyObject* watch_return, int call_policy) {
+                     PyObject* watch_return) {
 #if PY_VERSION_HEX >= 0x030C0000
   ensure_sets();
   for (PyObject** slot : {&g_disable, &g_missing, &g_restart, &g_watch_return}) Py_XDECREF(*slot);
@@ -475,7 +473,6 @@ int tt_monitoring_on(PyObject* disable, PyObject* missing, PyObject* restart,
   g_missing = missing;
   g_restart = restart;
   g_watch_return = watch_return;
-  g_call_policy = call_policy;
   g_disabled_since_restart = true;  // whatever another observer of this process disabled
   g_monitoring = true;
   return 0;

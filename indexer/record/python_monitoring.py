@@ -20,9 +20,6 @@ from indexer.record.children import STOOD_ASIDE
 
 TOOL_ID = 4  # of the two ids CPython leaves to tools of no declared kind (3 and 4)
 TOOL_NAME = "torchtalk-record"
-# Which CALL sites are disabled once they have called: 0 never (a site may call another C
-# function later in the same window; docs/recording.md#sysmonitoring), 1 always.
-CALL_POLICY = 0
 
 
 def holder() -> str | None:
@@ -70,7 +67,7 @@ class MonitoringObservation:
             monitoring.register_callback(TOOL_ID, event, callback)
         code = self._lib.tt_monitoring_on(
             monitoring.DISABLE, monitoring.MISSING, monitoring.restart_events,
-            self._watch_return, CALL_POLICY,
+            self._watch_return,
         )  # fmt: skip
         if code != 0:
             raise RuntimeError("the compiled recorder has no sys.monitoring callbacks")
