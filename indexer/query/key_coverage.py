@@ -35,7 +35,7 @@ class KeyCoverage:
     unread: list[dict] = field(default_factory=list)  # with "path" added
 
 
-def _tables(index: Index) -> dict[str, KeyCoverage]:
+def tables(index: Index) -> dict[str, KeyCoverage]:
     def load() -> dict[str, KeyCoverage]:
         table: dict[str, KeyCoverage] = {}
         for path, raw in index.conn.execute(_KEYS_SQL):
@@ -52,12 +52,12 @@ def _tables(index: Index) -> dict[str, KeyCoverage]:
 
 def unread_uses(index: Index) -> list[dict]:
     """Every use in a registration block the index could not read, with its file."""
-    return [use for coverage in _tables(index).values() for use in coverage.unread]
+    return [use for coverage in tables(index).values() for use in coverage.unread]
 
 
 def why_none(index: Index, key: str, op: str) -> str:
     """One line: why the index shows nothing for ``op`` under dispatch key ``key``."""
-    coverage = _tables(index).get(key.lower(), KeyCoverage())
+    coverage = tables(index).get(key.lower(), KeyCoverage())
     total = sum(coverage.registrations.values())
     if total:
         files = ", ".join(path for path, _ in coverage.registrations.most_common(MAX_FILES))
