@@ -37,6 +37,8 @@ from indexer.cpp.xmacro_lists import MacroList, macro_lists
 _USE = re.compile(r"(?m)^[ \t]*([A-Za-z_]\w*)[ \t]*\(")
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _KEY = re.compile(r"(?:DispatchKey|DeviceType)\s*::\s*(\w+)|\bk([A-Z]\w*)$")
+_DISPATCH = re.compile(r"(?:torch::)?dispatch\s*\(\s*[\w:]+\s*,\s*(.*)\)", re.S)
+_PLAIN_KERNEL = re.compile(r"(?:TORCH_FN\s*\(\s*\(?)?\s*(&?\s*[\w:]+)\s*\)?\s*\)?")
 _MAX_APPLIED = 20_000  # characters of one entry's expansion read for registrations
 
 
@@ -201,12 +203,20 @@ def _registrations(
             continue
         namespace, _, op = name.rpartition("::")
         op, _, overload = op.partition(".")
-        kernel = None
-        if len(arguments) >= 2 and "<" not in arguments[-1]:  # a template: the macro's own
-            kernel = callable_name(arguments[-1])
+        kernel = _kernel(arguments[-1]) if len(arguments) >= 2 else None
         key = _key(arguments[1]) if len(arguments) >= 3 else None
         written.append((namespace or None, op, overload, kernel, key))
     return written
+
+
+def _kernel(argument: str) -> str | None:
+    """The function a registration's kernel argument names, in the plain forms only
+    (``&f``, ``f``, ``TORCH_FN(f)``, ``torch::dispatch(KEY, TORCH_FN(f))``): a template
+    instance, a boxed or fallthrough kernel, a macro call names none of the tree."""
+    match = _DISPATCH.fullmatch(argument.strip())
+    written = match.group(1) if match else argument.strip()
+    match = _PLAIN_KERNEL.fullmatch(written)
+    return callable_name(match.group(1)) if match else None
 
 
 def _key(argument: str) -> str | None:

@@ -425,8 +425,11 @@ def _bare_registrations(
             continue
         attrs = hop.node.attrs
         detail = "registered with no kernel function of its own (a fallthrough or boxed kernel)"
-        if attrs.get("via"):  # a registration macro's: its kernel is the macro's template
-            detail = f"registered by {attrs['via']}, its kernel the macro's template instance"
+        if attrs.get("via"):  # written through a macro: its kernel is the macro's own
+            detail = (
+                f"registered by the macro {attrs['via']}, naming no kernel function of the tree"
+                " (a template instance, boxed or fallthrough kernel)"
+            )
         if attrs.get("listed_at"):
             detail += f"; list entry at {attrs['listed_at']}"
         label = f"{', '.join(keys)}: {hop.node.qualname}"
