@@ -1,6 +1,7 @@
 """Generate MCP questions about PyTorch 2.6 whose truth comes from the sources, not the index.
 
     python bench/mcp_question_gen.py [--pytorch PATH] [--seed N] [--per-kind N] [--out FILE]
+                                     [--kinds KIND ...]
 
 Each question is the one call an agent would make first and the truth read here by
 another route than the indexer: native_functions.yaml and derivatives.yaml parsed with
@@ -473,7 +474,9 @@ def gen_listed_registration(tree: Tree) -> list[dict]:
                 key, depth = match.group(1), 0
             if key is None:
                 continue
-            joined = line + " " + (lines[number] if number < len(lines) else "")
+            joined = line  # a use may wrap after its '('
+            if line.rstrip().endswith("(") and number < len(lines):
+                joined += " " + lines[number]
             use = re.match(r"\s*(\w+)\(\s*(\w+)\s*\)", joined)
             if use and use.group(1) in lists and use.group(2) in writers:
                 for header, at, args in lists[use.group(1)]:
@@ -768,7 +771,7 @@ def choose(kinds: dict[str, list[dict]], seed: int, per_kind: int) -> list[dict]
     return questions
 
 
-def generate(root: Path, seed: int, per_kind: int) -> list[dict]:
+def generate(root: Path, seed: int, per_kind: int, only: list[str] | None = None) -> list[dict]:
     tree = Tree(root)
     ops = op_table(tree)
     kinds = {
@@ -790,6 +793,8 @@ def generate(root: Path, seed: int, per_kind: int) -> list[dict]:
         # added after seed 37's set was drawn: a kind last keeps the earlier kinds' draws
         "listed_registration": gen_listed_registration(tree),
     }
+    if only:  # one rng runs through the kinds: a subset draws its own set for a seed
+        kinds = {kind: found for kind, found in kinds.items() if kind in only}
     return choose(kinds, seed, per_kind)
 
 
@@ -804,13 +809,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--per-kind", type=int, default=14)
     parser.add_argument("--out", type=Path, help=f"default {OUT.name}, or {OUT_VLLM.name}")
+    parser.add_argument("--kinds", nargs="*", help="only these kinds (listed_registration ...)")
     args = parser.parse_args()
     if args.vllm is not None:
         return write_vllm(args)
     if not (args.pytorch / NATIVE / "native_functions.yaml").is_file():
         print(f"error: {args.pytorch} is not a PyTorch source tree", file=sys.stderr)
         return 2
-    questions = generate(args.pytorch, args.seed, args.per_kind)
+    questions = generate(args.pytorch, args.seed, args.per_kind, args.kinds)
     return write(args.out or OUT, questions, args.seed, "the C++, CUDA and Python files and yaml")
 
 
