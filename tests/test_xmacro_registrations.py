@@ -212,3 +212,25 @@ def test_an_edit_to_the_headers_list_reaches_the_registrations_on_update(
             assert at(repo, AUTOCAST, "MINI_FORALL_FP32(_KERNEL_CUDA_FP32)") in text, text
         finally:
             index.close()
+
+
+def test_the_build_and_status_say_what_was_not_read(
+    built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from indexer.environ import environment
+    from pytest_torchtalk.cli import main
+
+    repo, index = built
+    base = repo.parent
+    four = f"{AUTOCAST}:{line_of(repo / AUTOCAST, 'KERNEL_CUDA(mm, out, alpha, fp32)')}"
+    with environment(
+        {"TORCHTALK_CACHE_DIR": str(base / "cache"), "TORCHTALK_CONFIG_DIR": str(base / "config")}
+    ):
+        capsys.readouterr()
+        assert main(["status", "--source", str(repo)]) == 0
+        status = capsys.readouterr().out
+        assert "registration-block uses not read (2):" in status, status
+        assert f"{four} [AutocastCUDA] KERNEL_CUDA(mm, out, alpha, fp32)" in status, status
+        assert main(["index", "build", "--source", str(repo), "--force", "-q"]) == 0
+        built_err = capsys.readouterr().err
+        assert "warning: 2 uses in registration blocks not read" in built_err, built_err
