@@ -121,7 +121,8 @@ SPECS = {
             "implementation, each hop with file:line. Use it for 'how does torch.X work' or "
             "'where is X implemented'. func accepts torch.add, aten::add.Tensor, add or a C++ "
             "name; focus narrows the answer to one part (python, dispatch, stubs, kernels, "
-            "cuda, backward) or one dispatch key (CPU, CUDA, ...).",
+            "cuda, backward) or one dispatch key (CPU, CUDA, Autocast...: where the op is "
+            "registered for it, or why nothing is).",
             ("yaml", "bindings", "cpp"),
         ),
         ToolSpec(

@@ -234,3 +234,36 @@ def test_the_build_and_status_say_what_was_not_read(
         assert main(["index", "build", "--source", str(repo), "--force", "-q"]) == 0
         built_err = capsys.readouterr().err
         assert "warning: 2 uses in registration blocks not read" in built_err, built_err
+
+
+def test_the_mcp_tools_answer_through_the_lists_and_say_what_was_not_read(built) -> None:
+    """The same through the MCP server's tools: trace's answer names the entry, an op the
+    key does not list gets the one line why, get_status notes the uses not read."""
+    from indexer.environ import environment
+    from mcp_server.state import ServerState
+    from mcp_server.tools import Tools
+
+    repo, _ = built
+    base = repo.parent
+    with environment(
+        {"TORCHTALK_CACHE_DIR": str(base / "cache"), "TORCHTALK_CONFIG_DIR": str(base / "config")}
+    ):
+        state = ServerState(Workspace.resolve(repo))
+        state.start()
+        try:
+            tools = Tools(state)
+            relu = _text(tools.trace("aten::relu", focus="AutocastCUDA"))
+            assert at(repo, LISTS_H, "_(relu)") in relu, relu
+            none = _text(tools.trace("aten::add.Tensor", focus="AutocastCUDA"))
+            assert "AutocastCUDA: nothing registered for aten::add.Tensor" in none, none
+            status = tools.get_status().structured_content
+            assert any(
+                "2 use(s) in registration blocks could not be read" in note
+                for note in status["notes"]
+            ), status["notes"]
+        finally:
+            state.stop()
+
+
+def _text(result) -> str:
+    return "\n".join(block.text for block in result.content)
