@@ -60,6 +60,7 @@ namespace at::autocast {
 MINI_FORALL_FP32(_NOT_IN_A_BLOCK)
 
 #define _NAME_ONLY(op, ...) #op
+#define _NO_NAME(op, ...) m.impl(op##_name, &op);
 
 TORCH_LIBRARY_IMPL(aten, AutocastCUDA, m) {
 #define _KERNEL_CUDA_FP32(...) KERNEL_CUDA(__VA_ARGS__, fp32)
@@ -70,6 +71,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastCUDA, m) {
   // MINI_FORALL_FP32(_KERNEL_CUDA_LATER)
   MINI_FORALL_FP32(_NAME_ONLY)
   NOT_A_TREE_LIST(_KERNEL_CUDA_FP32)
+  MINI_FORALL_FP32(_NO_NAME)
   KERNEL_CUDA(mm, out, alpha, fp32)
 }
 
@@ -176,8 +178,11 @@ def test_what_is_not_read_is_said_by_trace_status_and_health(built) -> None:
     uses = {(use["path"], use["line"]): use for use in unread_uses(index)}
     unknown = (AUTOCAST, line_of(repo / AUTOCAST, "NOT_A_TREE_LIST("))
     four = (AUTOCAST, line_of(repo / AUTOCAST, "KERNEL_CUDA(mm, out, alpha, fp32)"))
-    assert set(uses) == {unknown, four}, uses
+    nameless = (AUTOCAST, line_of(repo / AUTOCAST, "MINI_FORALL_FP32(_NO_NAME)"))
+    assert set(uses) == {unknown, four, nameless}, uses
     assert uses[unknown]["key"] == "AutocastCUDA"
+    # a list whose entries expand to nothing read: one line for the use, not one per entry
+    assert uses[nameless]["why"].startswith("2 of 2 entries expand to no registration")
     # an op the key's blocks do not list: one line saying why, naming what was not read
     text = trace(index, "aten::mm", focus="AutocastCUDA").to_text()
     assert "AutocastCUDA: nothing registered for aten::mm" in text, text
@@ -220,7 +225,7 @@ def test_the_build_and_status_say_what_was_not_read(
     from indexer.environ import environment
     from pytest_torchtalk.cli import main
 
-    repo, index = built
+    repo, _ = built
     base = repo.parent
     four = f"{AUTOCAST}:{line_of(repo / AUTOCAST, 'KERNEL_CUDA(mm, out, alpha, fp32)')}"
     with environment(
@@ -229,11 +234,11 @@ def test_the_build_and_status_say_what_was_not_read(
         capsys.readouterr()
         assert main(["status", "--source", str(repo)]) == 0
         status = capsys.readouterr().out
-        assert "registration-block uses not read (2):" in status, status
+        assert "registration-block uses not read (3):" in status, status
         assert f"{four} [AutocastCUDA] KERNEL_CUDA(mm, out, alpha, fp32)" in status, status
         assert main(["index", "build", "--source", str(repo), "--force", "-q"]) == 0
         built_err = capsys.readouterr().err
-        assert "warning: 2 uses in registration blocks not read" in built_err, built_err
+        assert "warning: 3 uses in registration blocks not read" in built_err, built_err
 
 
 def test_the_mcp_tools_answer_through_the_lists_and_say_what_was_not_read(built) -> None:
@@ -258,7 +263,7 @@ def test_the_mcp_tools_answer_through_the_lists_and_say_what_was_not_read(built)
             assert "AutocastCUDA: nothing registered for aten::add.Tensor" in none, none
             status = tools.get_status().structured_content
             assert any(
-                "2 use(s) in registration blocks could not be read" in note
+                "3 use(s) in registration blocks could not be read" in note
                 for note in status["notes"]
             ), status["notes"]
         finally:

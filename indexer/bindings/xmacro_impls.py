@@ -153,17 +153,23 @@ def listed_impls(
                 )
                 unread.append(Unread(line, via, why))
                 continue
+            silent = []  # entries expanding to nothing read: one line for the use
             for entry in listed.entries:
                 where = f"{listed.path or macros.path}:{entry.line}"
                 call = f"{applied}({', '.join(entry.arguments)})"
                 written = _registrations(call, match.start(1), macros, var)
                 if not written:
-                    why = f"{call} (entry at {where}) expands to no registration the index reads"
-                    unread.append(Unread(line, via, why))
+                    silent.append(f"{call} (entry at {where})")
                 found.extend(
                     ListedImpl(ns, op, overload, node, via, where, kernel, key)
                     for ns, op, overload, kernel, key in written
                 )
+            if silent:
+                why = (
+                    f"{len(silent)} of {len(listed.entries)} entries expand to no registration"
+                    f" the index reads, first {silent[0]}"
+                )
+                unread.append(Unread(line, via, why))
         elif macro is not None and macros.registering(name, match.start(1)):
             written = _registrations(text[match.start(1) : close + 1], match.start(1), macros, var)
             if not written:
