@@ -149,7 +149,8 @@ async def settle(client, settle_s: float, warm_wait_s: float) -> float:
         return time.perf_counter() - started
     while time.perf_counter() - started < warm_wait_s:
         result = await client.call_tool("get_status", {})
-        if (result.structured_content or {}).get("data", {}).get("warmed"):
+        data = (result.structured_content or {}).get("data", {})
+        if data.get("warmed") or data.get("warm_failed"):  # loaded, or said what failed
             break
         await anyio_sleep(WARM_POLL_S)
     return time.perf_counter() - started

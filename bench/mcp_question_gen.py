@@ -1,6 +1,7 @@
 """Generate MCP questions about PyTorch 2.6 whose truth comes from the sources, not the index.
 
     python bench/mcp_question_gen.py [--pytorch PATH] [--seed N] [--per-kind N] [--out FILE]
+                                     [--kinds KIND ...]
 
 Each question is the one call an agent would make first and the truth read here by
 another route than the indexer: native_functions.yaml and derivatives.yaml parsed with
@@ -427,6 +428,94 @@ def gen_key_registration(tree: Tree) -> list[dict]:
     return out
 
 
+def gen_listed_registration(tree: Tree) -> list[dict]:
+    """Where is aten::X registered for dispatch key K, through an x-macro list: a line
+    ``LIST(WRAPPER)`` inside TORCH_LIBRARY_IMPL(aten, K, m) (PyTorch's CUDA and XPU
+    Autocast), where a header's ``#define LIST(_)`` has the entry ``_(X[, overload])`` (or
+    ``_(f, "X.overload", ...)``) and WRAPPER is a #define writing a KERNEL_* or an
+    ``.impl(``. The truth is both lines: the use and the entry."""
+    lists: dict[str, list[tuple[str, int, list[str]]]] = {}
+    for rel, lines in tree.cpp.items():
+        for number, line in enumerate(lines, 1):
+            head = re.match(r"#define (\w+)\(_\)\s*\\$", line)
+            if not head:
+                continue
+            body, at = [], number
+            while at < len(lines) and lines[at - 1].rstrip().endswith("\\"):
+                at += 1
+                body.append((at, lines[at - 1].rstrip().rstrip("\\").strip()))
+            entries = []
+            for position, (at, text) in enumerate(body):
+                if not text.startswith("_("):
+                    continue
+                rest = [more for _, more in body[position + 1 :]]
+                following = next((i for i, more in enumerate(rest) if more.startswith("_(")), None)
+                whole = " ".join([text, *rest[:following]])[2:].rstrip().removesuffix(")")
+                entries.append((rel, at, [a.strip() for a in whole.split(",")]))
+            lists.setdefault(head.group(1), []).extend(entries)
+    writers = set()
+    for lines in tree.cpp.values():
+        for number, line in enumerate(lines, 1):
+            define = re.match(r"#define (\w+)\(", line)
+            body = " ".join(lines[number - 1 : number + 3])
+            if define and re.search(r"KERNEL_\w+\(__VA_ARGS__|KERNEL_DIFFERENT_\w+\(", body):
+                writers.add(define.group(1))
+    direct = _key_registrations(tree)
+    block = re.compile(r"TORCH_LIBRARY_IMPL\(\s*aten\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
+    found: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for rel, lines in tree.cpp.items():
+        if not rel.endswith(".cpp"):
+            continue
+        key = None
+        depth = 0
+        for number, line in enumerate(lines, 1):
+            match = block.search(line)
+            if match and key is None:
+                key, depth = match.group(1), 0
+            if key is None:
+                continue
+            joined = line  # a use may wrap after its '('
+            if line.rstrip().endswith("(") and number < len(lines):
+                joined += " " + lines[number]
+            use = re.match(r"\s*(\w+)\(\s*(\w+)\s*\)", joined)
+            if use and use.group(1) in lists and use.group(2) in writers:
+                for header, at, args in lists[use.group(1)]:
+                    string = re.search(r'"([\w.]+)"', ",".join(args))
+                    if string:
+                        op = string.group(1)
+                    elif len(args) <= 2 and all(re.fullmatch(r"\w+", a) for a in args):
+                        op = ".".join(args)
+                    else:
+                        continue
+                    found[(key, op)].append((f"{rel}:{number}", f"{header}:{at}"))
+            depth += line.count("{") - line.count("}")
+            if depth <= 0 and "}" in line:
+                key = None
+    out = []
+    for (key, op), places in sorted(found.items()):
+        if len(places) != 1 or (key, op) in direct:
+            continue  # registered twice for the key: no one answer
+        use, entry = places[0]
+        out.append(
+            q(
+                "listed_registration",
+                f"{key}-{op}",
+                f"Where is aten::{op} registered for dispatch key {key}?",
+                "trace",
+                {"func": f"aten::{op}", "focus": key},
+                [[use], [entry]],
+                f"the list use at {use} applies its macro to the entry at {entry}",
+            )
+        )
+    return out
+
+
+def _key_registrations(tree: Tree) -> set[tuple[str, str]]:
+    """(key, op) of gen_key_registration's direct registrations."""
+    pairs = (question["id"].split("-", 2)[2] for question in gen_key_registration(tree))
+    return {tuple(pair.split("-", 1)) for pair in pairs}
+
+
 def gen_pymethods(tree: Tree) -> list[dict]:
     """Which C++ function implements torch._C.T.name: the PyMethodDef / PyGetSetDef table a
     PyTypeObject names as its tp_methods / tp_getset."""
@@ -682,7 +771,7 @@ def choose(kinds: dict[str, list[dict]], seed: int, per_kind: int) -> list[dict]
     return questions
 
 
-def generate(root: Path, seed: int, per_kind: int) -> list[dict]:
+def generate(root: Path, seed: int, per_kind: int, only: list[str] | None = None) -> list[dict]:
     tree = Tree(root)
     ops = op_table(tree)
     kinds = {
@@ -701,7 +790,11 @@ def generate(root: Path, seed: int, per_kind: int) -> list[dict]:
         "key_registration": gen_key_registration(tree),
         "pymethod": gen_pymethods(tree),
         "cpp_tests": gen_cpp_tests(tree, ops),
+        # added after seed 37's set was drawn: a kind last keeps the earlier kinds' draws
+        "listed_registration": gen_listed_registration(tree),
     }
+    if only:  # one rng runs through the kinds: a subset draws its own set for a seed
+        kinds = {kind: found for kind, found in kinds.items() if kind in only}
     return choose(kinds, seed, per_kind)
 
 
@@ -716,13 +809,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--per-kind", type=int, default=14)
     parser.add_argument("--out", type=Path, help=f"default {OUT.name}, or {OUT_VLLM.name}")
+    parser.add_argument("--kinds", nargs="*", help="only these kinds (listed_registration ...)")
     args = parser.parse_args()
     if args.vllm is not None:
         return write_vllm(args)
     if not (args.pytorch / NATIVE / "native_functions.yaml").is_file():
         print(f"error: {args.pytorch} is not a PyTorch source tree", file=sys.stderr)
         return 2
-    questions = generate(args.pytorch, args.seed, args.per_kind)
+    questions = generate(args.pytorch, args.seed, args.per_kind, args.kinds)
     return write(args.out or OUT, questions, args.seed, "the C++, CUDA and Python files and yaml")
 
 

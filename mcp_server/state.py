@@ -119,32 +119,40 @@ def freshness_of(workspace: Workspace, path: Path, previous: Freshness | None = 
         index.close()
 
 
-def _warm(index: Index, full: bool) -> None:
+def _warm(index: Index, full: bool) -> list[str]:
     """Load the name list 'not found' answers search (about a second on PyTorch), so the
     first unknown name an agent asks about is answered as fast as the rest; and for the
     full index, the edges in memory (``indexer.query.adjacency``: read from the index in
     ~0.1 s, or built once per index version in seconds), which ``trace``, ``tests`` and
     ``affected`` read instead of SQLite. A head start only: what fails here is said on
-    stderr, and requests do without it (and report their own problems)."""
+    stderr and returned (get_status says it), and requests do without it (and report
+    their own problems)."""
+    failed: list[str] = []
+
+    def failure(what: str, exc: Exception, consequence: str = "") -> None:
+        failed.append(f"{what} ({type(exc).__name__}: {exc})")
+        print(f"torchtalk: loading {what} failed ({exc}){consequence}", file=sys.stderr)
+
     try:
         index._all_names_lower  # noqa: B018 - a cached property, computed for later
     except Exception as exc:  # any failure: the request path still works
-        print(f"torchtalk: loading the name list failed ({exc})", file=sys.stderr)
+        failure("the name list", exc)
     if not full:
-        return
+        return failed
     from indexer.query import adjacency
 
     try:
         adjacency.shared(index.db_path, index.conn, index.meta)
     except Exception as exc:
-        print(f"torchtalk: loading the edges failed ({exc}); queries read SQLite", file=sys.stderr)
+        failure("the edges", exc, "; queries read SQLite")
     from indexer.query.warm import tables
 
     for name, load in tables():  # the lookup tables trace, search and modules read
         try:
             load(index)
         except Exception as exc:
-            print(f"torchtalk: loading {name} failed ({exc})", file=sys.stderr)
+            failure(name, exc)
+    return failed
 
 
 class ServerState:
@@ -167,6 +175,7 @@ class ServerState:
         self._served: str = "none"  # none | quick | full
         self._components = dict.fromkeys(COMPONENTS, PENDING)
         self._warmed: Path | None = None  # the index whose tables _warm loaded
+        self._warm_failed: list[str] = []  # what that load could not load
         self._progress: dict[str, Any] = {}
         self._phases: list[dict[str, Any]] = []
         self._error: str | None = None
@@ -387,10 +396,11 @@ class ServerState:
                 self._cancel.wait(WARM_IDLE_S - idle)
                 continue
             if not warmed:
-                _warm(index, full=index.db_path == self.full_path)
+                failed = _warm(index, full=index.db_path == self.full_path)
                 warmed = True
                 with self._lock:
                     self._warmed = index.db_path
+                    self._warm_failed = failed
             if served != settled_at:
                 heap.settle()
                 settled_at = served
@@ -484,6 +494,7 @@ class ServerState:
     def snapshot(self) -> dict[str, Any]:
         """Everything get_status reports about the server and its build."""
         with self._lock:
+            warm_done = self._index_path is not None and self._warmed == self._index_path
             return {
                 "source": str(self.workspace.source),
                 "harness": self.workspace.harness,
@@ -498,6 +509,7 @@ class ServerState:
                 "building": self._thread is not None and self._thread.is_alive(),
                 "head_commit": self._head_commit,
                 # the index served has its lookup tables loaded (_warm): answers from here
-                # on pay none of that
-                "warmed": self._index_path is not None and self._warmed == self._index_path,
+                # on pay none of that; a load that failed is no warm index: what failed
+                "warmed": warm_done and not self._warm_failed,
+                "warm_failed": list(self._warm_failed) if warm_done else [],
             }

@@ -25,6 +25,7 @@ from indexer.errors import TorchTalkError
 from indexer.precise.summary import describe
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index
+from indexer.query.key_coverage import unread_uses
 from indexer.query.recorded import record_line, record_status
 from mcp_server.state import COMPONENT_TEXT, COMPONENTS, NotReady, ServerState
 
@@ -120,7 +121,8 @@ SPECS = {
             "implementation, each hop with file:line. Use it for 'how does torch.X work' or "
             "'where is X implemented'. func accepts torch.add, aten::add.Tensor, add or a C++ "
             "name; focus narrows the answer to one part (python, dispatch, stubs, kernels, "
-            "cuda, backward) or one dispatch key (CPU, CUDA, ...).",
+            "cuda, backward) or one dispatch key (CPU, CUDA, Autocast...: where the op is "
+            "registered for it, or why nothing is).",
             ("yaml", "bindings", "cpp"),
         ),
         ToolSpec(
@@ -311,6 +313,15 @@ class Tools:
                     + (" ..." if len(problems) > 3 else "")
                     + "; see 'torchtalk status'"
                 )
+            unread = unread_uses(index)
+            if unread:  # registrations the index may lack: said, never a silent gap
+                first = unread[0]
+                answer.notes.append(
+                    f"{len(unread)} use(s) in registration blocks could not be read (first:"
+                    f" {first['path']}:{first['line']} {first['use']}: {first['why']});"
+                    " trace with a dispatch key focus names them"
+                )
+                index_info["unread_registrations"] = unread
             if index_info["build_phase"] == "full":
                 precise = index.meta_json("precise")
                 index_info["precise"] = precise
@@ -321,6 +332,11 @@ class Tools:
                     f"the tree is at commit {head[:12]} but the index was built at "
                     f"{index_info['git_commit'][:12]}; run 'torchtalk index build' to refresh"
                 )
+        if snap["warm_failed"]:
+            answer.notes.append(
+                "not warmed: loading " + "; ".join(snap["warm_failed"]) + " failed at idle;"
+                " answers read SQLite for it (slower, same content)"
+            )
         record = record_status(self.state.full_path)
         if record is not None:
             answer.items.append(Item(record_line(record), data={"record": record}))

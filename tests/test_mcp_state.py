@@ -464,3 +464,38 @@ def test_the_heap_is_settled_when_idle_after_requests_and_released_for_a_new_ind
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_status_says_what_the_idle_load_failed_to_load(
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm-up whose edges could not be loaded is not ``warmed``: get_status says what
+    failed and why (issue 37), rather than a warm server that is not."""
+    from indexer.query import adjacency
+    from pytest_torchtalk.cli import main
+
+    monkeypatch.setattr("mcp_server.state.WARM_IDLE_S", 0.2)
+    assert main(["index", "build", "--source", str(minitorch_repo), "-q"]) == 0
+    monkeypatch.setattr(adjacency, "_loaded", {})  # the server is another process than the build
+
+    def broken(*_):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(adjacency, "shared", broken)
+    state = ServerState(Workspace.resolve(minitorch_repo))
+    state.start()
+    try:
+        state.index()
+        deadline = time.monotonic() + 20
+        while not state.snapshot()["warm_failed"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        status = _data(Tools(state).get_status())
+        assert status["data"]["warmed"] is False
+        assert status["data"]["warm_failed"] == ["the edges (OSError: disk gone)"]
+        assert any(
+            "not warmed: loading the edges (OSError: disk gone) failed" in note
+            for note in status["notes"]
+        ), status["notes"]
+    finally:
+        state.stop()

@@ -7,18 +7,20 @@ such macros (``[bindings] impl_macros``); a use registers ``OP`` (two arguments:
 the policy) or ``OP.OVERLOAD`` (three) for the block's dispatch key, at the use's line.
 The kernel is a template instantiated by the macro, not a function of the tree: the
 registration names none. Read from the text between the block's braces, as the uses have
-no semicolons and tree-sitter parses them as whatever it can.
+no semicolons and tree-sitter parses them as whatever it can. A use of another form (four
+arguments, a call as an argument, an unclosed parenthesis) is reported as not read.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import tree_sitter
 
 from indexer.bindings.cpp_site import DeadCode, in_comment_or_string
+from indexer.cpp.brackets import closing_paren
+from indexer.cpp.expand import split_arguments
 
 _WORD = re.compile(r"^[A-Za-z_]\w*$")
 
@@ -30,27 +32,30 @@ class MacroImpl:
     site: tree_sitter.Node  # the macro's name at its use
 
 
-def _arguments(data: bytes, opening: int) -> list[str] | None:
-    """The top-level comma-separated arguments of the call whose ``(`` is at ``opening``."""
-    depth = 0
-    start = opening + 1
-    pieces = []
-    for position in range(opening, min(len(data), opening + 400)):
-        char = data[position : position + 1]
-        if char == b"(":
-            depth += 1
-        elif char == b")":
-            depth -= 1
-            if depth == 0:
-                pieces.append(data[start:position])
-                return [piece.decode("utf-8", "replace").strip() for piece in pieces]
-        elif char == b"," and depth == 1:
-            pieces.append(data[start:position])
-            start = position + 1
-    return None
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A use in a registration block that may register something the index could not
+    read: kept on the file (``unread_registrations``), said by trace and the health."""
+
+    line: int
+    text: str  # the use, as written (shortened)
+    why: str
 
 
-def _in_directive(data: bytes, position: int) -> bool:
+_REACH = 4000  # bytes a use's arguments may span: an unclosed '(' stops here
+
+
+def impl_arguments(arguments: list[str]) -> tuple[str, str] | None:
+    """(op, overload) of an impl macro's arguments ``(op[, overload], policy)``; None when
+    they are not that form."""
+    if len(arguments) not in (2, 3):
+        return None
+    if not all(_WORD.match(argument) and argument != "__VA_ARGS__" for argument in arguments):
+        return None
+    return arguments[0], arguments[1] if len(arguments) == 3 else ""
+
+
+def in_directive(data: bytes, position: int) -> bool:
     """Whether ``position`` is on a preprocessor line or its ``\\`` continuation."""
     start = data.rfind(b"\n", 0, position) + 1
     while True:
@@ -66,20 +71,39 @@ def _in_directive(data: bytes, position: int) -> bool:
 
 def macro_impls(
     data: bytes, root: tree_sitter.Node, body: tree_sitter.Node, macros: list[str], dead: DeadCode
-) -> Iterator[MacroImpl]:
-    """Each live use of one of ``macros`` between the block body's braces."""
+) -> tuple[list[MacroImpl], list[Unread]]:
+    """Each live use of one of ``macros`` between the block body's braces, and the uses
+    whose arguments are not ``(op[, overload], policy)`` (reported, not dropped)."""
     if not macros:
-        return
+        return [], []
+    found: list[MacroImpl] = []
+    unread: list[Unread] = []
     pattern = re.compile(rb"\b(" + b"|".join(re.escape(m.encode()) for m in macros) + rb")\s*\(")
     for match in pattern.finditer(data, body.start_byte, body.end_byte):
         node = root.descendant_for_byte_range(match.start(1), match.end(1))
         if node is None or in_comment_or_string(node) or dead.covers(node):
             continue
-        if _in_directive(data, match.start()):
+        if in_directive(data, match.start()):
             continue  # a wrapper's own #define: its uses are the registrations
-        arguments = _arguments(data, match.end() - 1)
-        if arguments is None or len(arguments) not in (2, 3):
+        line = data.count(b"\n", 0, match.start(1)) + 1
+        close = closing_paren(data, match.end() - 1, _REACH)
+        if close < 0:
+            why = f"its arguments do not close within {_REACH} bytes"
+            unread.append(Unread(line, match.group(1).decode(), why))
             continue
-        if not all(_WORD.match(argument) and argument != "__VA_ARGS__" for argument in arguments):
+        written = data[match.start(1) : close + 1].decode("utf-8", "replace")
+        arguments = impl_arguments(
+            split_arguments(data[match.end() : close].decode("utf-8", "replace"))
+        )
+        if arguments is None:
+            why = "arguments not (op[, overload], policy) names"
+            unread.append(Unread(line, shorten(written), why))
             continue
-        yield MacroImpl(arguments[0], arguments[1] if len(arguments) == 3 else "", node)
+        found.append(MacroImpl(arguments[0], arguments[1], node))
+    return found, unread
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """A use as one line, cut at ``limit`` characters."""
+    flat = " ".join(text.split()).replace("( ", "(")
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

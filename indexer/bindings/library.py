@@ -12,7 +12,12 @@ Forms read (any module variable name; namespaces through the manifest's aliases)
   ``torch::dispatch(Key, fn)`` or a lambda (-> the functions it calls);
 - ``torch::RegisterOperators().op("ns::name", &fn)`` chains;
 - uses of the manifest's ``impl_macros`` inside an IMPL block (Autocast's ``KERNEL_CPU(op,
-  policy)``: indexer/bindings/impl_macros.py), each a registration for the block's key.
+  policy)``: indexer/bindings/impl_macros.py), each a registration for the block's key;
+- x-macro lists applied to a registering macro inside a block
+  (``AT_FORALL_FP32(_KERNEL_CUDA_FP32)``), and the file's registering macros: expanded
+  (indexer/bindings/xmacro_impls.py), each entry a registration with its file:line.
+  Uses in a block that may register something but cannot be read are kept on the file
+  node (``unread_registrations``), for trace and the health to say.
 
 A kernel registered in the file that defines its op is a ``dispatches`` ref of the op; one
 registered elsewhere hangs off a ``registration`` node (one per op and key per file: the
@@ -42,10 +47,12 @@ from indexer.bindings.cpp_site import (
     text,
     walk,
 )
-from indexer.bindings.impl_macros import MacroImpl, macro_impls
+from indexer.bindings.impl_macros import MacroImpl, Unread, macro_impls
 from indexer.bindings.python_names import ops_names, packages_with_torch
 from indexer.bindings.schema import Schema, parse_schema, split_op_name
-from indexer.graph.facts import FileFacts
+from indexer.bindings.xmacro_impls import FileMacros, ListedImpl, listed_impls
+from indexer.cpp.shared_macros import SharedMacros
+from indexer.graph.facts import FILE_NODE, FileFacts
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 
 CATCH_ALL_KEY = "CompositeImplicitAutograd"
@@ -177,9 +184,12 @@ class LibraryReader:
         aliases: dict[str, str],
         packages: list[str],
         impl_macros: list[str] | None = None,
+        shared: SharedMacros | None = None,
     ) -> None:
         self.facts = facts
         self.impl_macros = impl_macros or []
+        self.shared = shared  # the tree's x-macro lists and registration writers
+        self._file_macros: FileMacros | None = None
         self.data = data
         self.root = root
         self.macros = macros
@@ -194,7 +204,7 @@ class LibraryReader:
         macros = self.macros + local_wrappers(self.data, self.macros)
         blocks = find_macro_blocks(self.data, self.root, macros, self.aliases, self.dead)
         pending_impls = []
-        pending_macros: list[tuple[Block, MacroImpl]] = []
+        pending_macros: list[tuple[Block, MacroImpl | ListedImpl]] = []
         for block in blocks:
             if block.namespace == "_":  # fallback-only blocks name no op
                 continue
@@ -204,8 +214,17 @@ class LibraryReader:
                 else:
                     pending_impls.append((block, call))
             if block.key is not None:
-                found = macro_impls(self.data, self.root, block.body, self.impl_macros, self.dead)
+                found, unread = macro_impls(
+                    self.data, self.root, block.body, self.impl_macros, self.dead
+                )
                 pending_macros.extend((block, impl) for impl in found)
+                self._unread(block, unread)
+            if b"(" in self.data[block.body.start_byte : block.body.end_byte]:
+                listed, unread = listed_impls(
+                    self.data, self.root, block.body, block.var, self.file_macros, self.dead
+                )
+                pending_macros.extend((block, impl) for impl in listed)
+                self._unread(block, unread)
         for chain_call in self._register_operators_calls():
             self._legacy_op(chain_call)
         # Impls after every def of the file, so an impl above its def still finds it.
@@ -282,18 +301,73 @@ class LibraryReader:
         self._add_key(source, key)
         self._kernel_refs(source, kernel, key)
 
-    def _implement_macro(self, block: Block, impl: MacroImpl) -> None:
+    @property
+    def file_macros(self) -> FileMacros:
+        if self._file_macros is None:
+            text = self.data.decode("latin-1")
+            self._file_macros = FileMacros(text, self.facts.path, self.impl_macros, self.shared)
+        return self._file_macros
+
+    def _unread(self, block: Block, unread: list[Unread]) -> None:
+        """Uses that may register something the index could not read, kept on the file."""
+        kept = self.facts.nodes[FILE_NODE].attrs.setdefault("unread_registrations", [])
+        for use in unread:
+            kept.append(
+                {
+                    "line": use.line,
+                    "use": use.text,
+                    "why": use.why,
+                    "key": block.key or CATCH_ALL_KEY,
+                    "namespace": block.namespace,
+                    "block_line": line(block.node),
+                }
+            )
+        if not kept:
+            del self.facts.nodes[FILE_NODE].attrs["unread_registrations"]
+
+    def _implement_macro(self, block: Block, impl: MacroImpl | ListedImpl) -> None:
         """A registration macro's use: the op for the block's key at the use's line; the
-        kernel is the macro's template instance, no function of the tree."""
+        kernel is the macro's template instance, no function of the tree, unless an
+        expanded ``m.impl`` names one. Through a list, the entry's file:line is kept."""
         namespace = block.namespace
+        listed = isinstance(impl, ListedImpl)
+        if listed and impl.namespace:
+            namespace = self._namespace(impl.namespace, block.namespace)
         qualname = f"{namespace}::{impl.name}" + (f".{impl.overload}" if impl.overload else "")
-        key = block.key or CATCH_ALL_KEY
+        key = (impl.key if listed else None) or block.key or CATCH_ALL_KEY
         source = self.ops.get(qualname)
         if source is None:
             source = self._registration(
                 qualname, impl.name, impl.overload, namespace, block, key, impl.site, impl.site
             )
         self._add_key(source, key)
+        if not listed:
+            if source not in self.ops.values():
+                self.facts.nodes[source].attrs.setdefault("via", text(impl.site))
+            return
+        attrs = self.facts.nodes[source].attrs
+        if source in self.ops.values():  # an op of this file: its registrations, by key
+            attrs.setdefault("listed_registrations", []).append(
+                {"key": key, "via": impl.via, "listed_at": impl.listed_at, "line": line(impl.site)}
+            )
+        else:
+            attrs.setdefault("via", impl.via)
+            if impl.listed_at:
+                attrs.setdefault("listed_at", impl.listed_at)
+        if impl.kernel:
+            context = self.usings.context(impl.site).ref_attrs()
+            self.facts.add_ref(
+                source,
+                EdgeKind.DISPATCHES.value,
+                "cpp",
+                impl.kernel,
+                line(impl.site),
+                key=key,
+                keys=[key],
+                via="macro",
+                **({"listed_at": impl.listed_at} if impl.listed_at else {}),
+                **context,
+            )
 
     def _add_key(self, source: int, key: str) -> None:
         keys = self.facts.nodes[source].attrs.setdefault("impl_keys", [])

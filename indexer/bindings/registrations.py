@@ -73,6 +73,7 @@ class RegistrationExtractor:
                 self.aliases,
                 self.packages,
                 self.impl_macros,
+                src.context.cpp_macros if src.context is not None else None,
             ).read()
         if self._pybind_tokens.search(src.data):
             PybindReader(

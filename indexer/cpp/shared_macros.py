@@ -35,13 +35,17 @@ from indexer.cpp.attribute_macros import object_definitions, resolve
 from indexer.cpp.brackets import closing_paren
 from indexer.cpp.expand import DEFINE, FUNCTION_LIKE_DEFINE, Macro, definition
 from indexer.cpp.macros import STRUCTURED
+from indexer.cpp.xmacro_lists import ListEntry, MacroList, macro_lists, registration_writers
 from indexer.harness import Manifest
 from indexer.paths import is_header
 
 # Header path -> [name, params, variadic, body] of each declaration-writing macro it has,
-# and [name, None, False, body] of each object-like one (body None: not an attribute
-# macro; indexer/cpp/attribute_macros.py).
+# [name, None, False, body] of each object-like one (body None: not an attribute macro;
+# indexer/cpp/attribute_macros.py), [name, None, False, None, "list", [[line, args]...]]
+# of each x-macro list and [name, params, variadic, body, "registers"] of each macro
+# writing an op registration (indexer/cpp/xmacro_lists.py).
 HeaderMacros = dict[str, list[list]]
+LIST, REGISTERS = "list", "registers"
 
 # A use that can define something: the macro's name opening a line, called. (A literal
 # '\n' to start with lets the regex engine skip ahead; '^' with MULTILINE is 3x slower.)
@@ -86,7 +90,19 @@ def header_macros(data: bytes, exclude: frozenset[str] = frozenset()) -> list[li
         macro = definition(match.group(1), match.group(2), match.group(3), match.start())
         if macro.defines and _STATEMENT.match(macro.body) is None:
             found.append([macro.name, macro.params, macro.variadic, macro.body])
-    return found + objects
+    lists = [
+        [
+            listed.name,
+            None,
+            False,
+            None,
+            LIST,
+            [[e.line, list(e.arguments)] for e in listed.entries],
+        ]
+        for listed in macro_lists(text)
+    ]
+    writers = [[*writer, REGISTERS] for writer in registration_writers(text)]
+    return found + objects + lists + writers
 
 
 def scan_headers(
@@ -110,15 +126,25 @@ def scan_headers(
 
 
 class SharedMacros:
-    """The unambiguous declaration-writing macros of a tree's headers, by name, and its
-    attribute macros (name -> what it marks)."""
+    """The unambiguous declaration-writing macros of a tree's headers, by name, its
+    attribute macros (name -> what it marks), and its x-macro lists and registration
+    writers (indexer/cpp/xmacro_lists.py)."""
 
     def __init__(self, headers: Mapping[str, list[list]] | None = None) -> None:
         bodies: dict[str, set[tuple]] = {}
         objects: dict[str, list[str | None]] = {}
+        lists: dict[str, list[MacroList]] = {}
+        writers: dict[str, set[tuple]] = {}
         for path in sorted(headers or {}):
-            for name, params, variadic, body in headers[path]:
-                if params is None:
+            for entry in headers[path]:
+                name, params, variadic, body = entry[:4]
+                role = entry[4] if len(entry) > 4 else None
+                if role == LIST:
+                    listed = tuple(ListEntry(line, tuple(args)) for line, args in entry[5])
+                    lists.setdefault(name, []).append(MacroList(name, path, listed))
+                elif role == REGISTERS:
+                    writers.setdefault(name, set()).add((tuple(params), variadic, body))
+                elif params is None:
                     objects.setdefault(name, []).append(body)
                 else:
                     bodies.setdefault(name, set()).add((tuple(params), variadic, body))
@@ -136,6 +162,19 @@ class SharedMacros:
             self.by_name[name] = Macro(
                 name, list(params), variadic, body, -1, defines=True, calls=False, shared=True
             )
+        # A list or writer defined two ways (per platform) could be either: neither is used,
+        # and a use of it is reported as not read (indexer/bindings/xmacro_impls.py).
+        self.lists: dict[str, MacroList] = {
+            name: found[0] for name, found in lists.items() if len(found) == 1
+        }
+        self.ambiguous_lists = {name for name, found in lists.items() if len(found) > 1}
+        self.writers: dict[str, Macro] = {}
+        for name, variants in writers.items():
+            if len(variants) == 1:
+                ((params, variadic, body),) = variants
+                self.writers[name] = Macro(
+                    name, list(params), variadic, body, -1, defines=False, calls=True, shared=True
+                )
 
     def __bool__(self) -> bool:  # whether any use needs expanding
         return bool(self.by_name)
@@ -168,7 +207,20 @@ class SharedMacros:
         return uses
 
     def meaning(self, name: str) -> tuple | None:
-        """What a name expands to (None: not shared), to compare two tables."""
+        """What a name expands to (None: not shared), to compare two tables; a list's
+        entries with their lines, which its uses' registrations cite."""
+        listed = self.lists.get(name)
+        writer = self.writers.get(name)
+        if listed is not None or writer is not None or name in self.ambiguous_lists:
+            return (
+                "xmacro",
+                (listed.path, listed.entries) if listed else name in self.ambiguous_lists,
+                (tuple(writer.params), writer.variadic, writer.body) if writer else None,
+                self._declaration_meaning(name),
+            )
+        return self._declaration_meaning(name)
+
+    def _declaration_meaning(self, name: str) -> tuple | None:
         macro = self.by_name.get(name)
         if macro is None:
             mark = self.attributes.get(name)
@@ -197,4 +249,6 @@ def _statement_end(data: bytes, start: int) -> int:
 def changed_names(before: SharedMacros, after: SharedMacros) -> set[str]:
     """Names whose expansion differs between two tables (added, removed, redefined)."""
     names = {*before.by_name, *after.by_name, *before.attributes, *after.attributes}
+    for table in (before, after):
+        names.update(table.lists, table.ambiguous_lists, table.writers)
     return {name for name in names if before.meaning(name) != after.meaning(name)}

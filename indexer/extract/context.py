@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TreeContext:
-    # Header path -> its declaration-writing macros (indexer/cpp/shared_macros.py).
+    # Header path -> its declaration-writing macros, x-macro lists and registration writers
+    # (indexer/cpp/shared_macros.py).
     cpp_header_macros: dict[str, list[list]] = field(default_factory=dict)
 
     @cached_property

@@ -7,6 +7,7 @@ from typing import Any
 
 from indexer.precise.merge import not_superseded
 from indexer.query.index import Index
+from indexer.query.key_coverage import unread_uses
 
 
 def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
@@ -56,4 +57,6 @@ def index_status(index: Index, worst_files: int = 10) -> dict[str, Any]:
         "link_stats": index.meta_json("link_stats", {}),
         "timings": index.meta_json("timings", {}),
         "precise": index.meta_json("precise", None),
+        # uses in registration blocks that may register ops the index could not read
+        "unread_registrations": unread_uses(index),
     }

@@ -27,7 +27,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.query import below_kernel, op_chain, trace_order
+from indexer.query import below_kernel, key_coverage, op_chain, trace_order
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 from indexer.query.op_lookup import lookup, primary_order
@@ -209,7 +209,12 @@ def trace(index: Index, func: str, focus: str | None = None) -> Answer:
         if same is not None:  # an overload of one traced above, with nothing new
             run.add(op.qualname, op.evidence, f"same kernels as {same} above", 0)
             continue
+        before = len(answer.items)
         _op_chain(run, op, 0)
+        if wanted.key is not None and not _shows_key(answer.items[before:], wanted.key):
+            # never a silent empty answer: say why the key has nothing for this op
+            why = key_coverage.why_none(index, wanted.key, op.qualname)
+            run.add(f"{wanted.key}: nothing registered for {op.qualname}", None, why, 1)
     if len(ops) > MAX_OPS:
         rest = ", ".join(op.qualname for op in ops[MAX_OPS:])
         answer.notes.append(f"{len(ops) - MAX_OPS} more ops match, not traced: {rest}")
@@ -273,6 +278,14 @@ def _known_key(index: Index, key: str) -> None:
         f"the index holds no kernel or registration for dispatch key {key!r}{hint}: a"
         " misspelling, or registrations made through macros the harness does not name"
         f" ([bindings] impl_macros); focus also takes {', '.join(FOCUS_PARTS)}"
+    )
+
+
+def _shows_key(items: list[Item], key: str) -> bool:
+    """Whether lines of an op's chain name a kernel or registration for exactly ``key``."""
+    wanted = key.lower()
+    return any(
+        any(str(shown).lower() == wanted for shown in item.data.get("keys") or []) for item in items
     )
 
 
@@ -410,9 +423,20 @@ def _bare_registrations(
         keys = hop.node.attrs.get("impl_keys") or []
         if not any(key.lower() == wanted for key in keys):
             continue
+        attrs = hop.node.attrs
         detail = "registered with no kernel function of its own (a fallthrough or boxed kernel)"
-        run.add(f"{', '.join(keys)}: {hop.node.qualname}", hop.node.evidence, detail, depth)
-        record["dispatch"].append({"keys": keys, "registered": hop.node.evidence})
+        if attrs.get("via"):  # written through a macro: its kernel is the macro's own
+            detail = (
+                f"registered by the macro {attrs['via']}, naming no kernel function of the tree"
+                " (a template instance, boxed or fallthrough kernel)"
+            )
+        if attrs.get("listed_at"):
+            detail += f"; list entry at {attrs['listed_at']}"
+        label = f"{', '.join(keys)}: {hop.node.qualname}"
+        run.add(label, hop.node.evidence, detail, depth, keys=keys)
+        record["dispatch"].append(
+            {"keys": keys, "registered": hop.node.evidence, "listed_at": attrs.get("listed_at")}
+        )
 
 
 def _follow_calls(
@@ -541,6 +565,8 @@ def _implementation(
     label = f"{', '.join(keys) or '?'}: {target.qualname}"
     # Below a called op the registration site is in the data: the line is the kernel.
     detail = role if run.nested else f"{role}; registered at {hop.evidence}"
+    if hop.attrs.get("listed_at") and not run.nested:
+        detail += f" (list entry at {hop.attrs['listed_at']})"
     run.add(label, target.evidence, detail, depth, keys=keys, registered_at=hop.evidence)
     record["dispatch"].append(
         {

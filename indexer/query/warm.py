@@ -22,6 +22,7 @@ def _query_modules(index: Index) -> None:
 
 
 def tables() -> list[tuple[str, Callable[[Index], object]]]:
+    from indexer.query import key_coverage
     from indexer.query.below_kernel import raw_calls
     from indexer.query.native_reach import autograd_apply_targets
     from indexer.query.op_chain import dispatch_keys, formula_calls, stub_registrations
@@ -34,6 +35,7 @@ def tables() -> list[tuple[str, Callable[[Index], object]]]:
         ("the raw library calls", raw_calls),
         ("the DispatchStub registrations", stub_registrations),
         ("the dispatch keys trace's focus takes", dispatch_keys),
+        ("the registrations per dispatch key", key_coverage.tables),
         ("the file paths", Index.file_paths),
         ("the test files", Index.test_file_paths),
         ("the Python short names", short_names),

@@ -145,10 +145,30 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"warning: not indexed: {problem.path}: {problem.problem}", file=sys.stderr)
         for line in shortfalls(workspace.manifest, result.counts):
             print(f"warning: below {workspace.harness}'s expected minimum: {line}", file=sys.stderr)
+        _warn_unread(result.db_path)
     else:
         print(f"built ({done.reason}) -> {workspace.db_path}")
     _print_prepared(done, args.verbose)
     return 0
+
+
+def _warn_unread(db_path: Path) -> None:
+    """Uses in registration blocks the build could not read: said, never a silent gap."""
+    from indexer.query.index import Index
+    from indexer.query.key_coverage import unread_uses
+
+    index = Index(db_path)
+    try:
+        unread = unread_uses(index)
+    finally:
+        index.close()
+    if unread:
+        first = unread[0]
+        print(
+            f"warning: {plural(len(unread), 'use')} in registration blocks not read (first: "
+            f"{first['path']}:{first['line']} {first['use']}: {first['why']}); see 'torchtalk status'",
+            file=sys.stderr,
+        )
 
 
 def _print_prepared(done, verbose: bool) -> None:

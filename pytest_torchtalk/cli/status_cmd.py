@@ -95,6 +95,11 @@ def _print_text(report: dict) -> None:
         print(f"not indexed ({len(status['tree_problems'])}):")
         for row in status["tree_problems"][:20]:
             print(f"  {row['path']}: {row['problem']}")
+    unread = status.get("unread_registrations") or []
+    if unread:  # registrations the index may lack (indexer/query/key_coverage.py)
+        print(f"registration-block uses not read ({len(unread)}):")
+        for use in unread[:20]:
+            print(f"  {use['path']}:{use['line']} [{use['key']}] {use['use']}: {use['why']}")
     _print_precise(status.get("precise"))
     for line in status["below_expected_minimums"]:
         print(f"warning: below expected minimum: {line}")
