@@ -68,6 +68,8 @@ def _rules(manifest: Manifest) -> _Rules:
         frozenset(
             manifest.list("bindings", "native_functions") + manifest.list("bindings", "derivatives")
         ),
+        tuple(manifest.list("tests", "dirs")),
+        tuple(manifest.list("tests", "patterns")),
     )
     if len(_RULES) > 16:
         _RULES.clear()
