@@ -53,6 +53,7 @@ from indexer.query.adjacency_delta import store_delta, track_touched
 from indexer.query.moved_facts import track_facts
 from indexer.rebuild import built_with_compile_commands, full_build_reason
 from indexer.relink import Changed, batches, refs_to_relink, refs_touching
+from indexer.store import tree_stats
 from indexer.store.db import (
     ReusedIds,
     connect_writable,
@@ -260,7 +261,8 @@ def update_index(
         base = sqlite3.connect(f"file:{base_path}?mode=ro&immutable=1", uri=True)
         try:
             meta = read_meta(base)
-            changes = detect_changes(workspace.source, workspace.manifest, base)
+            known = tree_stats.read(base, meta)
+            changes = detect_changes(workspace.source, workspace.manifest, base, known)
             had = dict(base.execute("SELECT path, sha FROM files"))
         finally:
             base.close()
@@ -329,6 +331,7 @@ def update_index(
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     write_meta(conn, {"tree_problems": problems_meta(changes.problems)})
                     store_delta(conn, meta)
+                    tree_stats.write(conn, changes.looks)
                     conn.execute("COMMIT")
                     if derive is not None:
                         derive(tmp, conn)

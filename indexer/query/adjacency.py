@@ -482,9 +482,9 @@ def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adj
         if any(row[2] not in edge_codes for row in fresh):
             return None
         fresh.sort(key=lambda row: (row[0], row[2]))  # batches each come sorted
-        runs: dict[int, list[tuple]] = {}
+        runs: dict[int, list] = {node: [[]] for node in changed}
         for node, neighbour, kind, file, line, ref in fresh:
-            runs.setdefault(node, []).append((neighbour, edge_codes[kind], file, line, ref))
+            runs[node][0].append((neighbour, edge_codes[kind], file, line, ref))
         spliced = _splice_side(base, side, changed, runs, max_id)
         arrays.update({f"{side}_{name}": values for name, values in spliced.items()})
     return Adjacency(base.node_kinds, base.edge_kinds, arrays)
@@ -555,48 +555,60 @@ def splice_rows(
 
 def _node_rows(
     base: Adjacency, side: str, node: int, gone: list[tuple] | None, came: list[tuple] | None
-) -> list[tuple] | None:
-    """``node``'s rows on ``side`` after the update, as (other, kind code, file, line,
-    ref): its rows in ``base`` but those that went, then those that came, by kind (a
-    stable sort keeps each kind's kept rows first, as their ids are lower). None when a
-    row that went is not among its rows."""
-    kept: list[tuple] = []
+) -> list[range | list[tuple]] | None:
+    """``node``'s rows on ``side`` after the update: its rows in ``base`` but those that
+    went, then those that came, kind by kind (each kind's kept rows come first: their ids
+    are lower). As pieces, in order: a ``range`` of ``base`` positions kept as they are,
+    or rows (other, kind code, file, line, ref); only the kinds' runs that lost a row
+    are read row by row. None when a row that went is not among its rows."""
+    first = last = 0
     if node < base.node_count:
         offsets: array = getattr(base, f"{side}_offsets")
         first, last = offsets[node], offsets[node + 1]
-        kept = list(
-            zip(
-                *(getattr(base, f"{side}_{name}")[first:last] for name in _COLUMNS),
-                strict=True,
-            )
-        )
-    if gone:
-        left = Counter(gone)
-        remaining = []
-        for row in kept:
-            if left.get(row):
-                left[row] -= 1
-            else:
-                remaining.append(row)
-        if +left:
-            return None
-        kept = remaining
-    if came:
-        kept.extend(came)
-        kept.sort(key=operator.itemgetter(1))
-    return kept
+    kinds: array = getattr(base, f"{side}_kind")
+    columns = [getattr(base, f"{side}_{name}") for name in _COLUMNS]
+    gone_by_kind: dict[int, list[tuple]] = {}
+    for row in gone or ():
+        gone_by_kind.setdefault(row[1], []).append(row)
+    came_by_kind: dict[int, list[tuple]] = {}
+    for row in came or ():
+        came_by_kind.setdefault(row[1], []).append(row)
+    pieces: list[range | list[tuple]] = []
+    position = first
+    for code in sorted({*gone_by_kind, *came_by_kind}):
+        start = bisect_left(kinds, code, position, last)
+        end = bisect_right(kinds, code, start, last)
+        pieces.append(range(position, start))
+        went = gone_by_kind.get(code)
+        if went:
+            left = Counter(went)
+            kept = []
+            for row in zip(*(values[start:end] for values in columns), strict=True):
+                if left.get(row):
+                    left[row] -= 1
+                else:
+                    kept.append(row)
+            if +left:
+                return None
+            pieces.append(kept)
+        else:
+            pieces.append(range(start, end))
+        pieces.append(came_by_kind.get(code, []))
+        position = end
+    pieces.append(range(position, last))
+    return pieces
 
 
 def _splice_side(
     base: Adjacency,
     side: str,
     changed: list[int],
-    runs: dict[int, list[tuple]],
+    runs: dict[int, list],
     max_id: int,
 ) -> dict[str, array]:
-    """The arrays of ``side``: each node of ``changed`` with its rows in ``runs``
-    (other, kind code, file, line, ref), the others' rows copied from ``base`` a stretch
-    at a time."""
+    """The arrays of ``side``: each node of ``changed`` with its rows in ``runs`` (as
+    :func:`_node_rows` gives them: ranges of ``base`` positions, or lists of rows), the
+    others' rows copied from ``base`` a stretch at a time."""
     offsets: array = getattr(base, f"{side}_offsets")
     columns = {name: getattr(base, f"{side}_{name}") for name in _COLUMNS}
     out = {name: array(values.typecode) for name, values in columns.items()}
@@ -619,10 +631,14 @@ def _splice_side(
         if node > max_id:
             break
         new_offsets.append(len(out["other"]))
-        rows = runs.get(node, ())
-        if rows:
-            for name, values in zip(_COLUMNS, zip(*rows, strict=True), strict=True):
-                out[name].extend(values)
+        for piece in runs.get(node, ()):
+            if isinstance(piece, range):
+                if piece:
+                    for name, values in columns.items():
+                        out[name].extend(values[piece.start : piece.stop])
+            elif piece:
+                for name, values in zip(_COLUMNS, zip(*piece, strict=True), strict=True):
+                    out[name].extend(values)
         kept_from = node + 1
     new_offsets.append(len(out["other"]))
     result = {"offsets": new_offsets}
