@@ -54,9 +54,10 @@ def detect_changes(
     max_bytes = manifest.get("sources", "max_file_bytes", 4_000_000)
     changes = Changes()
     now = time.time_ns()
+    root = os.path.join(source, "")  # strings, not a Path per file: ~8,000 of them
     for entry in discover(source, manifest, changes.problems):
         changes.entries[entry.path] = entry
-        full = source / entry.path
+        full = root + entry.path
         try:
             stat = os.lstat(full)
         except OSError:
@@ -81,7 +82,8 @@ def detect_changes(
         if seen is not None and known.get(entry.path) == seen:
             continue  # as it looked when it matched the index: unwritten since
         try:
-            data = full.read_bytes()
+            with open(full, "rb") as handle:
+                data = handle.read()
         except OSError:
             changes.modified.append(entry.path)
             changes.unreadable.append(entry.path)
