@@ -39,16 +39,21 @@ def _prepare_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return calls
 
 
-def _unprepare(db_path: Path, *, refuse: bool = False) -> None:
-    """The index as one never prepared for selections (and, with ``refuse``, one whose
-    derived rows cannot be written: every derivation of it and its copies fails)."""
-    with closing(sqlite3.connect(db_path)) as conn, conn:
+def _unprepared(repo: Path, *, refuse: bool = False) -> Workspace:
+    """The repository's index, built, then as one never prepared for selections (and,
+    with ``refuse``, one that refuses the row saying it is prepared: every derivation
+    of it and of its copies fails)."""
+    workspace = Workspace.resolve(repo)
+    assert refresh_index(workspace, show_progress=False).how == "built"
+    with closing(sqlite3.connect(workspace.db_path)) as conn, conn:
         conn.execute("DELETE FROM derived WHERE name = ?", (derived.PREPARED,))
         if refuse:
             conn.execute(
-                "CREATE TRIGGER refuse_derived BEFORE INSERT ON derived"
+                "CREATE TRIGGER refuse_prepared BEFORE INSERT ON derived"
+                f" WHEN NEW.name = '{derived.PREPARED}'"
                 f" BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END"
             )
+    return workspace
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -59,10 +64,8 @@ def _identity(path: Path) -> tuple[int, int]:
 def test_a_failure_to_prepare_is_recorded_and_not_repeated_until_the_index_changes(
     minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    workspace = Workspace.resolve(minitorch_repo)
-    assert refresh_index(workspace, show_progress=False).how == "built"
+    workspace = _unprepared(minitorch_repo, refuse=True)
     db_path = workspace.db_path
-    _unprepare(db_path, refuse=True)
     calls = _prepare_calls(monkeypatch)
 
     first = refresh_index(workspace, show_progress=False)
@@ -91,10 +94,8 @@ def test_a_failure_to_prepare_is_recorded_and_not_repeated_until_the_index_chang
 def test_a_refresh_waiting_for_the_lock_does_not_prepare_what_another_prepared_meanwhile(
     minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    workspace = Workspace.resolve(minitorch_repo)
-    assert refresh_index(workspace, show_progress=False).how == "built"
+    workspace = _unprepared(minitorch_repo)
     db_path = workspace.db_path
-    _unprepare(db_path)
     calls = _prepare_calls(monkeypatch)
 
     waiting = threading.Event()

@@ -445,33 +445,43 @@ def _codes_within(codes: array, count: int, *allowed: int) -> bool:
     return not codes.tobytes().translate(None, valid)
 
 
-def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:
-    """``base`` with the rows of ``touched`` nodes read again from ``conn``; None when
-    the result could not equal a build (a kind ``base`` has no code for)."""
+def _spliced_nodes(
+    base: Adjacency, conn: sqlite3.Connection, nodes: list[int]
+) -> tuple[int, dict[str, array]] | None:
+    """The highest id of the new graph, and ``base``'s node arrays grown to it with the
+    rows of ``nodes`` (and of every new id) read again; None when no build could give
+    them (the highest ids went, or a node kind ``base`` has no code for)."""
     node_codes = {kind: code for code, kind in enumerate(base.node_kinds)}
-    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
     max_id = max(
         conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
         for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
     )
     if max_id + 1 < base.node_count:
         return None  # the highest ids went: the arrays would be shorter than a build's
-    touched = sorted(set(touched))
-    node_kind = base.node_kind[:] + array("b", [NONE]) * (max_id + 1 - base.node_count)
-    node_file = base.node_file[:] + array("i", [NONE]) * (max_id + 1 - base.node_count)
-    grown = list(range(base.node_count, max_id + 1))
-    for node in touched + grown:
-        if node <= max_id:
-            node_kind[node], node_file[node] = NONE, NONE
-    rows = _in_batches(
-        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", touched + grown
-    )
-    for node, kind, file in rows:
+    grown = max_id + 1 - base.node_count
+    node_kind = base.node_kind[:] + array("b", [NONE]) * grown
+    node_file = base.node_file[:] + array("i", [NONE]) * grown
+    read = sorted({n for n in nodes if n <= max_id} | set(range(base.node_count, max_id + 1)))
+    for node in read:
+        node_kind[node], node_file[node] = NONE, NONE
+    for node, kind, file in _in_batches(
+        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", read
+    ):
         if kind not in node_codes:
             return None
         node_kind[node], node_file[node] = node_codes[kind], file
-    arrays: dict[str, array] = {"node_kind": node_kind, "node_file": node_file}
-    changed = sorted({n for n in touched if n <= max_id} | set(grown))
+    return max_id, {"node_kind": node_kind, "node_file": node_file}
+
+
+def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:
+    """``base`` with the rows of ``touched`` nodes read again from ``conn``; None when
+    the result could not equal a build (a kind ``base`` has no code for)."""
+    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
+    made = _spliced_nodes(base, conn, touched)
+    if made is None:
+        return None
+    max_id, arrays = made
+    changed = sorted({n for n in touched if n <= max_id} | set(range(base.node_count, max_id + 1)))
     for side, end, other in (("in", "dst_id", "src_id"), ("out", "src_id", "dst_id")):
         fresh = _in_batches(
             conn,
@@ -498,26 +508,12 @@ def splice_rows(
     kind's run) read from ``conn`` and appended, and the nodes whose own row changed
     read again. Only those rows are read, not every edge of every node they touch. None
     as for :func:`splice`."""
-    node_codes = {kind: code for code, kind in enumerate(base.node_kinds)}
     edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
-    max_id = max(
-        conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
-        for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
-    )
-    if max_id + 1 < base.node_count:
+    made = _spliced_nodes(base, conn, rows_changed)
+    if made is None:
         return None
-    grown = list(range(base.node_count, max_id + 1))
-    node_kind = base.node_kind[:] + array("b", [NONE]) * len(grown)
-    node_file = base.node_file[:] + array("i", [NONE]) * len(grown)
-    changed_nodes = sorted({n for n in rows_changed if n <= max_id} | set(grown))
-    for node in changed_nodes:
-        node_kind[node], node_file[node] = NONE, NONE
-    for node, kind, file in _in_batches(
-        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", changed_nodes
-    ):
-        if kind not in node_codes:
-            return None
-        node_kind[node], node_file[node] = node_codes[kind], file
+    max_id, arrays = made
+    grown = range(base.node_count, max_id + 1)
     added: list[tuple] = []
     if edges.first_added is not None:
         added = conn.execute(
@@ -527,7 +523,6 @@ def splice_rows(
         ).fetchall()
     if any(row[2] not in edge_codes for row in (*added, *edges.gone)):
         return None
-    arrays: dict[str, array] = {"node_kind": node_kind, "node_file": node_file}
     for side, end in (("in", 1), ("out", 0)):
         other = 1 - end
         gone: dict[int, list[tuple]] = {}
