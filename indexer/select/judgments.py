@@ -74,8 +74,8 @@ class Judgments:
         ':'), in one range query: a walk asks about many lines of each file it reads."""
         self._contents.add(digest)
         rows = self._conn.execute(  # type: ignore[union-attr]
-            "SELECT key, answer FROM judgments WHERE key >= ? AND key < ?",
-            (f"{digest}:", f"{digest};"),  # ';' follows ':'
+            "SELECT key, answer FROM judgments WHERE key = ? OR (key >= ? AND key < ?)",
+            (digest, f"{digest}:", f"{digest};"),  # ';' follows ':'; a key with no ':'
         )
         self._read.update((key, _answer(text)) for key, text in rows)
 
