@@ -13,7 +13,8 @@
 
 3. The PR job's path for the same change: the index restored from a snapshot (`torchtalk
    snapshot load`, as a PR job does after importing the nightly archive), the file
-   edited, `torchtalk select` with the index update included. Target: < 5 s.
+   edited, `torchtalk select` with the index update included. Target: 2.5 s CPU, the
+   load included (issue 39).
 
 Needs a built index of the tree (`torchtalk index build --source PATH`, under
 TORCHTALK_CACHE_DIR if set); an index built otherwise (a copy of the corpus tests' one)
@@ -100,7 +101,7 @@ def one_function_change(source: Path, index: Index, qualname: str) -> None:
     )
     print(
         f"  torchtalk select, index up to date:      {warm:.2f} s, "
-        f"{warm_report['bench_cpu_s']:.2f} s CPU (target < 1 s; no chain this change found kept)"
+        f"{warm_report['bench_cpu_s']:.2f} s CPU (target < 0.7 s CPU; no chain this change found kept)"
     )
     print(
         f"  the same again, its own chain kept:      {again:.2f} s, {again_report['bench_cpu_s']:.2f} s CPU"
@@ -120,10 +121,16 @@ def one_function_change(source: Path, index: Index, qualname: str) -> None:
 
 
 def _torchtalk(*args: str) -> float:
+    return _torchtalk_cpu(*args)[0]
+
+
+def _torchtalk_cpu(*args: str) -> tuple[float, float]:
+    """Wall and CPU seconds of a ``torchtalk`` command in a fresh process."""
+    cpu = _children_cpu()
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pytest_torchtalk", *args], capture_output=True,
                    text=True, check=True)  # fmt: skip
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu
 
 
 def _children_cpu() -> float:
@@ -138,7 +145,7 @@ def pr_job(source: Path, index: Index, qualname: str) -> None:
     function = max(candidates, key=lambda node: node.end_line - node.line)
     _torchtalk("index", "update", "--source", str(source), "-q")  # the nightly's index
     saved = _torchtalk("snapshot", "save", "bench/pr-job", "--source", str(source))
-    loaded = _torchtalk("snapshot", "load", "bench/pr-job", "--source", str(source))
+    loaded, load_cpu = _torchtalk_cpu("snapshot", "load", "bench/pr-job", "--source", str(source))
     path = source / function.path
     original = _insert_statement(path, function.line, function.end_line)
     if original is None:
@@ -151,11 +158,15 @@ def pr_job(source: Path, index: Index, qualname: str) -> None:
         _torchtalk("snapshot", "delete", "bench/pr-job")
         _torchtalk("index", "update", "--source", str(source), "-q")  # as it was
     timings = ", ".join(f"{k} {v:.3f}" for k, v in report["timings"].items())
-    print(f"PR job: snapshot saved in {saved:.2f} s (the nightly's step), loaded in {loaded:.2f} s")
+    print(
+        f"PR job: snapshot saved in {saved:.2f} s (the nightly's step), loaded in {loaded:.2f} s,"
+        f" {load_cpu:.2f} s CPU"
+    )
     print(
         f"  then {qualname} edited and torchtalk select, index update included: "
-        f"{selected:.2f} s, {cpu:.2f} s CPU (target < 5 s); engine: {timings}"
+        f"{selected:.2f} s, {cpu:.2f} s CPU; engine: {timings}"
     )
+    print(f"  the PR job's path (load, edit, select): {load_cpu + cpu:.2f} s CPU (target 2.5 s)")
     print(f"    update: {report['index'].get('update')}")
     print(f"    hub: {report['index'].get('hub_walk') or 'not reached'}")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,6 +104,56 @@ def _install(tmp: Path, path: Path, before: tuple[int, int] | None) -> None:
     fsync_directory(path.parent)
 
 
+class Replacement:
+    """A private file beside ``target`` to fill (empty, or a copy of ``copy_of``), then
+    :meth:`install`: synced and renamed over ``target``, which must still be what it was
+    when this began (absent, or the same regular file: only over what we created). Left
+    without installing, or by an exception as a context manager, it is removed. The one
+    temp-file-sync-rename sequence: index builds, updates, refreshes, snapshot loads and
+    every output (:func:`atomic_output`) go through it."""
+
+    def __init__(self, target: Path, *, copy_of: Path | None = None, tag: str = "") -> None:
+        self.target = Path(target)
+        problem = target_problem(self.target)
+        if problem:
+            raise UnsafeTarget(f"{self.target}: {problem}; not replaced")
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self._before = _identity(self.target)
+        # ``tag`` keeps a writer's leftovers findable (``index.sqlite.building-*``).
+        name = f"{self.target.name}.{tag}-" if tag else f".{self.target.name}."
+        self.path = self.target.parent / f"{name}{os.getpid()}.{secrets.token_hex(4)}"
+        handle = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        os.close(handle)
+        self.installed = False
+        if copy_of is not None:
+            try:
+                shutil.copyfile(copy_of, self.path)  # into our file (sendfile where it can)
+            except BaseException:
+                self.discard()
+                raise
+
+    def install(self, *, keep_mode: bool = False) -> Path:
+        """Sync the private file and rename it over the target (``keep_mode``: with the
+        permission bits the target had)."""
+        with open(self.path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        if keep_mode and self._before is not None:
+            os.chmod(self.path, os.lstat(self.target).st_mode & 0o7777)
+        _install(self.path, self.target, self._before)
+        self.installed = True
+        return self.target
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)  # ours (O_EXCL): gone already after an install
+
+    def __enter__(self) -> Replacement:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self.installed:
+            self.discard()
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path, *, follow_symlinks: bool = False) -> Iterator[BinaryIO]:
     """A private file to write ``path``'s new content to; on a clean exit it is synced
@@ -113,24 +164,10 @@ def atomic_output(path: Path, *, follow_symlinks: bool = False) -> Iterator[Bina
     path = Path(path)
     if follow_symlinks and path.is_symlink():
         path = path.resolve()
-    problem = target_problem(path)
-    if problem:
-        raise UnsafeTarget(f"{path}: {problem}; not replaced")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    before = _identity(path)
-    mode = os.lstat(path).st_mode & 0o7777 if before is not None else None
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
-    handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(handle, "wb") as out:
+    with Replacement(path) as replacement:
+        with open(replacement.path, "wb") as out:
             yield out
-            out.flush()
-            os.fsync(out.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        _install(tmp, path, before)
-    finally:
-        tmp.unlink(missing_ok=True)  # ours (O_EXCL): gone already after a clean install
+        replacement.install(keep_mode=True)
 
 
 def write_atomic(path: Path, data: bytes, *, follow_symlinks: bool = False) -> None:

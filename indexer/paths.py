@@ -89,10 +89,22 @@ def glob_match(path: str, pattern: str) -> bool:
 
 def matches_any(path: str, patterns: list[str] | tuple[str, ...]) -> str | None:
     """The first pattern ``path`` matches, or None."""
+    if _any_regex(tuple(patterns)).match(path) is None:
+        return None  # one regex for all: most paths of a tree match no exclude
     for pattern in patterns:
         if glob_match(path, pattern):
             return pattern
     return None
+
+
+@lru_cache(maxsize=128)
+def _any_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex matching what any of ``patterns`` (repo globs) matches."""
+    if not patterns:
+        return re.compile(r"(?!)")
+    return re.compile(
+        "|".join(f"(?:{_glob_regex(p + '**' if p.endswith('/') else p).pattern})" for p in patterns)
+    )
 
 
 def under_any(path: str, directories: list[str] | tuple[str, ...]) -> bool:

@@ -4,7 +4,7 @@
 the pytest plugin, the audit: :func:`current_index`), use it. An index that already
 describes the tree is left alone; one an incremental update can bring up to date is
 updated; anything else (no index, another schema, manifest or extraction code: see
-``indexer.update.full_build_reason``, the one place that decides) is built again.
+``indexer.rebuild.full_build_reason``, the one place that decides) is built again.
 ``force`` always builds again. What selections read is derived here too, into the new
 index before it is renamed into place (``indexer.select.derived``, kept in the index:
 docs/architecture.md, "Derived data"): selections write nothing (docs/selection.md,
@@ -13,25 +13,33 @@ docs/architecture.md, "Derived data"): selections write nothing (docs/selection.
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
 import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer import durable
-from indexer.build import BuildResult, build_index, build_lock
 from indexer.errors import TorchTalkError
 from indexer.query import adjacency
 from indexer.query.freshness import Freshness, check_freshness
 from indexer.query.index import Index
+from indexer.rebuild import full_build_reason
 from indexer.select import derived
-from indexer.store.db import connect_writable
-from indexer.update import UpdateResult, full_build_reason, update_index
+from indexer.select.hub import derived_key
+from indexer.store.db import connect_writable, write_meta
 from indexer.wording import plural
 from indexer.workspace import Workspace
+
+if TYPE_CHECKING:  # build and update are imported only when a refresh needs them
+    from indexer.build import BuildResult
+    from indexer.update import UpdateResult
+
+# In the index's meta: the key of the index (and deriving code) that preparing failed
+# for, and why; a later refresh of that same index does not copy it to fail again.
+PREPARE_FAILED = "prepare_failed"
 
 
 @dataclass
@@ -63,12 +71,14 @@ def rebuild_reason(workspace: Workspace, compile_commands: Path | None = None) -
 class Preparation:
     """Derives what selections read into a new index's private file before it is
     renamed into place (given to a build or an update as ``derive``), noting what was
-    done; a failure leaves the index without it (selections walk what is missing)."""
+    done; a failure leaves the index without it (selections walk what is missing), and
+    is recorded in that file so that refreshes of the same index do not try again."""
 
     def __init__(self, workspace: Workspace) -> None:
         self.source = workspace.source
         self.done: derived.Prepared | None = None
         self.problem: str | None = None
+        self.recorded = False  # the failure is written into the file
         self.seconds = 0.0
 
     def __call__(self, db_path: Path, conn: sqlite3.Connection) -> None:
@@ -77,6 +87,7 @@ class Preparation:
             self.done = derived.prepare(self.source, db_path, conn)
         except (OSError, sqlite3.Error) as exc:
             self.problem = str(exc)
+            self.recorded = _record_failure(db_path, conn, self.problem)
         self.seconds += time.perf_counter() - started
 
     def installed(self, db_path: Path, done: Refresh) -> None:
@@ -86,6 +97,32 @@ class Preparation:
         if self.done is not None:
             done.prepared = self.done.what
             adjacency.hold(db_path, self.done.meta, self.done.adjacency)
+
+
+def _record_failure(db_path: Path, conn: sqlite3.Connection, problem: str) -> bool:
+    """Note in the private file at ``db_path`` that preparing it failed, and why;
+    whether it could be written."""
+    try:
+        index = Index(db_path)
+        try:
+            key = derived_key(index)
+        finally:
+            index.close()
+        write_meta(conn, {PREPARE_FAILED: {"key": key, "problem": problem}})
+    except (OSError, sqlite3.Error, TorchTalkError):
+        return False
+    return True
+
+
+def failed_before(index: Index) -> str | None:
+    """Why preparing this very index (by this code) failed before, if it did."""
+    try:
+        found = json.loads(index.meta.get(PREPARE_FAILED) or "null")
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(found, dict) or found.get("key") != derived_key(index):
+        return None
+    return str(found.get("problem") or "unknown")
 
 
 def refresh_index(
@@ -100,6 +137,8 @@ def refresh_index(
     reason = "--force" if force else rebuild_reason(workspace, compile_commands)
     preparation = Preparation(workspace)
     if reason is None:
+        from indexer.update import update_index
+
         updated = update_index(
             workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,
             compile_commands=compile_commands, derive=preparation,
@@ -109,6 +148,8 @@ def refresh_index(
         else:
             done = Refresh("up to date" if updated.up_to_date else "updated", "", None, updated)
     else:
+        from indexer.build import build_index
+
         built = build_index(
             workspace, jobs=jobs, wait=wait, show_progress=show_progress, force=force,
             compile_commands=compile_commands, derive=preparation,
@@ -130,29 +171,44 @@ def prepared(workspace: Workspace) -> bool:
         index.close()
 
 
+def _to_prepare(workspace: Workspace, done: Refresh) -> bool:
+    """Whether the index is still to be prepared: not prepared, and no failure to
+    prepare this same index recorded (then ``done`` says so)."""
+    index = Index(workspace.db_path)
+    try:
+        if derived.is_prepared(index):
+            return False
+        failed = failed_before(index)
+    finally:
+        index.close()
+    if failed is not None:
+        done.prepare_problem = f"{failed} (recorded when this index was prepared before)"
+        return False
+    return True
+
+
 def prepare_for_selection(workspace: Workspace, done: Refresh, *, wait: bool = True) -> None:
     """Derive what selections read into the workspace's index when it does not hold it
     (an index made by code that did not, or by another version of the deriving code):
-    into a copy, renamed over it under the build lock, as an update would."""
-    if prepared(workspace):
+    into a copy, renamed over it under the build lock, as an update would. Asked again
+    under the lock: another process may have prepared it meanwhile."""
+    if not _to_prepare(workspace, done):
         return
+    from indexer.build import build_lock
+
     db_path = workspace.db_path
     preparation = Preparation(workspace)
     with build_lock(db_path.parent, wait=wait):
-        tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
-        try:
-            shutil.copyfile(db_path, tmp)
-            conn = connect_writable(tmp)
+        if not _to_prepare(workspace, done):
+            return
+        with durable.Replacement(db_path, copy_of=db_path, tag="building") as new:
+            conn = connect_writable(new.path)
             try:
-                preparation(tmp, conn)
+                preparation(new.path, conn)
             finally:
                 conn.close()
-            if preparation.done is not None:
-                with open(tmp, "rb+") as handle:
-                    os.fsync(handle.fileno())
-                durable.replace(tmp, db_path)
-        finally:
-            tmp.unlink(missing_ok=True)
+            if preparation.done is not None or preparation.recorded:
+                new.install()
     preparation.installed(db_path, done)
 
 

@@ -19,9 +19,7 @@ database (renamed over the index under the build lock, so readers never see a ha
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -41,7 +39,6 @@ from indexer.build import (
     scan_header_macros,
 )
 from indexer.changes import Changes, detect_changes
-from indexer.code_key import OTHER_CODE, extraction_code_key
 from indexer.cpp.shared_macros import SharedMacros, changed_names
 from indexer.extract.context import TreeContext, context_meta, stored_context
 from indexer.extract.pipeline import extract_all
@@ -49,15 +46,15 @@ from indexer.gitinfo import head_commit
 from indexer.link import link
 from indexer.paths import is_header, language_of
 from indexer.precise.layer import CACHE_DIR as PRECISE_CACHE
-from indexer.precise.layer import SWITCH as PRECISE_SWITCH
 from indexer.precise.layer import precise_layer
 from indexer.precise.merge import restore_fast
 from indexer.progress import Progress
 from indexer.query.adjacency_delta import store_delta, track_touched
 from indexer.query.moved_facts import track_facts
+from indexer.rebuild import built_with_compile_commands, full_build_reason
 from indexer.relink import Changed, batches, refs_to_relink, refs_touching
+from indexer.store import tree_stats
 from indexer.store.db import (
-    SCHEMA_VERSION,
     ReusedIds,
     connect_writable,
     evict_file,
@@ -199,41 +196,6 @@ def _orphan_warning(orphans: set[str]) -> str:
     )
 
 
-def full_build_reason(
-    workspace: Workspace, base_path: Path, compile_commands: Path | None = None
-) -> str | None:
-    """Why ``base_path`` cannot be updated in place and needs a full build, if it cannot:
-    the one rebuild policy (``index build``, ``index update`` and the refresh before a
-    selection all ask it). An index made by other extraction code is one: an update
-    would re-extract only the changed files. A ``compile_commands`` the index was not built with is one: the whole precise layer
-    changes (its TUs come from the cache where they can)."""
-    if not base_path.is_file():
-        return "no index yet"
-    try:
-        conn = sqlite3.connect(f"file:{base_path}?mode=ro&immutable=1", uri=True)
-        try:
-            meta = read_meta(conn)
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        return f"the index is unreadable ({exc})"
-    if meta.get("schema_version") != str(SCHEMA_VERSION):
-        return f"schema version {meta.get('schema_version')} != {SCHEMA_VERSION}"
-    if meta.get("harness") != workspace.harness:
-        return f"harness {meta.get('harness')} != {workspace.harness}"
-    if meta.get("manifest") != workspace.manifest.fingerprint():
-        return "the harness manifest changed since the index was built"
-    if stored_context(meta) is None:
-        return "the index was built without the extraction context (shared header macros)"
-    if meta.get("extraction_code") != extraction_code_key():
-        return OTHER_CODE  # an update would mix its facts with this code's (issue 38)
-    if compile_commands is not None and os.environ.get(PRECISE_SWITCH) != "off":
-        built_with = _built_with(meta)
-        if built_with is None or built_with.resolve() != compile_commands.resolve():
-            return f"it was not built with --compile-commands {compile_commands}"
-    return None
-
-
 def update_index(
     workspace: Workspace,
     since: str | None = None,
@@ -299,7 +261,8 @@ def update_index(
         base = sqlite3.connect(f"file:{base_path}?mode=ro&immutable=1", uri=True)
         try:
             meta = read_meta(base)
-            changes = detect_changes(workspace.source, workspace.manifest, base)
+            known = tree_stats.read(base, meta)
+            changes = detect_changes(workspace.source, workspace.manifest, base, known)
             had = dict(base.execute("SELECT path, sha FROM files"))
         finally:
             base.close()
@@ -325,9 +288,8 @@ def update_index(
             result.up_to_date = True
         else:
             # Readers keep the old file; the new one appears whole, by rename.
-            tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
-            try:
-                shutil.copyfile(base_path, tmp)
+            with durable.Replacement(db_path, copy_of=base_path, tag="building") as new:
+                tmp = new.path
                 lap("copy_s")
                 conn = connect_writable(tmp)
                 try:
@@ -354,7 +316,7 @@ def update_index(
                         result.precise = precise_layer(
                             conn,
                             workspace,
-                            compile_commands=compile_commands or _built_with(meta),
+                            compile_commands=compile_commands or built_with_compile_commands(meta),
                             jobs=jobs,
                             cache_dir=db_path.parent / PRECISE_CACHE,
                             changed_headers=[
@@ -369,18 +331,14 @@ def update_index(
                     _refresh_meta(conn, workspace, meta, head, result, ledger, context)
                     write_meta(conn, {"tree_problems": problems_meta(changes.problems)})
                     store_delta(conn, meta)
+                    tree_stats.write(conn, changes.looks)
                     conn.execute("COMMIT")
                     if derive is not None:
                         derive(tmp, conn)
                 finally:
                     conn.close()
-                with open(tmp, "rb+") as handle:
-                    os.fsync(handle.fileno())
-                durable.replace(tmp, db_path)
+                new.install()
                 lap("meta_s")
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
     result.timings["total_s"] = round(time.perf_counter() - started, 3)
     return result
 
@@ -465,13 +423,6 @@ def _no_tu_warning(precise: dict[str, Any]) -> str:
 
 def _precise_on(meta: dict[str, str]) -> bool:
     return (json.loads(meta.get("precise") or "null") or {}).get("mode") == "on"
-
-
-def _built_with(meta: dict[str, str]) -> Path | None:
-    """The --compile-commands the index was built with, if one was given."""
-    precise = json.loads(meta.get("precise") or "null") or {}
-    named = precise.get("compile_commands")
-    return Path(named) if named else None
 
 
 def _refresh_meta(

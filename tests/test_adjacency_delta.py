@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from indexer.build import build_index
-from indexer.query import adjacency
+from indexer.query import adjacency, adjacency_delta
 from indexer.store import derived
 from indexer.store.db import read_meta
 from indexer.update import update_index
@@ -41,11 +41,14 @@ class KeepAdjacency:
     """A ``derive`` for a build or an update that keeps the adjacency alone (what
     ``indexer.select.derived.prepare`` does first), noting which blocks it wrote."""
 
-    def __init__(self) -> None:
+    def __init__(self, edge_rows: bool = True) -> None:
         self.blocks: list[set[int] | None] = []
+        self.edge_rows = edge_rows  # False: as if the update kept no edge rows
 
     def __call__(self, db_path: Path, conn: sqlite3.Connection) -> None:
         derived.ensure(conn)
+        if not self.edge_rows:
+            derived.drop(conn, (adjacency_delta.EDGE_ROWS,))
         with closing(sqlite3.connect(f"file:{db_path}?mode=ro&immutable=1", uri=True)) as ro:
             meta = read_meta(ro)
             made = adjacency.derive(ro, meta)
@@ -55,12 +58,18 @@ class KeepAdjacency:
         self.blocks.append(made.blocks)
 
 
+@pytest.mark.parametrize("edge_rows", [True, False], ids=["edge rows", "touched nodes read"])
 def test_the_spliced_adjacency_equals_a_build_after_every_kind_of_change(
-    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch
+    minitorch_repo: Path, monkeypatch: pytest.MonkeyPatch, edge_rows: bool
 ) -> None:
+    """Spliced from the update's own edge rows, or (an update that kept none) from
+    every row of the nodes it touched, read again."""
     monkeypatch.setattr(adjacency, "BLOCK", 16)  # many blocks, so that some are kept as they are
+    reread: list[int] = []
+    real_splice = adjacency.splice
+    monkeypatch.setattr(adjacency, "splice", lambda *args: reread.append(1) or real_splice(*args))
     workspace = Workspace.resolve(minitorch_repo)
-    keep = KeepAdjacency()
+    keep = KeepAdjacency(edge_rows)
     build_index(workspace, jobs=1, show_progress=False, derive=keep)
     assert keep.blocks == [None]  # built: every block written
     narrow = []
@@ -80,6 +89,7 @@ def test_the_spliced_adjacency_equals_a_build_after_every_kind_of_change(
         finally:
             conn.close()
     assert any(narrow)  # a narrow change rewrote only the blocks of what it touched
+    assert len(reread) == (0 if edge_rows else len(STEPS))
 
 
 def test_an_index_without_the_bases_adjacency_builds_it(minitorch_repo: Path) -> None:

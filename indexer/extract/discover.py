@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,28 +19,62 @@ class SourceEntry:
 
 
 def is_test_file(path: str, manifest: Manifest) -> bool:
-    if not under_any(path, manifest.list("tests", "dirs")):
+    rules = _rules(manifest)
+    if not under_any(path, rules.test_dirs):
         return False
     name = path.rsplit("/", 1)[-1]
-    return any(glob_match(name, pattern) for pattern in manifest.list("tests", "patterns"))
+    return any(glob_match(name, pattern) for pattern in rules.test_patterns)
 
 
 def wanted_language(path: str, manifest: Manifest) -> str | None:
     """The language ``path`` is indexed as under ``manifest``, or None if it is not indexed."""
-    if matches_any(path, manifest.list("sources", "exclude")):
+    rules = _rules(manifest)
+    if matches_any(path, rules.exclude):
         return None
     language = language_of(path)
     if language in ("cpp", "cuda"):
-        return language if under_any(path, manifest.list("sources", "cpp")) else None
+        return language if under_any(path, rules.cpp) else None
     if language == "python":
-        roots = manifest.list("sources", "python") + manifest.list("tests", "dirs")
-        return language if under_any(path, roots) else None
+        return language if under_any(path, rules.python) else None
     if language == "yaml":
-        yamls = manifest.list("bindings", "native_functions") + manifest.list(
-            "bindings", "derivatives"
-        )
-        return language if path in yamls else None
+        return language if path in rules.yamls else None
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """The manifest's lists ``wanted_language`` reads, read once per manifest (it is
+    asked for every file of a tree)."""
+
+    exclude: tuple[str, ...]
+    cpp: tuple[str, ...]
+    python: tuple[str, ...]
+    yamls: frozenset[str]
+    test_dirs: tuple[str, ...]
+    test_patterns: tuple[str, ...]
+
+
+_RULES: dict[int, tuple[Manifest, _Rules]] = {}
+
+
+def _rules(manifest: Manifest) -> _Rules:
+    held = _RULES.get(id(manifest))
+    if held is not None and held[0] is manifest:
+        return held[1]
+    rules = _Rules(
+        tuple(manifest.list("sources", "exclude")),
+        tuple(manifest.list("sources", "cpp")),
+        tuple(manifest.list("sources", "python") + manifest.list("tests", "dirs")),
+        frozenset(
+            manifest.list("bindings", "native_functions") + manifest.list("bindings", "derivatives")
+        ),
+        tuple(manifest.list("tests", "dirs")),
+        tuple(manifest.list("tests", "patterns")),
+    )
+    if len(_RULES) > 16:
+        _RULES.clear()
+    _RULES[id(manifest)] = (manifest, rules)
+    return rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +138,18 @@ def discover(
             language = wanted_language(rel, manifest)
             if language is None:
                 continue
-            full = os.path.join(dirpath, filename)
-            if os.path.islink(full) or not os.path.isfile(full):
+            try:
+                found_stat = os.lstat(os.path.join(dirpath, filename))
+            except OSError:
+                continue
+            if not stat.S_ISREG(found_stat.st_mode):  # a link or not a file
                 continue
             if not is_utf8(rel):
                 found.append(
                     TreeProblem(printable(rel), "file name is not valid UTF-8: not indexed")
                 )
                 continue
-            entries.append(SourceEntry(rel, language, os.path.getsize(full)))
+            entries.append(SourceEntry(rel, language, found_stat.st_size))
     entries.sort(key=lambda entry: entry.path)
     found.sort(key=lambda problem: problem.path)
     return entries

@@ -51,6 +51,7 @@ class SymbolTable:
         self.parent: dict[int, int | None] = {}
         self.line: dict[int, int] = {}
         self._attrs_raw: dict[int, str] = {}
+        self._parsed: dict[str, dict[str, Any]] = {}
         for node_id, kind, name, qualname, file_id, parent, line, attrs in conn.execute(
             "SELECT id, kind, name, qualname, file_id, parent_id, line, attrs FROM nodes"
         ):
@@ -65,8 +66,15 @@ class SymbolTable:
         self.paths: dict[int, str] = dict(conn.execute("SELECT id, path FROM files"))
 
     def attrs(self, node_id: int) -> dict[str, Any]:
+        """The node's attributes: a dict of its own (many nodes share the same JSON,
+        parsed once: ``{"arity":[0,0],"signature":"()"}``)."""
         raw = self._attrs_raw.get(node_id)
-        return json.loads(raw) if raw else {}
+        if not raw:
+            return {}
+        parsed = self._parsed.get(raw)
+        if parsed is None:
+            parsed = self._parsed[raw] = json.loads(raw)
+        return dict(parsed)
 
     @cached_property
     def by_qualname(self) -> dict[str, list[int]]:

@@ -29,12 +29,13 @@ import sqlite3
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from indexer.query.adjacency_delta import deltas_of
+from indexer.query.adjacency_delta import EdgeRows, deltas_of, edge_rows
 from indexer.store import derived
 
 NAME = "adjacency"  # its item in the index's derived data
@@ -277,10 +278,14 @@ def derive(conn: sqlite3.Connection, meta: dict[str, str]) -> Derived:
     found = read(conn, derived.index_key(meta))
     if found is not None:
         return Derived(found, set())
+    rows = edge_rows(conn, meta)
     for delta in deltas_of(meta):
         base = read(conn, delta.base)
         if base is not None:
-            spliced = splice(base, conn, delta.nodes)
+            if rows is not None and rows.base == delta.base:
+                spliced = splice_rows(base, conn, delta.rows, rows)
+            else:
+                spliced = splice(base, conn, delta.nodes)
             if spliced is None:
                 break
             grown = range(base.node_count, spliced.node_count)
@@ -440,33 +445,43 @@ def _codes_within(codes: array, count: int, *allowed: int) -> bool:
     return not codes.tobytes().translate(None, valid)
 
 
-def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:
-    """``base`` with the rows of ``touched`` nodes read again from ``conn``; None when
-    the result could not equal a build (a kind ``base`` has no code for)."""
+def _spliced_nodes(
+    base: Adjacency, conn: sqlite3.Connection, nodes: list[int]
+) -> tuple[int, dict[str, array]] | None:
+    """The highest id of the new graph, and ``base``'s node arrays grown to it with the
+    rows of ``nodes`` (and of every new id) read again; None when no build could give
+    them (the highest ids went, or a node kind ``base`` has no code for)."""
     node_codes = {kind: code for code, kind in enumerate(base.node_kinds)}
-    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
     max_id = max(
         conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
         for table, column in (("nodes", "id"), ("edges", "src_id"), ("edges", "dst_id"))
     )
     if max_id + 1 < base.node_count:
         return None  # the highest ids went: the arrays would be shorter than a build's
-    touched = sorted(set(touched))
-    node_kind = base.node_kind[:] + array("b", [NONE]) * (max_id + 1 - base.node_count)
-    node_file = base.node_file[:] + array("i", [NONE]) * (max_id + 1 - base.node_count)
-    grown = list(range(base.node_count, max_id + 1))
-    for node in touched + grown:
-        if node <= max_id:
-            node_kind[node], node_file[node] = NONE, NONE
-    rows = _in_batches(
-        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", touched + grown
-    )
-    for node, kind, file in rows:
+    grown = max_id + 1 - base.node_count
+    node_kind = base.node_kind[:] + array("b", [NONE]) * grown
+    node_file = base.node_file[:] + array("i", [NONE]) * grown
+    read = sorted({n for n in nodes if n <= max_id} | set(range(base.node_count, max_id + 1)))
+    for node in read:
+        node_kind[node], node_file[node] = NONE, NONE
+    for node, kind, file in _in_batches(
+        conn, "SELECT id, kind, file_id FROM nodes WHERE id IN ({})", read
+    ):
         if kind not in node_codes:
             return None
         node_kind[node], node_file[node] = node_codes[kind], file
-    arrays: dict[str, array] = {"node_kind": node_kind, "node_file": node_file}
-    changed = sorted({n for n in touched if n <= max_id} | set(grown))
+    return max_id, {"node_kind": node_kind, "node_file": node_file}
+
+
+def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adjacency | None:
+    """``base`` with the rows of ``touched`` nodes read again from ``conn``; None when
+    the result could not equal a build (a kind ``base`` has no code for)."""
+    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
+    made = _spliced_nodes(base, conn, touched)
+    if made is None:
+        return None
+    max_id, arrays = made
+    changed = sorted({n for n in touched if n <= max_id} | set(range(base.node_count, max_id + 1)))
     for side, end, other in (("in", "dst_id", "src_id"), ("out", "src_id", "dst_id")):
         fresh = _in_batches(
             conn,
@@ -477,28 +492,122 @@ def splice(base: Adjacency, conn: sqlite3.Connection, touched: list[int]) -> Adj
         if any(row[2] not in edge_codes for row in fresh):
             return None
         fresh.sort(key=lambda row: (row[0], row[2]))  # batches each come sorted
-        spliced = _splice_side(base, side, changed, fresh, edge_codes, max_id)
+        runs: dict[int, list] = {node: [[]] for node in changed}
+        for node, neighbour, kind, file, line, ref in fresh:
+            runs[node][0].append((neighbour, edge_codes[kind], file, line, ref))
+        spliced = _splice_side(base, side, changed, runs, max_id)
         arrays.update({f"{side}_{name}": values for name, values in spliced.items()})
     return Adjacency(base.node_kinds, base.edge_kinds, arrays)
+
+
+def splice_rows(
+    base: Adjacency, conn: sqlite3.Connection, rows_changed: list[int], edges: EdgeRows
+) -> Adjacency | None:
+    """``base`` with the update's edge rows applied: the rows that went taken out of
+    their nodes' runs, the rows that came (ids above every kept row: they end their
+    kind's run) read from ``conn`` and appended, and the nodes whose own row changed
+    read again. Only those rows are read, not every edge of every node they touch. None
+    as for :func:`splice`."""
+    edge_codes = {kind: code for code, kind in enumerate(base.edge_kinds)}
+    made = _spliced_nodes(base, conn, rows_changed)
+    if made is None:
+        return None
+    max_id, arrays = made
+    grown = range(base.node_count, max_id + 1)
+    added: list[tuple] = []
+    if edges.first_added is not None:
+        added = conn.execute(
+            f"SELECT src_id, dst_id, kind, file_id, line, COALESCE(ref_id, {NONE}) FROM edges"
+            " WHERE id >= ? ORDER BY id",
+            (edges.first_added,),
+        ).fetchall()
+    if any(row[2] not in edge_codes for row in (*added, *edges.gone)):
+        return None
+    for side, end in (("in", 1), ("out", 0)):
+        other = 1 - end
+        gone: dict[int, list[tuple]] = {}
+        for row in edges.gone:
+            gone.setdefault(row[end], []).append(
+                (row[other], edge_codes[row[2]], row[3], row[4], row[5])
+            )
+        came: dict[int, list[tuple]] = {}
+        for row in added:
+            came.setdefault(row[end], []).append(
+                (row[other], edge_codes[row[2]], row[3], row[4], row[5])
+            )
+        nodes = sorted({*gone, *came, *grown})
+        if nodes and (nodes[0] < 0 or nodes[-1] > max_id):
+            return None  # an end no node id can have: a build makes no such arrays
+        runs = {
+            node: _node_rows(base, side, node, gone.get(node), came.get(node)) for node in nodes
+        }
+        if any(found is None for found in runs.values()):
+            return None
+        spliced = _splice_side(base, side, nodes, runs, max_id)
+        arrays.update({f"{side}_{name}": values for name, values in spliced.items()})
+    return Adjacency(base.node_kinds, base.edge_kinds, arrays)
+
+
+def _node_rows(
+    base: Adjacency, side: str, node: int, gone: list[tuple] | None, came: list[tuple] | None
+) -> list[range | list[tuple]] | None:
+    """``node``'s rows on ``side`` after the update: its rows in ``base`` but those that
+    went, then those that came, kind by kind (each kind's kept rows come first: their ids
+    are lower). As pieces, in order: a ``range`` of ``base`` positions kept as they are,
+    or rows (other, kind code, file, line, ref); only the kinds' runs that lost a row
+    are read row by row. None when a row that went is not among its rows."""
+    first = last = 0
+    if node < base.node_count:
+        offsets: array = getattr(base, f"{side}_offsets")
+        first, last = offsets[node], offsets[node + 1]
+    kinds: array = getattr(base, f"{side}_kind")
+    columns = [getattr(base, f"{side}_{name}") for name in _COLUMNS]
+    gone_by_kind: dict[int, list[tuple]] = {}
+    for row in gone or ():
+        gone_by_kind.setdefault(row[1], []).append(row)
+    came_by_kind: dict[int, list[tuple]] = {}
+    for row in came or ():
+        came_by_kind.setdefault(row[1], []).append(row)
+    pieces: list[range | list[tuple]] = []
+    position = first
+    for code in sorted({*gone_by_kind, *came_by_kind}):
+        start = bisect_left(kinds, code, position, last)
+        end = bisect_right(kinds, code, start, last)
+        pieces.append(range(position, start))
+        went = gone_by_kind.get(code)
+        if went:
+            left = Counter(went)
+            kept = []
+            for row in zip(*(values[start:end] for values in columns), strict=True):
+                if left.get(row):
+                    left[row] -= 1
+                else:
+                    kept.append(row)
+            if +left:
+                return None
+            pieces.append(kept)
+        else:
+            pieces.append(range(start, end))
+        pieces.append(came_by_kind.get(code, []))
+        position = end
+    pieces.append(range(position, last))
+    return pieces
 
 
 def _splice_side(
     base: Adjacency,
     side: str,
     changed: list[int],
-    fresh: list[tuple],
-    edge_codes: dict[str, int],
+    runs: dict[int, list],
     max_id: int,
 ) -> dict[str, array]:
+    """The arrays of ``side``: each node of ``changed`` with its rows in ``runs`` (as
+    :func:`_node_rows` gives them: ranges of ``base`` positions, or lists of rows), the
+    others' rows copied from ``base`` a stretch at a time."""
     offsets: array = getattr(base, f"{side}_offsets")
-    columns = {
-        name: getattr(base, f"{side}_{name}") for name in ("other", "kind", "file", "line", "ref")
-    }
+    columns = {name: getattr(base, f"{side}_{name}") for name in _COLUMNS}
     out = {name: array(values.typecode) for name, values in columns.items()}
     new_offsets = array("q")
-    by_node: dict[int, list[tuple]] = {}
-    for row in fresh:
-        by_node.setdefault(row[0], []).append(row)
     base_nodes = base.node_count
     kept_from = 0  # the next base node whose rows are still to be copied
     for node in [*changed, max_id + 1]:
@@ -517,12 +626,14 @@ def _splice_side(
         if node > max_id:
             break
         new_offsets.append(len(out["other"]))
-        for _, neighbour, kind, file, line, ref in by_node.get(node, ()):
-            out["other"].append(neighbour)
-            out["kind"].append(edge_codes[kind])
-            out["file"].append(file)
-            out["line"].append(line)
-            out["ref"].append(ref)
+        for piece in runs.get(node, ()):
+            if isinstance(piece, range):
+                if piece:
+                    for name, values in columns.items():
+                        out[name].extend(values[piece.start : piece.stop])
+            elif piece:
+                for name, values in zip(_COLUMNS, zip(*piece, strict=True), strict=True):
+                    out[name].extend(values)
         kept_from = node + 1
     new_offsets.append(len(out["other"]))
     result = {"offsets": new_offsets}

@@ -57,22 +57,27 @@ class Judgments:
     def __init__(self, conn: sqlite3.Connection | None) -> None:
         self._conn = conn if conn is not None and _kept_by_this_code(conn) else None
         self._read: dict[str, Any] = {}
+        self._contents: set[str] = set()  # digests whose answers are in ``_read``
         self.new: dict[str, Any] = {}
 
     def get(self, key: str) -> Any:
         found = self.new.get(key)
         if found is not None:
             return found
-        if key in self._read:
-            return self._read[key]
-        answer = None
-        if self._conn is not None:
-            row = self._conn.execute(
-                "SELECT answer FROM judgments WHERE key = ?", (key,)
-            ).fetchone()
-            answer = _answer(row[0]) if row is not None else None
-        self._read[key] = answer
-        return answer
+        digest = key.partition(":")[0]
+        if self._conn is not None and digest not in self._contents:
+            self._read_content(digest)
+        return self._read.get(key)
+
+    def _read_content(self, digest: str) -> None:
+        """Every answer kept for the content ``digest`` (a key's part before its first
+        ':'), in one range query: a walk asks about many lines of each file it reads."""
+        self._contents.add(digest)
+        rows = self._conn.execute(  # type: ignore[union-attr]
+            "SELECT key, answer FROM judgments WHERE key = ? OR (key >= ? AND key < ?)",
+            (digest, f"{digest}:", f"{digest};"),  # ';' follows ':'; a key with no ':'
+        )
+        self._read.update((key, _answer(text)) for key, text in rows)
 
     def put(self, key: str, answer: Any) -> None:
         self.new[key] = answer

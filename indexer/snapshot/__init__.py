@@ -1,35 +1,37 @@
 """Snapshots: frozen, named, relocatable copies of an index, and archives of them.
 
 ``store`` keeps them in the cache directory, ``nearest`` picks one for a checkout,
-``archive`` moves them between machines, ``diff`` compares two.
+``archive`` moves them between machines, ``diff`` compares two. The names below are
+imported on first use: a selection reads ``fingerprint`` alone, and must not load the
+store (and the index build it locks with) to do so.
 """
 
-from indexer.snapshot.archive import export_snapshot, import_snapshot
-from indexer.snapshot.diff import diff_databases
-from indexer.snapshot.names import validate_name
-from indexer.snapshot.nearest import Nearest, find_nearest
-from indexer.snapshot.store import (
-    SnapshotError,
-    SnapshotInfo,
-    delete_snapshot,
-    install_snapshot,
-    list_snapshots,
-    read_info,
-    save_snapshot,
-)
+from __future__ import annotations
 
-__all__ = [
-    "Nearest",
-    "SnapshotError",
-    "SnapshotInfo",
-    "delete_snapshot",
-    "diff_databases",
-    "export_snapshot",
-    "find_nearest",
-    "import_snapshot",
-    "install_snapshot",
-    "list_snapshots",
-    "read_info",
-    "save_snapshot",
-    "validate_name",
-]
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "export_snapshot": "archive",
+    "import_snapshot": "archive",
+    "diff_databases": "diff",
+    "validate_name": "names",
+    "Nearest": "nearest",
+    "find_nearest": "nearest",
+    "SnapshotError": "store",
+    "SnapshotInfo": "store",
+    "delete_snapshot": "store",
+    "install_snapshot": "store",
+    "list_snapshots": "store",
+    "read_info": "store",
+    "save_snapshot": "store",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{module}"), name)

@@ -464,26 +464,22 @@ def install_snapshot(workspace: Workspace, info: SnapshotInfo, *, wait: bool = T
     source_db = db_of(info.name)
     _check_db(source_db, info.name)
     db_path = workspace.db_path
-    with build_lock(db_path.parent, wait=wait):
-        tmp = db_path.with_name(f"{db_path.name}.building-{os.getpid()}")
+    with (
+        build_lock(db_path.parent, wait=wait),
+        durable.Replacement(db_path, copy_of=source_db, tag="building") as new,
+    ):
+        conn = connect_writable(new.path)
         try:
-            shutil.copyfile(source_db, tmp)
-            conn = connect_writable(tmp)
-            try:
-                values = [
-                    ("source_path", str(workspace.source)),
-                    ("harness_chosen_by", workspace.chosen_by),
-                    ("loaded_snapshot", info.name),
-                ]
-                conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
-            finally:
-                conn.close()
-            _fsync(tmp)
-            _install_record(snapshot_dir(info.name) / RECORD_FILE, record_path_for(db_path))
-            durable.replace(tmp, db_path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            values = [
+                ("source_path", str(workspace.source)),
+                ("harness_chosen_by", workspace.chosen_by),
+                ("loaded_snapshot", info.name),
+            ]
+            conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values)
+        finally:
+            conn.close()
+        _install_record(snapshot_dir(info.name) / RECORD_FILE, record_path_for(db_path))
+        new.install()
     return db_path
 
 

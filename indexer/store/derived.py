@@ -58,8 +58,11 @@ def index_key(meta: dict[str, str]) -> str:
 
 
 def ensure(conn: sqlite3.Connection) -> None:
-    """Create the tables in an index made before they existed (a writer's connection)."""
-    conn.executescript(SCHEMA)
+    """Create the tables in an index made before they existed (a writer's connection;
+    statement by statement: ``executescript`` would commit the caller's transaction)."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
 
 
 def header(conn: sqlite3.Connection, name: str, key: str) -> dict[str, Any] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -34,9 +33,8 @@ class IndexWriter:
 
     def __init__(self, final_path: Path) -> None:
         self.final_path = final_path
-        final_path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp_path = final_path.with_name(f"{final_path.name}.building-{os.getpid()}")
-        self.tmp_path.unlink(missing_ok=True)
+        self._file = durable.Replacement(final_path, tag="building")
+        self.tmp_path = self._file.path
         self.conn: sqlite3.Connection = connect_writable(self.tmp_path)
         create_schema(self.conn)
         write_meta(self.conn, {"schema_version": str(SCHEMA_VERSION)})
@@ -66,16 +64,13 @@ class IndexWriter:
         if derive is not None:
             derive(self.tmp_path, self.conn)
         self.conn.close()
-        with open(self.tmp_path, "rb+") as handle:
-            os.fsync(handle.fileno())
-        durable.replace(self.tmp_path, self.final_path)
-        return self.final_path
+        return self._file.install()
 
     def abort(self) -> None:
         try:
             self.conn.close()
         finally:
-            self.tmp_path.unlink(missing_ok=True)
+            self._file.discard()
 
     def __enter__(self) -> IndexWriter:
         return self
