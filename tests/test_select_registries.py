@@ -237,9 +237,9 @@ def test_a_method_whose_config_is_chosen_at_run_time_is_an_entry(tree: IndexedTr
 
 
 def test_an_org_name_string_that_is_no_model_id_loads_no_architecture(tree: IndexedTree) -> None:
-    """``"application/json"`` has the shape of a model id, but no id the tables map has
-    its owner: it names no entry, not the wildcard of unmapped ids; ``org/unlisted-llama``
-    (an owner the examples table has) still does."""
+    """``"application/json"`` (a media type) and ``"examples/template_chatml.jinja"`` (a
+    file) have the shape of a model id but cannot name a checkpoint: they link to no entry,
+    not to the wildcard of unmapped ids; ``org/unlisted-llama`` still does."""
     tree.replace("regext/models/llama.py", 'config.get("layers", 2)', 'config.get("layers", 3)')
     chosen = selected(tree.select())
     assert "tests/entrypoints/test_headers.py" not in chosen
@@ -253,7 +253,7 @@ def test_an_org_name_string_that_is_no_model_id_loads_no_architecture(tree: Inde
         )
     }
     assert "org/unlisted-llama" in linked
-    assert "application/json" not in linked
+    assert not linked & {"application/json", "examples/template_chatml.jinja"}
 
 
 def test_modules_shows_the_python_definitions_beside_a_registry_name(tree: IndexedTree) -> None:

@@ -39,11 +39,29 @@ MAX_NAME = 200
 ANY_ID = "*"
 
 
-def model_id_owner(model_id: str) -> str:
-    """The owner part of a model id (``Qwen`` of ``Qwen/Qwen3-0.6B``), case folded as
-    the hub folds it: a string is a model id a table could map when its owner hosts one
-    the tables map (indexer/python/resolve.py ``resolve_registry``)."""
-    return model_id.partition("/")[0].casefold()
+# What an org/name string is when it is recognisably no model id: a media type
+# (``application/json``), or a file by its extension (``csrc/ops.cpp``,
+# ``examples/template.jinja``). Fixed lists, not the tree's directories: a string's
+# resolution must not depend on files an update may add (indexer/relink.py).
+MEDIA_TYPES = frozenset({"application", "audio", "font", "image", "multipart", "text", "video"})
+# fmt: off
+FILE_EXTENSIONS = frozenset({
+    "bin", "c", "cc", "cpp", "csv", "cu", "cuh", "gz", "h", "hpp", "jinja", "jpeg", "jpg",
+    "json", "jsonl", "md", "mp4", "parquet", "png", "pt", "py", "pyi", "safetensors", "sh",
+    "toml", "txt", "wav", "yaml", "yml",
+})
+# fmt: on
+
+
+def could_be_model_id(value: str) -> bool:
+    """Whether an ``org/name`` string no table maps may name a checkpoint (and so load any
+    architecture): not a media type nor a file name (indexer/python/resolve.py
+    ``resolve_registry``); hub ids have dots too (``Llama-3.2-1B``), never these suffixes."""
+    owner, _, name = value.partition("/")
+    if owner.casefold() in MEDIA_TYPES:
+        return False
+    stem, dot, suffix = name.rpartition(".")
+    return not (dot and stem and suffix.casefold() in FILE_EXTENSIONS)
 
 
 def is_table_file(path: str, patterns: list[str]) -> bool:
