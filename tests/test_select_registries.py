@@ -223,6 +223,8 @@ def test_a_method_whose_config_is_chosen_at_run_time_is_an_entry(tree: IndexedTr
     edges = _registers(tree)
     owner = "regext.quantization.get_quantization_config"
     assert ("auto_fp8", "registry_entry", owner, f"{quant}:{line}") in edges
+    # describe()'s {"width": width} holds no class: it is no registry.
+    assert not [edge for edge in edges if edge[0] == "width"]
     for path, old, new in (
         ("regext/quantization/fp8.py", "self.bits = 8", "self.bits = 9"),
         ("regext/quantization/awq.py", "self.bits = 4", "self.bits = 5"),

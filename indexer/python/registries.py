@@ -134,6 +134,8 @@ class RegistryTables:
                     self._tables(stmts, owner, owner_qual)
 
     def _table(self, table: ast.Dict, owner: int, qual: str, var: str) -> None:
+        chosen: list[tuple[str, int, ast.expr]] = []  # keys whose class is chosen at run time
+        classes = 0
         for key_node, value in zip(table.keys, table.values, strict=True):
             key = _string(key_node)
             if key is None:
@@ -146,22 +148,25 @@ class RegistryTables:
                     module = f"{self.package}.{module}"
                 entry = self._entry(key, f"{qual}[{key}]", owner, line, var)
                 self.fi.emit_ref(entry, REGISTERS, "py", f"{module}.{name}", line)
-                continue
-            if isinstance(value, ast.Call):
+                classes += 1
+            elif isinstance(value, ast.Call):
                 for alias, alias_line in self._aliases(value, key):
                     self._aliased.setdefault(key, line)
                     entry = self._entry(
                         alias, f"{qual}[{key}]={alias}", owner, alias_line, var, key
                     )
                     self.fi.emit_ref(entry, REGISTERS, SCHEME, key, alias_line)
-                continue
-            if not isinstance(value, (ast.Name, ast.Attribute)):
-                continue  # a string, a number, a nested table: no class to load
-            dotted = self._dotted(value)
-            if dotted is not None:
+            elif isinstance(value, (ast.Name, ast.Attribute)):
+                dotted = self._dotted(value)
+                if dotted is None:
+                    chosen.append((key, line, value))
+                    continue
                 entry = self._entry(key, f"{qual}[{key}]", owner, line, var)
                 self.fi.emit_ref(entry, REGISTERS, "py", dotted, line)
-                continue
+                classes += 1
+        if not classes:
+            return  # no class in the table (``{"hash": module_hash}``): no registry
+        for key, line, value in chosen:
             # A class chosen at run time (``"deepseek_v4_fp8": deepseek_config``, a local
             # set in branches): the entry loads whatever the code holding the table may
             # choose, so it registers that code, and a test naming the key is kept with
