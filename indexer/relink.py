@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.cpp.aten_api import api_spellings
+from indexer.graph.vocabulary import NodeKind
 from indexer.store.db import target_key
 
 _BATCH = 900
@@ -79,7 +80,7 @@ POLICIES: dict[str, Policy] = {
     # Fixtures by name, then by the nearest conftest.py.
     "fixture": Policy(frozenset({"test_utility"}), True),
     # Registry entries by name; a model id is no identifier, so not keyed by a last name.
-    "registry": Policy(frozenset({"registry_entry"}), False),
+    "registry": Policy(frozenset({NodeKind.REGISTRY_ENTRY.value}), False),
     # Dotted names through re-exports and partial prefixes: not keyed by the last name.
     "py": Policy(_PYTHON, False),
     # OpInfo list membership from module summaries (test files hold some) and class

@@ -135,13 +135,14 @@ def test_a_model_id_no_table_maps_may_load_any_architecture(tree: IndexedTree) -
             "regext/quantization/fp8.py",
             "self.bits = 8",
             "self.bits = 9",
-            {"tests/quantization/test_fp8_serve.py"},  # "--quantization", "fp8"
+            # "--quantization", "fp8"; "auto_fp8", whose config the table's function chooses
+            {"tests/quantization/test_fp8_serve.py", "tests/quantization/test_auto_serve.py"},
         ),
         (
             "regext/quantization/awq.py",
             "self.bits = 4",
             "self.bits = 5",
-            {"tests/quantization/test_awq_serve.py"},  # quantization="awq"
+            {"tests/quantization/test_awq_serve.py", "tests/quantization/test_auto_serve.py"},
         ),
     ],
 )
@@ -152,9 +153,9 @@ def test_a_quantization_change_selects_the_tests_naming_its_method(
     selection = tree.select()
     assert not selection.everything
     assert selected(selection) == expected
-    (only,) = expected
-    kinds = [h.kind for h in selection.files[only].reasons[0].chain]
-    assert "registers" in kinds
+    for path in expected:
+        kinds = [h.kind for h in selection.files[path].reasons[0].chain]
+        assert "registers" in kinds
 
 
 def test_modules_and_trace_answer_an_architecture(tree: IndexedTree) -> None:
@@ -211,3 +212,58 @@ def test_an_update_links_registry_names_as_a_rebuild_does(tmp_path) -> None:
         assert_same_graph(workspace.db_path, rebuild_copy(repo, tmp_path / f"r{number}"), rel)
     edges = graph_of(workspace.db_path)["edges"]
     assert any("org/tiny-opt-v2" in repr(row) and "registers" in repr(row) for row in edges)
+
+
+def test_a_method_whose_config_is_chosen_at_run_time_is_an_entry(tree: IndexedTree) -> None:
+    """``"auto_fp8": auto_config`` (a local the function sets): no class to resolve, so the
+    entry registers the function holding the table, and a test naming the method is kept
+    for a change to any config that function may choose."""
+    quant = "regext/quantization/__init__.py"
+    line = tree.line(quant, '"auto_fp8": auto_config')
+    edges = _registers(tree)
+    owner = "regext.quantization.get_quantization_config"
+    assert ("auto_fp8", "registry_entry", owner, f"{quant}:{line}") in edges
+    # describe()'s {"width": width} holds no class: it is no registry.
+    assert not [edge for edge in edges if edge[0] == "width"]
+    for path, old, new in (
+        ("regext/quantization/fp8.py", "self.bits = 8", "self.bits = 9"),
+        ("regext/quantization/awq.py", "self.bits = 4", "self.bits = 5"),
+    ):
+        tree.replace(path, old, new)
+        selection = tree.select()
+        assert "tests/quantization/test_auto_serve.py" in selected(selection), path
+        kinds = [h.kind for h in selection.files["tests/quantization/test_auto_serve.py"]
+                 .reasons[0].chain]  # fmt: skip
+        assert "registers" in kinds
+        tree.reset()
+
+
+def test_an_org_name_string_that_is_no_model_id_loads_no_architecture(tree: IndexedTree) -> None:
+    """``"application/json"`` (a media type) and ``"examples/template_chatml.jinja"`` (a
+    file) have the shape of a model id but cannot name a checkpoint: they link to no entry,
+    not to the wildcard of unmapped ids; ``org/unlisted-llama`` still does."""
+    tree.replace("regext/models/llama.py", 'config.get("layers", 2)', 'config.get("layers", 3)')
+    chosen = selected(tree.select())
+    assert "tests/entrypoints/test_headers.py" not in chosen
+    assert "tests/entrypoints/test_serve_unlisted.py" in chosen
+    index = tree.index()
+    linked = {
+        target
+        for (target,) in index.conn.execute(
+            "SELECT r.target FROM refs r JOIN edges e ON e.ref_id = r.id"
+            " WHERE r.scheme = 'registry'"
+        )
+    }
+    assert "org/unlisted-llama" in linked
+    assert not linked & {"application/json", "examples/template_chatml.jinja"}
+
+
+def test_modules_shows_the_python_definitions_beside_a_registry_name(tree: IndexedTree) -> None:
+    """``awq`` is a quantization method, a module and a function: the answer leads with
+    the registry entry and lists the definitions, with a note, instead of dropping them."""
+    answer = modules(tree.index(), "awq")
+    text = answer.to_text()
+    assert "loads regext.quantization.awq.AWQConfig" in text
+    assert "regext.kernels.awq" in text
+    assert "regext.quantization.awq" in text.replace("regext.quantization.awq.AWQConfig", "")
+    assert any("Python definitions also match 'awq'" in note for note in answer.notes)

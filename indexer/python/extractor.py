@@ -23,7 +23,7 @@ from indexer.python.definitions import DefinitionPass, doc_line
 from indexer.python.library_ops import LibraryOps
 from indexer.python.modname import PackageLayout
 from indexer.python.opinfo import OpinfoScanner
-from indexer.python.registries import RegistryTables, is_table_file
+from indexer.python.registries import RegistryTables, is_table_file, string_pair
 from indexer.python.scope import (
     Scope,
     absolute_module,
@@ -133,13 +133,13 @@ class FileIndexer(DefinitionPass, ReferencePass):
             summaries = OpinfoScanner(self).scan(tree.body)
         self._import_parent_package()
         self._walk_module(tree.body)
-        registries = RegistryTables(self, self.registry_decorators)
+        registries = RegistryTables(self, self.registry_decorators, tree)
         if self.registry_tables:
-            registries.tables(tree.body)
+            registries.tables()
         else:
             self._string_registries(tree.body)
         if self.registry_decorators and any(d in text for d in self.registry_decorators):
-            registries.decorated(tree.body)
+            registries.decorated()
         if "library" in text or "custom_op" in text:
             LibraryOps(self).read(tree.body)
         attrs = self.facts.nodes[self.module_node].attrs
@@ -175,7 +175,7 @@ class FileIndexer(DefinitionPass, ReferencePass):
             if not isinstance(value, ast.Dict):
                 continue
             for item in value.values:
-                pair = _string_pair(item)
+                pair = string_pair(item)
                 if pair is None:
                     continue
                 module, name = pair
@@ -350,15 +350,3 @@ class FileIndexer(DefinitionPass, ReferencePass):
                 continue
             scope.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
             self.emit_import(src, f"{module}.{alias.name}", line, **extra)
-
-
-def _string_pair(node: ast.expr | None) -> tuple[str, str] | None:
-    """("module.path", "Name") as string constants, or None."""
-    if not isinstance(node, ast.Tuple) or len(node.elts) != 2:
-        return None
-    texts = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    if len(texts) != 2 or not texts[1].isidentifier():
-        return None
-    if not all(part.isidentifier() for part in texts[0].split(".")):
-        return None
-    return texts[0], texts[1]

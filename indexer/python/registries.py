@@ -25,17 +25,43 @@ import fnmatch
 import re
 from typing import Any
 
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.python.scope import absolute_module, callee_name, dotted_chain
 
-ENTRY = "registry_entry"
-REGISTERS = "registers"
-SCHEME = "registry"
+ENTRY = NodeKind.REGISTRY_ENTRY.value
+REGISTERS = EdgeKind.REGISTERS.value
+SCHEME = "registry"  # the ref scheme of a string naming entries (resolve.resolve_registry)
 # What a key or a model id looks like: one word, or two joined by '/' (org/model); no
 # spaces, so prose, paths and format strings are not names.
 NAME_SHAPE = re.compile(r"[A-Za-z0-9][\w.+\-]*(?:/[\w.+\-]+)?\Z")
 MAX_NAME = 200
 # The name of the entry standing for a model id no table maps (no string has its shape).
 ANY_ID = "*"
+
+
+# What an org/name string is when it is recognisably no model id: a media type
+# (``application/json``), or a file by its extension (``csrc/ops.cpp``,
+# ``examples/template.jinja``). Fixed lists, not the tree's directories: a string's
+# resolution must not depend on files an update may add (indexer/relink.py).
+MEDIA_TYPES = frozenset({"application", "audio", "font", "image", "multipart", "text", "video"})
+# fmt: off
+FILE_EXTENSIONS = frozenset({
+    "bin", "c", "cc", "cpp", "csv", "cu", "cuh", "gz", "h", "hpp", "jinja", "jpeg", "jpg",
+    "json", "jsonl", "md", "mp4", "parquet", "png", "pt", "py", "pyi", "safetensors", "sh",
+    "toml", "txt", "wav", "yaml", "yml",
+})
+# fmt: on
+
+
+def could_be_model_id(value: str) -> bool:
+    """Whether an ``org/name`` string no table maps may name a checkpoint (and so load any
+    architecture): not a media type nor a file name (indexer/python/resolve.py
+    ``resolve_registry``); hub ids have dots too (``Llama-3.2-1B``), never these suffixes."""
+    owner, _, name = value.partition("/")
+    if owner.casefold() in MEDIA_TYPES:
+        return False
+    stem, dot, suffix = name.rpartition(".")
+    return not (dot and stem and suffix.casefold() in FILE_EXTENSIONS)
 
 
 def is_table_file(path: str, patterns: list[str]) -> bool:
@@ -56,18 +82,20 @@ class RegistryTables:
     """The entries of one file: its registry tables (if the harness names the file) and
     its registering decorators."""
 
-    # ``indexer``: the extractor's FileIndexer (not imported: it imports this module).
-    def __init__(self, indexer: Any, decorators: frozenset[str]) -> None:
+    # ``indexer``: the extractor's FileIndexer (not imported: it imports this module);
+    # ``tree``: its parse of the file, read again here for imports inside functions.
+    def __init__(self, indexer: Any, decorators: frozenset[str], tree: ast.Module) -> None:
         self.fi = indexer
         self.decorators = decorators
+        self.tree = tree
         self.package = indexer.modname if indexer.is_package else indexer.modname.rpartition(".")[0]
         self._imports: dict[str, str] | None = None
         self._aliased: dict[str, int] = {}  # key -> line of its first alias (a model id)
 
     # --- tables --------------------------------------------------------------------------
 
-    def tables(self, body: list[ast.stmt]) -> None:
-        self._tables(body, self.fi.module_node, self.fi.modname)
+    def tables(self) -> None:
+        self._tables(self.tree.body, self.fi.module_node, self.fi.modname)
         if self._aliased:
             self._any_id()
 
@@ -106,24 +134,21 @@ class RegistryTables:
                     self._tables(stmts, owner, owner_qual)
 
     def _table(self, table: ast.Dict, owner: int, qual: str, var: str) -> None:
+        chosen: list[tuple[str, int, ast.expr]] = []  # keys whose class is chosen at run time
+        classes = 0
         for key_node, value in zip(table.keys, table.values, strict=True):
             key = _string(key_node)
             if key is None:
                 continue  # a spread of another table (``**other``): its own entries
             line = key_node.lineno  # type: ignore[union-attr]
-            pair = _pair(value)
+            pair = string_pair(value)
             if pair is not None:
                 module, name = pair
                 if "." not in module and self.package:
                     module = f"{self.package}.{module}"
                 entry = self._entry(key, f"{qual}[{key}]", owner, line, var)
                 self.fi.emit_ref(entry, REGISTERS, "py", f"{module}.{name}", line)
-            elif isinstance(value, (ast.Name, ast.Attribute)):
-                dotted = self._dotted(value)
-                if dotted is None:
-                    continue
-                entry = self._entry(key, f"{qual}[{key}]", owner, line, var)
-                self.fi.emit_ref(entry, REGISTERS, "py", dotted, line)
+                classes += 1
             elif isinstance(value, ast.Call):
                 for alias, alias_line in self._aliases(value, key):
                     self._aliased.setdefault(key, line)
@@ -131,13 +156,41 @@ class RegistryTables:
                         alias, f"{qual}[{key}]={alias}", owner, alias_line, var, key
                     )
                     self.fi.emit_ref(entry, REGISTERS, SCHEME, key, alias_line)
+            elif isinstance(value, (ast.Name, ast.Attribute)):
+                dotted = self._dotted(value)
+                if dotted is None:
+                    chosen.append((key, line, value))
+                    continue
+                entry = self._entry(key, f"{qual}[{key}]", owner, line, var)
+                self.fi.emit_ref(entry, REGISTERS, "py", dotted, line)
+                classes += 1
+        if not classes:
+            return  # no class in the table (``{"hash": module_hash}``): no registry
+        for key, line, value in chosen:
+            # A class chosen at run time (``"deepseek_v4_fp8": deepseek_config``, a local
+            # set in branches): the entry loads whatever the code holding the table may
+            # choose, so it registers that code, and a test naming the key is kept with
+            # what reaches it (docs/selection.md "Registries").
+            entry = self._entry(
+                key, f"{qual}[{key}]", owner, line, var, unresolved=ast.unparse(value)
+            )
+            self.fi.emit_local(entry, owner, REGISTERS, line)
 
     def _entry(
-        self, name: str, qual: str, owner: int, line: int, table: str, alias_of: str | None = None
+        self,
+        name: str,
+        qual: str,
+        owner: int,
+        line: int,
+        table: str,
+        alias_of: str | None = None,
+        unresolved: str | None = None,
     ) -> int:
         attrs: dict[str, str] = {"table": table}
         if alias_of is not None:
             attrs["alias_of"] = alias_of
+        if unresolved is not None:
+            attrs["unresolved"] = unresolved
         entry = self.fi.facts.add_node(ENTRY, name, qual, line, line, owner, **attrs)
         # The code holding the table names the entry, as it named the class before: what
         # reaches the entry reaches the table's users (docs/selection.md "Registries").
@@ -170,8 +223,7 @@ class RegistryTables:
         """Every name an import statement of the file binds, wherever it stands."""
         if self._imports is None:
             self._imports = {}
-            tree = ast.parse(self.fi.src.data)
-            for node in ast.walk(tree):
+            for node in ast.walk(self.tree):
                 if isinstance(node, ast.ImportFrom):
                     module = absolute_module(
                         node.module, node.level, self.fi.modname, self.fi.is_package
@@ -189,9 +241,9 @@ class RegistryTables:
 
     # --- decorators ----------------------------------------------------------------------
 
-    def decorated(self, body: list[ast.stmt]) -> None:
+    def decorated(self) -> None:
         """``@register_x("name") class C``: an entry "name" that registers C."""
-        for stmt in ast.walk(ast.Module(body=body, type_ignores=[])):
+        for stmt in ast.walk(self.tree):
             if not isinstance(stmt, ast.ClassDef):
                 continue
             node = self.fi.def_nodes.get(id(stmt))
@@ -213,9 +265,14 @@ class RegistryTables:
                 self.fi.emit_local(entry, node, REGISTERS, decorator.lineno)
 
 
-def _pair(node: ast.expr | None) -> tuple[str, str] | None:
-    if isinstance(node, ast.Tuple) and len(node.elts) == 2:
-        module, name = (_string(elt) for elt in node.elts)
-        if module and name:
-            return module, name
-    return None
+def string_pair(node: ast.expr | None) -> tuple[str, str] | None:
+    """("module.path", "Name") as string constants, or None: a table's lazy import of a
+    class (the registries here, and the extractor's string tables of other code)."""
+    if not isinstance(node, ast.Tuple) or len(node.elts) != 2:
+        return None
+    texts = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    if len(texts) != 2 or not texts[1].isidentifier():
+        return None
+    if not all(part.isidentifier() for part in texts[0].split(".")):
+        return None
+    return texts[0], texts[1]

@@ -24,10 +24,11 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any
 
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 from indexer.python.names import is_class, resolve_dotted, resolve_member_of_bases
 from indexer.python.reflection import WILDCARD, matcher
-from indexer.python.registries import ANY_ID
+from indexer.python.registries import ANY_ID, could_be_model_id
 
 DEF_KINDS = frozenset({"python_class", "python_function", "test_utility"})
 TEST_DEF_KINDS = frozenset({"test_class", "test_function"})
@@ -482,17 +483,20 @@ def resolve_registry(refs: list[Ref], symbols: SymbolTable) -> Iterable[Resoluti
     one name (a key two tables hold) are each a place the string can load from: all are
     kept, as a fanout, not ambiguity. A model id (``org/name``) that no entry names may
     load any architecture its checkpoint declares: it resolves to the entries standing
-    for any model id (one per examples table file), marked ``unmapped``."""
+    for any model id (one per examples table file), marked ``unmapped``, unless it is
+    recognisably something else (``application/json``, ``csrc/ops.cpp``:
+    registries.could_be_model_id)."""
     entries: dict[str, list[int]] = defaultdict(list)
     for node_id, kind in symbols.kind.items():
-        if kind == "registry_entry":
+        if kind == NodeKind.REGISTRY_ENTRY.value:
             entries[symbols.name[node_id]].append(node_id)
     wildcards = entries.get(ANY_ID, [])
     for ref in refs:
         found = [n for n in entries.get(ref.target, ()) if n != ref.src_id]
-        if not found and "/" in ref.target and ref.kind != "registers":
-            for node_id in wildcards:
-                yield Resolution(ref.id, node_id, {"fanout": True, "unmapped": ref.target})
+        if not found and "/" in ref.target and ref.kind != EdgeKind.REGISTERS.value:
+            if could_be_model_id(ref.target):
+                for node_id in wildcards:
+                    yield Resolution(ref.id, node_id, {"fanout": True, "unmapped": ref.target})
             continue
         for node_id in found:
             yield Resolution(ref.id, node_id, {"fanout": True} if len(found) > 1 else None)

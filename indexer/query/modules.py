@@ -55,6 +55,12 @@ def modules(index: Index, name: str, mode: str = "trace", focus: str | None = No
     if not nodes or (len(nodes) > 1 and len(classes) != 1):
         registered = _registered(index, name)  # "LlamaForCausalLM": what its registry loads
         if registered is not None:
+            if nodes:  # the name is also Python's: both answers, the registry's first
+                registered.items += _choices(name, nodes).items
+                registered.notes.append(
+                    f"{len(nodes)} Python definitions also match {name!r} (listed after the "
+                    "registry entries): ask again with one of their qualified names"
+                )
             return registered
     if not nodes:
         return Answer.not_found(

@@ -10,13 +10,16 @@ model id an examples table maps to it (the ``covers`` edges into the entries, an
 
 from __future__ import annotations
 
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.python.registries import ANY_ID
 from indexer.query.answer import Answer, Item
 from indexer.query.index import Index, Node
 
-ENTRY = "registry_entry"
-REGISTERS = "registers"
-TEST_KINDS = frozenset({"test_file", "test_class", "test_function"})
+ENTRY = NodeKind.REGISTRY_ENTRY.value
+REGISTERS = EdgeKind.REGISTERS.value
+TEST_KINDS = frozenset(
+    kind.value for kind in (NodeKind.TEST_FILE, NodeKind.TEST_CLASS, NodeKind.TEST_FUNCTION)
+)
 MAX_TESTS = 40
 BRIEF_TESTS = 5  # beside a class's own answer, which the registry lines lead
 
@@ -67,10 +70,10 @@ def _tests(index: Index, entry: Node) -> list[tuple[str, str, str]]:
     for group in (names, anyid):
         for_group: dict[str, tuple[str, str, str]] = {}
         for named, how in group:
-            for edge in index.in_edges(named.id, ["covers"]):
+            for edge in index.in_edges(named.id, [EdgeKind.COVERS.value]):
                 test = index.node(edge.src)
                 if test.kind in TEST_KINDS:
-                    label = test.qualname if test.kind != "test_file" else test.path
+                    label = test.qualname if test.kind != NodeKind.TEST_FILE.value else test.path
                     if label not in found:
                         for_group.setdefault(label, (label, edge.evidence, how))
         found.update(sorted(for_group.items()))

@@ -41,7 +41,8 @@ def runs_implicitly(name: str) -> bool:
 AUTOGRAD_METHODS = frozenset({"backward", "setup_context", "jvp", "vjp", "vmap"})
 PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
 DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
-REGISTERS = "registers"  # a decorated definition -> the registry its decorator fills
+# a decorated definition -> the registry its decorator fills
+REGISTERS = EdgeKind.REGISTERS.value
 RARE_METHOD_DEFINITIONS = 3  # a method name defined this rarely is matched by name alone
 BATCH = 900
 
