@@ -29,6 +29,11 @@ _KERNEL_ONLY = [NodeKind.CUDA_KERNEL.value]
 _LAUNCH_HELPER = re.compile(r"launch", re.I)
 _CASTS = ("static_cast<", "const_cast<", "reinterpret_cast<", "dynamic_cast<", "bit_cast<")
 _NEWLINE = re.compile(rb"\n")
+# An op looked up by its schema name and called through the dispatcher:
+# `Dispatcher::singleton().findSchemaOrThrow("ns::op", "overload").typed<...>()`,
+# `findSchema({"ns::op", "overload"})`, `findOp(...)`: a call of that op.
+_SCHEMA_LOOKUPS = frozenset({"findSchemaOrThrow", "findSchema", "findOp"})
+_SCHEMA_NAME = re.compile(r'^\(\s*\{?\s*"(\w+::\w+)"\s*(?:,\s*"(\w*)")?')
 _DEFINED = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
 # `= name;`, `= &ns::name<T, 4>;`: a variable set to a function's name.
 _ASSIGNED_NAME = rb"\s*=\s*&?\s*([A-Za-z_][\w:]*(?:\s*<[^;{}()=]*>)?)\s*;"
@@ -41,6 +46,7 @@ _QUALIFIED = _LANGUAGE.id_for_node_kind("qualified_identifier", True)
 _TEMPLATE_FUNCTION = _LANGUAGE.id_for_node_kind("template_function", True)
 _FIELD = _LANGUAGE.id_for_node_kind("field_expression", True)
 _ARGUMENT_LIST = _LANGUAGE.id_for_node_kind("argument_list", True)
+_BY_SCHEMA = {"schema_name": True}  # the ref's target is an op's name, not a C++ name
 
 
 class Caller:
@@ -321,6 +327,16 @@ class CallSites:
                 if kernel_helpers and _LAUNCH_HELPER.search(target.partition("<")[0]):
                     self.helper_arguments.add(arguments.start_byte)
             refs.append(RefFact(caller.local, _CALLS, _CPP, target, line, None, attrs))
+            if target in _SCHEMA_LOOKUPS and arguments is not None:
+                named = _SCHEMA_NAME.match(
+                    data[arguments.start_byte : arguments.end_byte].decode("utf-8", "replace")
+                )
+                if named:
+                    op, overload = named.group(1), named.group(2)
+                    op_name = f"{op}.{overload}" if overload else op
+                    row = bisect_right(newlines, arguments.start_byte)  # the name's line
+                    at = line_map[row] if line_map is not None else row + 1
+                    refs.append(RefFact(caller.local, _CALLS, _CPP, op_name, at, None, _BY_SCHEMA))
 
     def _initializer(self, name: str, body_start: int, at: int) -> str | None:
         """The name a local variable was last set to before ``at`` (``auto k = kern<T>;``,

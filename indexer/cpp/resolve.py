@@ -39,13 +39,15 @@ from collections.abc import Iterator
 from indexer.cpp.names import ANONYMOUS, split_qualified
 from indexer.cpp.operator_lookup import operator_targets
 from indexer.cpp.symbols import CALLABLE, STUBS, CppSymbols
-from indexer.graph.vocabulary import EdgeKind
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 
 _CALLS = EdgeKind.CALLS.value
 _VIA_OP = {"via": "aten_api"}
 _VIA_OPERATOR = {"via": "operator"}
 _VIA_AUTOGRAD = {"via": "autograd_apply"}  # F::apply -> F::forward, F::backward (as precise)
+_VIA_SCHEMA = {"via": "schema_name"}  # findSchemaOrThrow("ns::op", ""): a call of that op
+_OP = NodeKind.OP.value
 
 
 def _scope(attrs: dict) -> tuple[str, ...]:
@@ -56,6 +58,11 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
     index = CppSymbols.of(symbols)
     for ref in refs:
         attrs = ref.attrs
+        if attrs.get("schema_name"):
+            for node_id in symbols.by_qualname.get(ref.target, ()):
+                if symbols.kind[node_id] == _OP:
+                    yield Resolution(ref.id, node_id, _VIA_SCHEMA)
+            continue
         scope = _scope(attrs)
         usings = tuple(attrs.get("using", ()))
         want = frozenset(attrs["want"]) if "want" in attrs else CALLABLE
