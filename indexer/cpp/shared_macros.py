@@ -42,10 +42,10 @@ from indexer.paths import is_header
 # Header path -> [name, params, variadic, body] of each declaration-writing macro it has,
 # [name, None, False, body] of each object-like one (body None: not an attribute macro;
 # indexer/cpp/attribute_macros.py), [name, None, False, None, "list", [[line, args]...]]
-# of each x-macro list and [name, params, variadic, body, "registers"] of each macro
+# of each x-macro list and [name, params, variadic, body, "registering"] of each macro
 # writing an op registration (indexer/cpp/xmacro_lists.py).
 HeaderMacros = dict[str, list[list]]
-LIST, REGISTERS = "list", "registers"
+LIST, REGISTERS = "list", "registering"
 
 # A use that can define something: the macro's name opening a line, called. (A literal
 # '\n' to start with lets the regex engine skip ahead; '^' with MULTILINE is 3x slower.)
