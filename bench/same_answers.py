@@ -23,6 +23,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -150,6 +151,8 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="the interpreter to run")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    # Stopped, it still restores the edited file and takes the records away (``finally``).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     codes = {"before": (args.before, args.before_cache), "after": (args.after, args.after_cache)}
     dirs = {name: _index_dir(cache) for name, (_, cache) in codes.items()}

@@ -142,9 +142,6 @@ class ImpactWalker(Bridges, EdgeRows):
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         return self._paths
 
-    def _path(self, file_id: int) -> str:
-        return self._file_paths().get(file_id, "")
-
     def _test_side_files(self) -> frozenset[int]:
         """Files under the manifest's test and test-utility directories: their Python
         hands ops to harnesses (``opcheck(torch.ops._C.rotary_embedding, ...)``), so
