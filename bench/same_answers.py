@@ -12,7 +12,7 @@ change, writes every report to ``--out``, and exits 1 when some answer differs.
 
     python bench/same_answers.py --before /tmp/code-a --after /tmp/code-b \\
         --before-cache /tmp/c-a --after-cache /tmp/c-b --source /tmp/pt-clone \\
-        --seed 6 --count 40 --record /path/record.ttr --out /tmp/same.json
+        --seed 6 --count 40 --record /path/record.ttr --out /tmp/same.json [--resume]
 """
 
 from __future__ import annotations
@@ -150,6 +150,9 @@ def main() -> None:
     parser.add_argument("--python-under", default="torch/")
     parser.add_argument("--python", default=sys.executable, help="the interpreter to run")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the changes --out holds; run the rest"
+    )
     args = parser.parse_args()
     # Stopped, it still restores the edited file and takes the records away (``finally``).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -161,7 +164,10 @@ def main() -> None:
     )
     modes = [False, True] if args.record else [False]
     results: list[dict[str, Any]] = []
-    differing = 0
+    if args.resume and args.out.exists():
+        results = json.loads(args.out.read_text())
+    done = {(row["kind"], row["change"], row["path"]) for row in results}
+    differing = sum(not all(row["same"].values()) for row in results)
 
     def place_record(on: bool) -> None:
         for directory in dirs.values():
@@ -173,6 +179,8 @@ def main() -> None:
 
     def run(change: tuple) -> bool:
         kind, qualname, rel, line, end = change
+        if (kind, qualname, rel) in done:
+            return True
         path = args.source / rel
         original = _edit(path, kind, line, end)
         if original is None:
