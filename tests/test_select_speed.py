@@ -1,8 +1,8 @@
 """The in-memory adjacency the impact walk reads edges from (indexer.query.adjacency):
 kept inside the index by index maintenance, read while the graph is the same, built
 again when it was derived for another graph or its rows are damaged, and a walk over it
-selects what a walk over SQL does. The walk's call judgments (indexer.select.judgments)
-are kept in the index by file content."""
+selects what a walk over SQL does. The walk reads no source: its judgments of Python are
+facts kept at extraction."""
 
 from __future__ import annotations
 
@@ -16,13 +16,12 @@ from indexer.build import build_index
 from indexer.graph.vocabulary import EdgeKind
 from indexer.query import adjacency
 from indexer.query.index import Index
-from indexer.select import edge_rows, judgments
+from indexer.select import edge_rows
 from indexer.select.impact import ImpactWalker
-from indexer.select.module_scope import ModuleStatements
 from indexer.store import derived
 from indexer.store.db import read_meta
 from indexer.workspace import Workspace
-from tests.helpers import build_private_index, line_of, make_fixture_repo
+from tests.helpers import build_private_index, make_fixture_repo
 
 ALL_KINDS = [kind.value for kind in EdgeKind]
 
@@ -234,92 +233,33 @@ def test_a_big_walk_builds_the_adjacency_and_the_next_walk_of_the_process_reads_
     index.close()
 
 
-def _keep_judgments(db_path: Path, walker: ImpactWalker) -> None:
-    """Keep the walker's new judgments in the index, as index maintenance does."""
-    with closing(_writable(db_path)) as conn:
-        conn.execute("BEGIN")
-        judgments.store(conn, walker.judgments.new)
-        conn.execute("COMMIT")
+def test_a_walk_reads_no_source(tmp_path) -> None:
+    """What the walk judges of Python source (calls, module-level statements, nested
+    definitions) is read from the index: with the tree's Python gone, walks from every
+    op and from a class whose construction a module runs at import reach the same."""
+    repo = make_fixture_repo("minitorch", tmp_path / "minitorch")
+    db_path = build_private_index(repo, tmp_path).db_path
 
-
-def test_call_judgments_are_kept_across_walkers_and_follow_the_content(indexed, tmp_path) -> None:
-    """A judgment is reused by the next walker from the index, and a file whose content
-    changed is judged again (its key is the content's hash)."""
-    repo, shared_db = indexed
-    db_path = _copy(shared_db, tmp_path)
-    path = "minitorch/nn/functional.py"
-    source = repo / path
-    original = source.read_text(encoding="utf-8")
-    line = line_of(source, "minitorch._C._nn.linear(")
-    target = "minitorch._C._nn.linear"
-    try:
+    def walks() -> list[tuple[set[int], set[int]]]:
         with closing(Index(db_path)) as index:
-            (file_id,) = index.conn.execute(
-                "SELECT id FROM files WHERE path = ?", (path,)
-            ).fetchone()
-            first = ImpactWalker(index, repo)
-            assert first._calls(file_id, line, target)
-        _keep_judgments(db_path, first)
-        with closing(Index(db_path)) as index:
-            again = ImpactWalker(index, repo)
-            key = f"{again.statements.digest(path)}:{line}:{target}"
-            assert again.judgments.get(key) is True
+            starts = [
+                node_id
+                for (node_id,) in index.conn.execute(
+                    "SELECT id FROM nodes WHERE kind = 'op'"
+                    " OR qualname = 'minitorch.ops._OpNamespace.__init__' ORDER BY id"
+                )
+            ]
+            walker = ImpactWalker(index, repo)
+            found = []
+            for start in starts:
+                reach = walker.walk({start: 0})
+                found.append((set(reach.steps), set(reach.import_live)))
+            return found
 
-            lines = original.splitlines(keepends=True)
-            lines[line - 1] = "    pass  # minitorch._C._nn.linear is not called here\n"
-            source.write_text("".join(lines), encoding="utf-8")
-            edited = ImpactWalker(index, repo)
-            assert not edited._calls(file_id, line, target)
-        with closing(_writable(db_path)) as conn:
-            conn.execute("UPDATE judgments SET answer = '{not json'")
-        with closing(Index(db_path)) as index:
-            assert ImpactWalker(index, repo).judgments.get(key) is None
-    finally:
-        source.write_text(original, encoding="utf-8")
-
-
-def test_module_scope_judgments_are_kept_and_a_walk_from_them_parses_nothing(
-    indexed, tmp_path, monkeypatch
-) -> None:
-    """What a module's top-level statements do with a reached name is judged once: the
-    next walker reads it from the index and parses no statement, reaching the same."""
-    repo, shared_db = indexed
-    db_path = _copy(shared_db, tmp_path)
-    with closing(Index(db_path)) as index:
-        # ops.py calls _OpNamespace at import, and the package imports ops.
-        start = index.conn.execute(
-            "SELECT id FROM nodes WHERE qualname = 'minitorch.ops._OpNamespace.__init__'"
-        ).fetchone()[0]
-        keeping = ImpactWalker(index, repo, keep=True)
-        first = keeping.walk({start: 0})
-    _keep_judgments(db_path, keeping)
-    with closing(sqlite3.connect(db_path)) as conn:
-        kept = dict(conn.execute("SELECT key, answer FROM judgments"))
-    assert any(key.split(":", 1)[1].startswith("use:") for key in kept)
-
-    def no_parsing(*args, **kwargs):
-        raise AssertionError("a kept judgment was parsed again")
-
-    monkeypatch.setattr(ModuleStatements, "_use_plan", no_parsing)
-    monkeypatch.setattr(ModuleStatements, "_derive", no_parsing)
-    monkeypatch.setattr(ModuleStatements, "_nested", no_parsing)
-    with closing(Index(db_path)) as index:
-        again = ImpactWalker(index, repo).walk({start: 0})
-    assert set(again.steps) == set(first.steps)
-    assert again.import_live == first.import_live
-
-    # Kept answers of the wrong shape (damaged rows) are judged again.
-    monkeypatch.undo()
-    with closing(_writable(db_path)) as conn:
-        for key, answer in kept.items():
-            if answer in ("true", "false") and ":nested:" not in key:
-                continue
-            wrong = "[]" if key.split(":", 1)[1].startswith(("use:", "derived:")) else '"x"'
-            conn.execute("UPDATE judgments SET answer = ? WHERE key = ?", (wrong, key))
-    with closing(Index(db_path)) as index:
-        damaged = ImpactWalker(index, repo).walk({start: 0})
-    assert set(damaged.steps) == set(first.steps)
-    assert damaged.import_live == first.import_live
+    before = walks()
+    for path in repo.rglob("*.py"):
+        path.unlink()
+    assert walks() == before
 
 
 def test_one_thread_makes_the_adjacency_and_nobody_waits_to_ask(indexed, monkeypatch) -> None:

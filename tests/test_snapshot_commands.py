@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from indexer.locations import cache_dir
+from indexer.store.db import SCHEMA_VERSION
 from indexer.workspace import Workspace
 from pytest_torchtalk.cli import main
 from tests.helpers import commit_all, git
@@ -45,7 +46,7 @@ def test_save_list_delete(built: Path, capsys: pytest.CaptureFixture[str]) -> No
     info = listed["nightly"]
     head = git(built, "rev-parse", "HEAD").strip()
     assert info["git_commit"] == head[:12] and info["git_commit_full"] == head
-    assert info["harness"] == "pytorch" and info["schema_version"] == 1
+    assert info["harness"] == "pytorch" and info["schema_version"] == SCHEMA_VERSION
     assert len(info["content_fingerprint"]) == 40 and len(info["source_fingerprint"]) == 32
     assert info["counts"]["files"] > 20 and info["created_at"]
     code, out, _ = run(capsys, "snapshot", "list")

@@ -53,6 +53,9 @@ class FileFacts:
     refs: list[RefFact] = field(default_factory=list)
     parse_errors: int = 0
     error: str | None = None  # why the file could not be indexed (binary, too large...)
+    # Python: each module-level statement's (first line, last line, facts)
+    # (indexer.python.statement_facts).
+    statements: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
 
     def add_node(
         self,

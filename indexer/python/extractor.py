@@ -30,6 +30,7 @@ from indexer.python.scope import (
     callee_name,
     dotted_chain,
 )
+from indexer.python.source_facts import judge_source
 from indexer.python.walk import ReferencePass
 
 TEST_KINDS = frozenset({"test_file", "test_class", "test_function"})
@@ -163,6 +164,8 @@ class FileIndexer(DefinitionPass, ReferencePass):
         if summaries:
             attrs["opinfo_lists"] = summaries
         self._value_methods()
+        definitions = [(definition, node) for definition, node, _ in self.defs]
+        judge_source(self.facts, tree, text, definitions, library=not self.is_test)
 
     def _string_registries(self, body: list[ast.stmt]) -> None:
         """A module-level mapping to ("module", "Class") pairs is a registry that imports

@@ -24,7 +24,6 @@ from indexer.select.bridges import placeholders
 
 if TYPE_CHECKING:
     from indexer.query.index import Index, Node
-    from indexer.select.module_scope import ModuleStatements
     from indexer.select.reach import Reach
 
 PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
@@ -38,9 +37,8 @@ MAX_DEPTH = 8  # definitions followed to decide that a call runs none of the cha
 class Deferral:
     """Answers "does calling this run the reached code?" over one index."""
 
-    def __init__(self, index: Index, statements: ModuleStatements) -> None:
+    def __init__(self, index: Index) -> None:
         self.index = index
-        self.statements = statements
         self._used: dict[int, list[tuple[int, int, str]]] = {}  # a definition's uses
 
     def _uses(self, definition: int) -> list[tuple[int, int, str]]:
@@ -71,7 +69,7 @@ class Deferral:
             if dst not in reach.steps:
                 continue
             if named.kind == PYTHON_FUNCTION:
-                if self.statements.deferred(named.path, named.line, line):
+                if _nested(named, line):
                     continue  # in a function it only defines
                 if not self._deferred_dst(reach, dst, seen):
                     return False
@@ -90,3 +88,9 @@ class Deferral:
     def _is_base(self, named: Node, dst: int) -> bool:
         qualname = self.index.node(dst).qualname
         return qualname in (named.attrs.get("bases") or ())
+
+
+def _nested(function: Node, line: int) -> bool:
+    """Whether ``line`` lies in a function or lambda nested in ``function`` (the spans
+    extraction kept: ``indexer.python.statement_facts.nested_spans``)."""
+    return any(first <= line <= last for first, last in function.attrs.get("nested") or ())

@@ -46,6 +46,9 @@ class EdgeRows:
 
     def __init__(self) -> None:
         self._targets: dict[int, str] = {}
+        # Refs whose line names the target without running it (judged at extraction:
+        # indexer.python.call_facts), among those whose targets were read.
+        self._named_only: set[int] = set()
         self._graph: adjacency.Adjacency | None = None
         self._graph_looked = False
 
@@ -64,22 +67,31 @@ class EdgeRows:
         if ref_id is None:
             return ""
         if ref_id not in self._targets:
-            row = self.index.conn.execute(
-                "SELECT target FROM refs WHERE id = ?", (ref_id,)
-            ).fetchone()
-            self._targets[ref_id] = (row[0] or "") if row else ""
+            self._load_targets([ref_id])
         return self._targets[ref_id]
+
+    def _runs_named(self, ref_id: int | None) -> bool:
+        """Whether the line of the ref an edge came from runs what it names (local
+        edges do)."""
+        if ref_id is None:
+            return True
+        self._target(ref_id)
+        return ref_id not in self._named_only
 
     def _load_targets(self, ref_ids: list[int]) -> None:
         """Read the targets of many refs at once (one query per 900)."""
         wanted = list({r for r in ref_ids if r not in self._targets})
         for start in range(0, len(wanted), BATCH):
             batch = wanted[start : start + BATCH]
-            found = dict(
-                self.index.conn.execute(
-                    f"SELECT id, target FROM refs WHERE id IN ({placeholders(batch)})", batch
-                )
-            )
+            found = {}
+            for ref_id, target, named_only in self.index.conn.execute(
+                "SELECT id, target, json_extract(attrs, '$.named_only') FROM refs"
+                f" WHERE id IN ({placeholders(batch)})",
+                batch,
+            ):
+                found[ref_id] = target
+                if named_only:
+                    self._named_only.add(ref_id)
             for ref_id in batch:
                 self._targets[ref_id] = found.get(ref_id) or ""
 

@@ -40,7 +40,6 @@ from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
-from indexer.python.reflection import is_pattern
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import hub_chains, judgments
@@ -99,8 +98,9 @@ class ImpactWalker(Bridges, EdgeRows):
     ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
     what the hub reaches from the walk kept in the index, not walk it again
     (``indexer.select.hub``).
-    Only for an index known to describe the tree, as a selection's is: the kept walk
-    read the tree's text.
+
+    ``source``: unused (the walk reads facts kept in the index, not the tree); kept so
+    that callers passing the tree need not change.
 
     ``keep``: hold what the walks derive (the hub's walk, judgments) for index
     maintenance to keep in the index (``indexer.select.derived``); a walker writes
@@ -124,11 +124,11 @@ class ImpactWalker(Bridges, EdgeRows):
         self.hub_use: str | None = None  # how a walk last met the hub, if one did
         self._lead = ""  # how the walk under way reached the hub, if by a kept chain
         self._witnesses: Witnesses | None = None
-        if source is None and index.meta.get("source_path"):
-            source = Path(index.meta["source_path"])
-        self.judgments = judgments.Judgments(index.conn if source is not None else None)
-        self.statements = ModuleStatements(source, self.judgments)
-        self.deferral = Deferral(index, self.statements)
+        # The walk judges no source (facts kept at extraction: docs/selection.md); an
+        # empty store is kept for the refresh that stores what walkers judged.
+        self.judgments = judgments.Judgments(None)
+        self.statements = ModuleStatements(index)
+        self.deferral = Deferral(index)
         manifest = json.loads(index.meta.get("manifest") or "{}")
         self.op_registrars = frozenset(manifest.get("python", {}).get("op_registrars", ()))
         tests = manifest.get("tests", {})
@@ -142,9 +142,6 @@ class ImpactWalker(Bridges, EdgeRows):
             self._paths = dict(self.index.conn.execute("SELECT id, path FROM files"))
         return self._paths
 
-    def _path(self, file_id: int) -> str:
-        return self._file_paths().get(file_id, "")
-
     def _test_side_files(self) -> frozenset[int]:
         """Files under the manifest's test and test-utility directories: their Python
         hands ops to harnesses (``opcheck(torch.ops._C.rotary_embedding, ...)``), so
@@ -156,32 +153,6 @@ class ImpactWalker(Bridges, EdgeRows):
                 if under_any(path, self._test_dirs)
             )
         return self._test_side
-
-    def _calls(self, file_id: int, line: int, target: str, src: int | None = None) -> bool:
-        """Whether ``line`` of the file calls ``target`` (a judgment of the file's text
-        alone, kept across runs by its content: ``indexer.select.judgments``)."""
-        if not target:
-            return True
-        path = self._path(file_id)
-        digest = self.statements.digest(path)
-        if digest is None:
-            return self._judge_call(path, line, target, src)
-        key = f"{digest}:{line}:{target}"
-        answer = self.judgments.get(key)
-        if answer is None:
-            answer = self._judge_call(path, line, target, src)
-            self.judgments.put(key, answer)
-        return answer
-
-    def _judge_call(self, path: str, line: int, target: str, src: int | None = None) -> bool:
-        name = target.rsplit(".", 1)[-1]
-        if is_pattern(name):  # looked up at run time: getattr(torch.ops.ns, name)
-            node = self.index.node(src) if src is not None else None
-            where = (node.line, node.end_line) if node is not None else None
-            return self.statements.looks_up_to_call(path, line, where)
-        if target.startswith(".") and self.statements.receivers.not_a_tensor_at(path, line, name):
-            return False  # memo.add(m) on a set: not the op
-        return self.statements.calls_at(path, line, name)
 
     def _module_use(self, reach: Reach, module: int, step: Step, file_id: int) -> list[Found]:
         """Top-level code of ``module`` names a reached definition (``step.dst``): does
@@ -195,7 +166,7 @@ class ImpactWalker(Bridges, EdgeRows):
             return asked[-1]
 
         use = self.statements.use(
-            self._path(file_id),
+            file_id,
             step.line,
             named.name,
             named.kind in COMPILED,
@@ -205,7 +176,7 @@ class ImpactWalker(Bridges, EdgeRows):
         if any(asked) and not use.run_at_import:
             reach.deferred_calls.append((module, named.id))
         if not use.run_at_import and use.names:
-            derived = self.statements.derived(self._path(file_id), use.names)
+            derived = self.statements.derived(file_id, use.names)
             use = StatementUse(derived.run_at_import, derived.names, use.op_name)
         if use.run_at_import:
             reach.import_live.add(module)
@@ -254,10 +225,9 @@ class ImpactWalker(Bridges, EdgeRows):
         reached definition ``step.dst`` as, if it does (``[python] op_registrars``)."""
         if file_id not in self._registrar_files():
             return []
-        path = self._path(file_id)
         named = self.index.node(step.dst)
         use = self.statements.use(
-            path, step.line, named.name, named.kind in COMPILED, self.op_registrars, lambda: True
+            file_id, step.line, named.name, named.kind in COMPILED, self.op_registrars, lambda: True
         )
         return [] if use.op_name is None else self._registered_op_callers(step.dst, use.op_name)
 
@@ -502,7 +472,7 @@ class ImpactWalker(Bridges, EdgeRows):
                         and src_kind in LIBRARY_PYTHON
                         and reach.kind.get(dst) in COMPILED
                         and src_file not in test_side
-                        and not self._calls(src_file, line, self._target(ref_id), src)
+                        and not self._runs_named(ref_id)
                     ):
                         continue  # names the op without running it (a table, a key)
                     pending.add(src)

@@ -18,7 +18,8 @@ from typing import Any
 from indexer.errors import IndexMissingError, TorchTalkError
 from indexer.graph.facts import FILE_NODE, FileFacts
 
-SCHEMA_VERSION = 1
+# 2: module-level statement facts (py_statements) and the walk's facts on refs and nodes.
+SCHEMA_VERSION = 2
 
 
 def _sql(name: str) -> str:
@@ -202,6 +203,14 @@ def insert_file_facts(
             for ref in facts.refs
         ],
     )
+    if facts.statements:
+        conn.executemany(
+            "INSERT INTO py_statements(file_id, line, end_line, facts) VALUES (?,?,?,?)",
+            [
+                (file_id, first, last, _dumps(done) or "{}")
+                for first, last, done in facts.statements
+            ],
+        )
     return file_id
 
 
@@ -221,6 +230,7 @@ def evict_file(conn: sqlite3.Connection, path: str) -> int | None:
         {"file": file_id},
     )
     conn.execute("DELETE FROM refs WHERE file_id = ?", (file_id,))
+    conn.execute("DELETE FROM py_statements WHERE file_id = ?", (file_id,))
     conn.execute("DELETE FROM nodes WHERE file_id = ?", (file_id,))
     conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
     return file_id

@@ -9,3 +9,4 @@ CREATE INDEX IF NOT EXISTS edges_src ON edges(src_id, kind);
 CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst_id, kind);
 CREATE INDEX IF NOT EXISTS edges_ref ON edges(ref_id);
 CREATE INDEX IF NOT EXISTS edges_file ON edges(file_id);
+CREATE INDEX IF NOT EXISTS py_statements_file ON py_statements(file_id, line);

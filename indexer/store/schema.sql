@@ -54,3 +54,13 @@ CREATE TABLE edges (
     line    INTEGER NOT NULL,
     attrs   TEXT                         -- JSON: {"ambiguous": n} when n candidates remained
 );
+
+-- What each module-level statement of a Python file does with the names in it: the
+-- impact walk's questions about top-level code, judged at extraction
+-- (indexer.python.statement_facts).
+CREATE TABLE py_statements (
+    file_id  INTEGER NOT NULL REFERENCES files(id),
+    line     INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    facts    TEXT NOT NULL               -- JSON object
+);

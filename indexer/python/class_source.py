@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from indexer.select.pysource import FUNCTIONS, parse
+from indexer.python.pysource import FUNCTIONS, parse
 
 
 def local_classes(tree: ast.Module, method: str) -> frozenset[str]:

@@ -24,8 +24,8 @@ import textwrap
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 
-from indexer.select.class_source import class_defines
-from indexer.select.pysource import FUNCTIONS, FunctionNode, parse, statements, targets
+from indexer.python.class_source import class_defines
+from indexer.python.pysource import FUNCTIONS, FunctionNode, parse, statements, targets
 
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 

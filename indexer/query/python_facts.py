@@ -1,0 +1,21 @@
+"""Reading the facts extraction judged of Python source (``indexer.python.source_facts``):
+what the impact walk asks instead of reading the tree."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+
+def module_statements(
+    conn: sqlite3.Connection, file_id: int
+) -> list[tuple[int, int, dict[str, Any]]]:
+    """The module-level statements of a file: (first line, last line, facts), by line."""
+    return [
+        (line, end_line, json.loads(facts))
+        for line, end_line, facts in conn.execute(
+            "SELECT line, end_line, facts FROM py_statements WHERE file_id = ? ORDER BY line",
+            (file_id,),
+        )
+    ]
