@@ -162,12 +162,12 @@ def test_mcp_serve_on_a_busy_port_fails_before_it_says_it_serves(minitorch_repo:
 
 
 def test_deeply_nested_derived_data_reads_as_a_miss() -> None:
-    """Judgments and the chains to the hub are JSON a selection reads from the index; one
-    nested 100,000 deep (crafted, or damaged) was a RecursionError in every selection,
-    where any other unreadable cache is a miss."""
+    """The chains to the hub are JSON a selection reads from the index; one nested
+    100,000 deep (crafted, or damaged) was a RecursionError in every selection, where any
+    other unreadable cache is a miss."""
     import sqlite3
 
-    from indexer.select import hub_chains, judgments
+    from indexer.select import hub_chains
     from indexer.store import derived
 
     deep = "[" * 100_000 + "]" * 100_000
@@ -175,10 +175,3 @@ def test_deeply_nested_derived_data_reads_as_a_miss() -> None:
     derived.ensure(conn)
     conn.execute("INSERT INTO derived VALUES (?, ?, ?)", (hub_chains.NAME, "key", deep))
     assert derived.header(conn, hub_chains.NAME, "key") is None
-    conn.execute(
-        "INSERT INTO derived VALUES (?, ?, ?)", (judgments.NAME, judgments.CODE_VERSION, "{}")
-    )
-    conn.execute("INSERT INTO judgments VALUES (?, ?)", ("k", deep))
-    conn.execute("INSERT INTO judgments VALUES (?, ?)", ("kept", "true"))
-    kept = judgments.Judgments(conn)
-    assert kept.get("k") is None and kept.get("kept") is True

@@ -71,11 +71,11 @@ def _folder(tree: IndexedTree) -> dict[str, tuple[bytes, int]]:
 
 
 def test_a_selection_on_a_current_index_writes_nothing(tree: IndexedTree) -> None:
-    # Nothing derived kept in the index: the selection walks the hub (and judges the
-    # lines it meets) in memory, and leaves the index's folder as it found it.
+    # Nothing derived kept in the index: the selection walks the hub in memory, and
+    # leaves the index's folder as it found it.
     tree.replace(OPS, *AT_IMPORT)
     first = tree.select()  # the refresh updates the index and prepares for selections
-    forget_derived(tree.workspace, "adjacency", "hub", "hub_chains", "judgments")
+    forget_derived(tree.workspace, "adjacency", "hub", "hub_chains")
     before = _folder(tree)
     again = tree.select()
     assert "walked; no walk was kept" in again.index["hub_walk"]

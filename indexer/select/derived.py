@@ -1,9 +1,8 @@
 """What selections read, derived from one index and kept inside it by index maintenance.
 
 The edges both ways (``indexer.query.adjacency``), the walk past the hub
-(``indexer.select.hub``), chains to the hub from the most used ops
-(``indexer.select.hub_chains``) and the judgments those walks made
-(``indexer.select.judgments``) are derived from one index and the tree it describes.
+(``indexer.select.hub``) and chains to the hub from the most used ops
+(``indexer.select.hub_chains``) are derived from one index.
 They are written here, into the new index's private file before it is renamed into
 place (``indexer.refresh`` hands :func:`prepare` to the build or update), never by a
 selection or an MCP tool, which read them and make in memory what is missing
@@ -19,7 +18,7 @@ from pathlib import Path
 from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
-from indexer.select import hub_chains, judgments
+from indexer.select import hub_chains
 from indexer.select.hub import find_hub
 from indexer.select.impact import ImpactWalker
 from indexer.store import derived
@@ -90,7 +89,6 @@ def prepare(source: Path, db_path: Path, conn: sqlite3.Connection) -> Prepared:
             hub_chains.store(conn, index, derivation)
         else:
             derived.drop(conn, (hub_walks.NAME, hub_chains.NAME))
-        judgments.store(conn, walker.judgments.new)
         derived.write(conn, PREPARED, hub_walks.derived_key(index), {"hub": hub}, {})
         conn.execute("COMMIT")
     except BaseException:

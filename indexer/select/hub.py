@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.adjacency_delta import Delta, deltas_of
-from indexer.select.judgments import CODE_VERSION
 from indexer.select.reach import Overlay, Step
+from indexer.select.walk_code import CODE_VERSION
 from indexer.store import derived
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from indexer.query.adjacency_delta import deltas_of
 from indexer.select import hub as hub_walks
-from indexer.select.judgments import CODE_VERSION
+from indexer.select.walk_code import CODE_VERSION
 from indexer.select.witness import Chain, Ids, Lead, Witnesses, chain_keys
 from indexer.store import derived
 

@@ -42,7 +42,7 @@ from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
-from indexer.select import hub_chains, judgments
+from indexer.select import hub_chains
 from indexer.select.bridges import Bridges, Found, placeholders
 from indexer.select.deferral import Deferral
 from indexer.select.edge_rows import EdgeRow, EdgeRows
@@ -102,7 +102,7 @@ class ImpactWalker(Bridges, EdgeRows):
     ``source``: unused (the walk reads facts kept in the index, not the tree); kept so
     that callers passing the tree need not change.
 
-    ``keep``: hold what the walks derive (the hub's walk, judgments) for index
+    ``keep``: hold what the walks derive (the hub's walk) for index
     maintenance to keep in the index (``indexer.select.derived``); a walker writes
     nothing (docs/selection.md, "A current index").
     """
@@ -126,7 +126,6 @@ class ImpactWalker(Bridges, EdgeRows):
         self._witnesses: Witnesses | None = None
         # The walk judges no source (facts kept at extraction: docs/selection.md); an
         # empty store is kept for the refresh that stores what walkers judged.
-        self.judgments = judgments.Judgments(None)
         self.statements = ModuleStatements(index)
         self.deferral = Deferral(index)
         manifest = json.loads(index.meta.get("manifest") or "{}")

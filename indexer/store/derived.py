@@ -1,7 +1,7 @@
 """Data derived from the graph, kept inside the index: one storage for all of it.
 
 What selections read and would take seconds to derive again (the edges both ways, the
-walk past the hub, chains to the hub, judgments of source text) lives in tables of
+walk past the hub, chains to the hub) lives in tables of
 ``index.sqlite`` itself (docs/architecture.md, "Derived data"): each item a header row in
 ``derived`` (the key it was derived for, and JSON) and its arrays as blobs in
 ``derived_arrays``, split into numbered blocks so that an update rewrites only the
@@ -32,10 +32,6 @@ CREATE TABLE IF NOT EXISTS derived_arrays (
     block INTEGER NOT NULL,
     data  BLOB NOT NULL,      -- the array's machine values (array.tobytes)
     UNIQUE (name, array, block)
-);
-CREATE TABLE IF NOT EXISTS judgments (
-    key    TEXT PRIMARY KEY,  -- content hash, line, name (indexer.select.judgments)
-    answer TEXT NOT NULL      -- JSON
 );
 """
 # What an index's key is made of: its build metadata, ``generation`` written anew by every
