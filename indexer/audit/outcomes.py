@@ -257,22 +257,3 @@ def run_suite(
             outcomes.results.update(read.results)
             outcomes.seconds.update(read.seconds)
         return outcomes
-        if result.timed_out and not per_file_after_timeout:
-            return Outcomes(command=result)
-        outcomes = Outcomes(command=result, per_file=True)
-        (Path(scratch) / f"{_ONE_FILE_PLUGIN}.py").write_text(_ONE_FILE_SOURCE)
-        path = os.pathsep.join(p for p in (scratch, os.environ.get("PYTHONPATH", "")) if p)
-        for number, test_file in enumerate(tests):
-            ignored = " ".join(f"--ignore={t}" for t in tests if t != test_file)
-            xml = Path(scratch) / f"junit-{number}.xml"
-            env = _addopts(xml, f"{ignored} -p {_ONE_FILE_PLUGIN}")
-            env |= {"PYTHONPATH": path, "TORCHTALK_AUDIT_FILE": str(source / test_file)}
-            one = run_command(command, source, env, timeout)
-            read = read_junit(xml, source, tests)
-            if read is None:
-                outcomes.results[f"{test_file}::{CRASH}"] = "failed"
-                outcomes.seconds[f"{test_file}::{CRASH}"] = one.seconds
-                continue
-            outcomes.results.update(read.results)
-            outcomes.seconds.update(read.seconds)
-        return outcomes
