@@ -68,7 +68,7 @@ def test_a_change_run_at_import_splices_the_hubs_walk_kept_once(tree: IndexedTre
 
 
 def _reach(index: Index, tree: IndexedTree, splice: bool, qualname: str):
-    walker = ImpactWalker(index, tree.root, splice_hub=splice)
+    walker = ImpactWalker(index, splice_hub=splice)
     start = index.conn.execute("SELECT id FROM nodes WHERE qualname = ?", (qualname,)).fetchone()
     return walker, walker.walk({start[0]: 0})
 
@@ -278,7 +278,7 @@ def _keep_chain_from(tree: IndexedTree, qualname: str) -> ImpactWalker:
     """Keep the chain to the hub from ``qualname``, as the refresh keeps the most used
     ops' (``hub_chains.derive``); the walker that derived it."""
     with closing(tree.index()) as index:
-        walker = ImpactWalker(index, tree.root, splice_hub=True, keep=True)
+        walker = ImpactWalker(index, splice_hub=True, keep=True)
         hub_node = hub.find_hub(index)
         derivation = hub_chains.derive(index, walker, hub_node, [_node(index, qualname)])
         assert derivation.chains()

@@ -190,7 +190,7 @@ def test_damaged_rows_are_built_again(indexed, tmp_path, monkeypatch, damage) ->
 def test_walk_over_the_adjacency_reaches_what_the_walk_over_sql_does(indexed) -> None:
     """Same nodes, reached by the same steps at the same depths, from every C++ function
     and Python definition of the fixture."""
-    repo, db_path = indexed
+    _, db_path = indexed
     index = Index(db_path)
     starts = [
         node_id
@@ -200,10 +200,10 @@ def test_walk_over_the_adjacency_reaches_what_the_walk_over_sql_does(indexed) ->
         )
     ]
     assert len(starts) > 20
-    over_sql = ImpactWalker(index, repo)
+    over_sql = ImpactWalker(index)
     over_sql._graph_looked = True  # none kept, and never built: SQL throughout
     assert over_sql.graph() is None
-    in_memory = ImpactWalker(index, repo)
+    in_memory = ImpactWalker(index)
     in_memory._graph = adjacency.build(index.conn)
     for node_id in starts:
         expected = over_sql.walk({node_id: 0})
@@ -219,16 +219,16 @@ def test_walk_over_the_adjacency_reaches_what_the_walk_over_sql_does(indexed) ->
 def test_a_big_walk_builds_the_adjacency_and_the_next_walk_of_the_process_reads_it(
     indexed, tmp_path, monkeypatch
 ) -> None:
-    repo, shared_db = indexed
+    _, shared_db = indexed
     db_path = _copy(shared_db, tmp_path)
     index = Index(db_path)
     monkeypatch.setattr(edge_rows, "ADJACENCY_AFTER", 1)
     builds = _builds(monkeypatch)
     start = index.conn.execute("SELECT id FROM nodes WHERE kind = 'op' LIMIT 1").fetchone()[0]
-    ImpactWalker(index, repo).walk({start: 0})
+    ImpactWalker(index).walk({start: 0})
     assert builds == [1]  # in memory
     assert sorted(path.name for path in tmp_path.iterdir()) == ["index.sqlite"]
-    walker = ImpactWalker(index, repo)
+    walker = ImpactWalker(index)
     assert walker.graph() is not None and builds == [1]
     index.close()
 
@@ -249,7 +249,7 @@ def test_a_walk_reads_no_source(tmp_path) -> None:
                     " OR qualname = 'minitorch.ops._OpNamespace.__init__' ORDER BY id"
                 )
             ]
-            walker = ImpactWalker(index, repo)
+            walker = ImpactWalker(index)
             found = []
             for start in starts:
                 reach = walker.walk({start: 0})

@@ -52,14 +52,14 @@ def prepare(source: Path, db_path: Path, conn: sqlite3.Connection) -> Prepared:
     index an update started from when nothing it met changed, else walked), and chains
     to the hub from the most used ops (after an update, each op's chain is kept when
     nothing its walk read changed, else walked again: ``indexer.select.hub_chains``).
-    The index was just made from the tree at ``source``, so the text the walks read is
-    what it describes."""
+    The walks read only the index (``source``, the tree it was made from, is the
+    refresh's callback argument and not read here)."""
     derived.ensure(conn)
     index = Index(db_path)
     try:
         made = adjacency.derive(index.conn, index.meta)
         adjacency.hold(db_path, index.meta, made.adjacency)  # the walks below use it
-        walker = ImpactWalker(index, source, splice_hub=True, keep=True)
+        walker = ImpactWalker(index, splice_hub=True, keep=True)
         hub = find_hub(index)
         derivation = hub_walk = None
         what = None

@@ -153,7 +153,7 @@ def _select(
     selection.timings["record_s"] = time.perf_counter() - phase
     phase = time.perf_counter()
     # The index describes the tree (``indexer.refresh``): the hub's kept walk may be used.
-    walker = ImpactWalker(index, workspace.source, splice_hub=True)
+    walker = ImpactWalker(index, splice_hub=True)
     static = StaticEvidence()
     reach: Reach | None = None
     for group in walk_order(len(selection.entities), answered_by_record(answer)):

@@ -36,7 +36,6 @@ from SQLite or the index's in-memory adjacency (``indexer.select.edge_rows``).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
@@ -99,9 +98,6 @@ class ImpactWalker(Bridges, EdgeRows):
     what the hub reaches from the walk kept in the index, not walk it again
     (``indexer.select.hub``).
 
-    ``source``: unused (the walk reads facts kept in the index, not the tree); kept so
-    that callers passing the tree need not change.
-
     ``keep``: hold what the walks derive (the hub's walk) for index
     maintenance to keep in the index (``indexer.select.derived``); a walker writes
     nothing (docs/selection.md, "A current index").
@@ -110,7 +106,7 @@ class ImpactWalker(Bridges, EdgeRows):
     def __init__(
         self,
         index: Index,
-        source: Path | None = None,
+        *,
         splice_hub: bool = False,
         keep: bool = False,
     ) -> None:
@@ -124,8 +120,7 @@ class ImpactWalker(Bridges, EdgeRows):
         self.hub_use: str | None = None  # how a walk last met the hub, if one did
         self._lead = ""  # how the walk under way reached the hub, if by a kept chain
         self._witnesses: Witnesses | None = None
-        # The walk judges no source (facts kept at extraction: docs/selection.md); an
-        # empty store is kept for the refresh that stores what walkers judged.
+        # The walk judges no source: facts kept at extraction (docs/selection.md).
         self.statements = ModuleStatements(index)
         self.deferral = Deferral(index)
         manifest = json.loads(index.meta.get("manifest") or "{}")
