@@ -116,3 +116,26 @@ def test_module_level_calls_leave_out_lambdas_and_know_a_set(index) -> None:
     assert 4 not in found  # the if line itself is no statement; its body's are
     assert found[5]["calls"] == [["run", False]]  # run(2) runs when the lambda is called
     assert found[5]["reads"] == ["run"] and found[5]["binds"] == ["TABLE"]
+
+
+def test_a_statement_whose_facts_cannot_be_read_is_left_out_not_raised(index, tmp_path) -> None:
+    """A damaged or crafted row: its lines are then in no kept statement, which the walk
+    reads as run at import (docs/selection.md), instead of an error in every selection."""
+    import shutil
+    import sqlite3
+
+    from indexer.query.python_facts import module_statements
+
+    copy = tmp_path / "index.sqlite"
+    shutil.copyfile(index.db_path, copy)
+    conn = sqlite3.connect(copy)
+    (file_id,) = conn.execute(
+        "SELECT id FROM files WHERE path = 'minitorch/facts_module.py'"
+    ).fetchone()
+    kept = module_statements(conn, file_id)
+    first = kept[0][0]
+    conn.execute(
+        "UPDATE py_statements SET facts = ? WHERE file_id = ? AND line = ?",
+        ("[" * 100_000, file_id, first),
+    )
+    assert module_statements(conn, file_id) == kept[1:]
