@@ -132,7 +132,7 @@ def test_a_registration_counts_when_its_module_was_affected_first(shared, monkey
         selection = tree.select()
         with closing(tree.index()) as index:
             starts = {n: i for i, e in enumerate(selection.entities) for n in e.node_ids}
-            reach = ImpactWalker(index, tree.root).walk(starts)
+            reach = ImpactWalker(index).walk(starts)
             reached = {node.qualname for node in index.nodes(reach.steps)}
         assert "miniext.layers.fused.quantize_blocks" in reached
     finally:
