@@ -43,7 +43,7 @@ from selection import _cli_select, _insert_statement  # the same edit bench/sele
 from indexer.query.index import Index
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record import storage
-from indexer.select.environment import current_environment
+from indexer.record.environment import current_environment
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
 from indexer.select.record_join import skip_environment, trusted_tests

@@ -4,7 +4,7 @@ Three steps, each with its own source of truth:
 
 1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
    (it passed, nothing disturbed the recorder; or it skipped, xfailed, failed or errored
-   in the selecting environment, ``indexer.select.environment``), whose test file and
+   in the selecting environment, ``indexer.record.environment``), whose test file and
    every file of the tree it ran are as the base has them: unchanged since the record's
    commit, and with the content the record carries for them (a record made with
    uncommitted edits). The rest are left to the static walk: tests the recorder did not
@@ -42,11 +42,11 @@ from indexer.paths import language_of
 from indexer.query.index import Index, Node
 from indexer.query.native_reach import NATIVE, NativeReach, walk_native
 from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record.environment import current_environment, mismatch
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.model import COMPLETE_OUTCOMES, Record
 from indexer.record.storage import RecordError
 from indexer.select.diff import Diff
-from indexer.select.environment import current_environment, mismatch
 from indexer.select.import_work import import_uses
 from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason, RecordedGroup
 from indexer.select.op_family import Family, base_name, op_family
