@@ -7,11 +7,11 @@ A mixin of :class:`indexer.select.placement.Placer`, which provides ``index``,
 
 from __future__ import annotations
 
+from indexer.diff import FileChange, Hunk
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import is_header, language_of
 from indexer.query.index import Node
 from indexer.select.cpp_scope import Scope, error_lines, identifiers, outside_scope
-from indexer.select.diff import FileChange, Hunk
 from indexer.select.macro_users import changed_macros, macro_users
 from indexer.select.model import Entity
 from indexer.select.placed import (

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from indexer.diff import Diff
 from indexer.errors import TorchTalkError, UsageError
 from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import Extractor
 from indexer.paths import printable
 from indexer.query.index import Index
 from indexer.select.chains import reasons_for
-from indexer.select.diff import Diff
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
 from indexer.select.impact import ImpactWalker

@@ -15,17 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer.diff import run_git
 from indexer.paths import under_any
-from indexer.select.diff import run_git
 from indexer.select.model import Entity
 from indexer.select.placed import PYTHON_DEF_KINDS, FilePlacement, innermost
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from indexer.diff import Diff, FileChange
     from indexer.harness import Manifest
     from indexer.query.index import Index, Node
-    from indexer.select.diff import Diff, FileChange
 
 READS_PATH = "reads-path"  # kind of an entity placed by naming a changed file's path
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.bindings.library import local_wrappers
+from indexer.diff import run_git
 from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import NodeKind
 from indexer.harness import Manifest
 from indexer.paths import under_any
 from indexer.select.cpp_scope import CONTAINERS
-from indexer.select.diff import run_git
 from indexer.select.model import Entity
 from indexer.select.placed import (
     FUNCTION_KINDS,

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from indexer.diff import run_git
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.index import Index
-from indexer.select.diff import run_git
 from indexer.select.reach import Reach
 
 

@@ -11,6 +11,7 @@ file selects everything. Comment- and whitespace-only hunks select nothing.
 
 from __future__ import annotations
 
+from indexer.diff import Diff, FileChange, Hunk
 from indexer.extract.discover import is_test_file, wanted_language
 from indexer.graph.facts import NodeFact
 from indexer.graph.vocabulary import NodeKind
@@ -18,7 +19,6 @@ from indexer.harness import Manifest
 from indexer.paths import is_utf8, language_of, matches_any, printable
 from indexer.query.index import Index, Node
 from indexer.select.cpp_placement import CppPlacement
-from indexer.select.diff import Diff, FileChange, Hunk
 from indexer.select.indirect_uses import IndirectUses
 from indexer.select.load_time import LoadTimePlacement
 from indexer.select.model import ChangedFile, Entity

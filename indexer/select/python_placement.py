@@ -17,9 +17,9 @@ from indexer.select.placed import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from indexer.diff import Diff, FileChange, Hunk
     from indexer.graph.facts import NodeFact
     from indexer.query.index import Index, Node
-    from indexer.select.diff import Diff, FileChange, Hunk
     from indexer.select.oldside import OldFile
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from indexer.diff import Diff
 from indexer.graph.vocabulary import NodeKind, edge_extractor
 from indexer.paths import language_of
 from indexer.query.index import Index, Node
@@ -46,7 +47,6 @@ from indexer.record.environment import current_environment, mismatch
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.model import COMPLETE_OUTCOMES, Record
 from indexer.record.storage import RecordError
-from indexer.select.diff import Diff
 from indexer.select.import_work import import_uses
 from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason, RecordedGroup
 from indexer.select.op_family import Family, base_name, op_family

@@ -17,8 +17,8 @@ from functools import lru_cache
 
 from tree_sitter import Tree
 
+from indexer.diff import Hunk
 from indexer.extract.source import cpp_parser
-from indexer.select.diff import Hunk
 
 
 @dataclass(frozen=True, slots=True)
