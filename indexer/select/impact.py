@@ -318,11 +318,6 @@ class ImpactWalker(Bridges, EdgeRows):
         splice = self.splice_hub and quota is None and max_depth is None
         return self._walk(starts, quota, max_depth, splice, known=known)
 
-    def chain_to_hub(self, start: int) -> bool:
-        """Whether a walk from ``start`` makes the hub live (``walk_to_hub``)."""
-        hub = self._hub_node()
-        return hub is not None and hub in self.walk_to_hub(start).import_live
-
     def walk_to_hub(self, start: int) -> Reach:
         """Walk from ``start`` only until the hub goes live, giving the chain that got
         there to the witnesses (``indexer.select.hub_chains`` keeps it)."""

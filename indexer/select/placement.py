@@ -373,8 +373,3 @@ class Placer(CppPlacement, PythonPlacement, IndirectUses, LoadTimePlacement):
                 f"{path} changed outside any entry ({', '.join(outside[:3])}): "
                 "the registry as a whole may change"
             )
-
-
-def place_all(diff: Diff, index: Index, manifest: Manifest) -> list[FilePlacement]:
-    placer = Placer(diff, index, manifest)
-    return [placer.place(change) for change in diff.files]
