@@ -1,7 +1,7 @@
 """The vocabulary of a selection: changed entities, evidence hops, selected test files.
 
 Plain data, so a selection can travel (JSON report, pytest-xdist workers) and be rebuilt
-with :func:`indexer.select.report.selection_from_dict`.
+with :func:`pytest_torchtalk.report.selection_from_dict`.
 """
 
 from __future__ import annotations
