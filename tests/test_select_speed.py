@@ -16,7 +16,7 @@ from indexer.build import build_index
 from indexer.graph.vocabulary import EdgeKind
 from indexer.query import adjacency
 from indexer.query.index import Index
-from indexer.select import edge_rows
+from indexer.select import impact as edge_rows
 from indexer.select.impact import ImpactWalker
 from indexer.store import derived
 from indexer.store.db import read_meta

@@ -39,7 +39,7 @@ class Reach:
     module_names: dict[int, frozenset[str]] = field(default_factory=dict)
     depth: MutableMapping[int, int] = field(default_factory=dict)  # hops from a start
     # (module, definition) of top-level calls judged to run none of the reached code:
-    # asked again when the frontier runs out (indexer.select.deferral).
+    # asked again when the frontier runs out (indexer.select.module_scope).
     deferred_calls: list[tuple[int, int]] = field(default_factory=list)
 
     def merge(self, other: Reach) -> list[int]:
