@@ -17,9 +17,9 @@ from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import hub_chains
+from indexer.select.hub_chains import Witnesses
 from indexer.select.module_scope import Deferral, ModuleStatements, StatementUse
 from indexer.select.reach import FileQuota, Known, Reach, Step
-from indexer.select.witness import Witnesses
 
 OVERRIDES = "overrides"  # C.m -> B.m: a call of B.m may run C.m
 PYTHON_CLASS = NodeKind.PYTHON_CLASS.value
@@ -455,7 +455,7 @@ class ImpactWalker:
 
     def _follow_leads(self, reach: Reach, frontier: list[int], hub: int) -> list[int]:
         """Follow a kept chain to the hub from a node about to be expanded, by this
-        walk's rules (``indexer.select.witness``); the nodes it adds, or [] if none
+        walk's rules (``indexer.select.hub_chains``); the nodes it adds, or [] if none
         leads there. Only from a start, or a node whose state is its being reached: a
         Python definition's depends on the step that reached it (deferral), a module's
         on what of it is affected, and a chain followed from one alone would not know."""
