@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from indexer.graph.vocabulary import Extractor
 from indexer.query.index import Index
-from indexer.select.indirect_uses import READS_PATH
 from indexer.select.model import Entity, Hop, Reason
+from indexer.select.placement import READS_PATH
 from indexer.select.reach import Reach
 
 FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.query.index import Index
-from indexer.select.placed import FUNCTION_KINDS
+from indexer.select.placement import FUNCTION_KINDS
 from indexer.store.db import has_table
 
 _PRECISE = '"extractor":"precise"'

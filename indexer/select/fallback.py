@@ -33,8 +33,7 @@ from indexer.select.compiled_users import CPP_KINDS, compiled_files, users_in_co
 from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Selection
 from indexer.select.outside_users import ends, unnamed_ops
-from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
-from indexer.select.placement import Placer
+from indexer.select.placement import FUNCTION_KINDS, MEMBERS_SHOWN, Placer
 from indexer.select.reach import FileQuota, Known, Reach
 
 PYTHON_DEFS = frozenset(
