@@ -31,6 +31,7 @@ from indexer.select.record_join import RecordAnswer, consult_record
 from indexer.workspace import Workspace
 
 DIRECT = -1  # the source of a test file selected for itself (changed, not indexable)
+FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value
 
 
 @dataclass
@@ -117,8 +118,6 @@ def merge(selection: Selection, static: StaticEvidence, answer: RecordAnswer | N
             selected.undecided = answer.undecided.get(path, 0)
         selected.recorded_groups = groups
     selection.files = dict(sorted(selection.files.items()))
-
-FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value
 
 
 def _base_info(diff: Diff) -> dict:

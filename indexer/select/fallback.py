@@ -24,6 +24,18 @@ from indexer.select.placement import FUNCTION_KINDS, MEMBERS_SHOWN, Placer
 from indexer.select.reach import FileQuota, Known, Reach
 from indexer.store.db import has_table
 
+_PRECISE = '"extractor":"precise"'
+# The C++ definitions a mention can sit in (and what the fallback widens).
+CPP_KINDS = FUNCTION_KINDS | {NodeKind.CPP_CLASS.value, NodeKind.DISPATCH_STUB.value}
+PYTHON_DEFS = frozenset(
+    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
+)
+WIDENED = "widened: "  # reason prefix of the entities this module adds
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+ALL_USERS = (
+    "the calls naming it, and the other definitions of its file (or of the files including it)"
+)
+
 
 def ends(reach: Reach, starts: set[int], index: Index) -> list[int]:
     """The nodes where the walk stopped: reached, and reaching nothing further (a start
@@ -68,10 +80,6 @@ def unnamed_ops(index: Index, source: Path, node_ids: list[int]) -> list[str] | 
         if files - {node.path}:
             return None
     return sorted(node.qualname for node in nodes)
-
-_PRECISE = '"extractor":"precise"'
-# The C++ definitions a mention can sit in (and what the fallback widens).
-CPP_KINDS = FUNCTION_KINDS | {NodeKind.CPP_CLASS.value, NodeKind.DISPATCH_STUB.value}
 
 
 def compiled_files(index: Index) -> frozenset[str]:
@@ -143,11 +151,6 @@ def _explained(
         if name in names:
             explained.setdefault(line, Counter())[name] += 1
     return explained
-
-PYTHON_DEFS = frozenset(
-    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
-)
-WIDENED = "widened: "  # reason prefix of the entities this module adds
 
 
 def known_from(reach: Reach, tests: set[int]) -> Known:
@@ -233,9 +236,6 @@ def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
 
 def _function_names(nodes: list[Node]) -> set[str]:
     return {node.name for node in nodes if node.kind in FUNCTION_KINDS}
-
-
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def _called_by_name(index: Index, group: list[tuple[int, Entity, list[Node]]]) -> set[str]:
@@ -340,11 +340,6 @@ def _cpp_group(
         if named:
             wider = _possible_users(index, entity, named, "the calls naming it")
             widening.add(wider, [position], {position: wider.label})
-
-
-ALL_USERS = (
-    "the calls naming it, and the other definitions of its file (or of the files including it)"
-)
 
 
 def _possible_users(

@@ -24,27 +24,9 @@ if TYPE_CHECKING:
     from indexer.query.index import Index
     from indexer.select.reach import Reach
 
-
 # The walking code and what it imports (indexer.python's facts, ...): whole packages, so
 # a helper added or changed anywhere in them can never leave old results standing.
 _WALKING_PACKAGES = ("select", "python")
-
-
-def _code_version() -> str:
-    """A hash of the walking code ('' when it cannot be read: nothing is kept)."""
-    digest = hashlib.blake2b(digest_size=8)
-    indexer = Path(__file__).resolve().parent.parent
-    try:
-        for package in _WALKING_PACKAGES:
-            for path in sorted((indexer / package).glob("*.py")):
-                digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    except OSError:
-        return ""
-    return digest.hexdigest()
-
-
-CODE_VERSION = _code_version()
-
 NAME = "hub"  # its item in the index's derived data
 NONE = -1
 # One row per node the hub's walk reached, in the order it reached them (so each row's
@@ -61,6 +43,19 @@ _ARRAYS = {
     "node_kind": "b",
     "node_file": "i",
 }
+
+
+def _code_version() -> str:
+    """A hash of the walking code ('' when it cannot be read: nothing is kept)."""
+    digest = hashlib.blake2b(digest_size=8)
+    indexer = Path(__file__).resolve().parent.parent
+    try:
+        for package in _WALKING_PACKAGES:
+            for path in sorted((indexer / package).glob("*.py")):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    except OSError:
+        return ""
+    return digest.hexdigest()
 
 
 def find_hub(index: Index) -> int | None:
@@ -329,3 +324,6 @@ def _consistent(walk: HubWalk) -> bool:
     return max(walk.arrays["node_kind"]) < len(walk.node_kinds) and max(
         walk.arrays["step_kind"]
     ) < len(walk.step_kinds)
+
+
+CODE_VERSION = _code_version()

@@ -22,11 +22,24 @@ if TYPE_CHECKING:
     from indexer.query.index import Index
     from indexer.select.reach import Reach
 
-
 _BATCH = 900
 Key = tuple[str, str, str]  # (kind, qualified name, file path)
 Chain = tuple[Key, ...]
 Ids = list[list[int]]  # per node of a chain, the ids its key names (overloads share one)
+NAME = "hub_chains"  # its item in the index's derived data
+# Per op, in the order derived: the nodes its walk met, those it asked for leads and
+# was given none, those it was given leads with a digest of them, each run ending at
+# the op's ``*_end``.
+_ARRAYS = {
+    "op": "i",
+    "met": "i",
+    "met_end": "i",
+    "asked": "i",
+    "asked_end": "i",
+    "led": "i",
+    "given": "q",
+    "led_end": "i",
+}
 
 
 @dataclass(frozen=True)
@@ -131,21 +144,6 @@ def resolve(index: Index, chains: list[Chain]) -> list[Ids]:
         ):
             found.setdefault((kind, qualname, path), []).append(node_id)
     return [[found.get(key, []) for key in chain] for chain in chains]
-
-NAME = "hub_chains"  # its item in the index's derived data
-# Per op, in the order derived: the nodes its walk met, those it asked for leads and
-# was given none, those it was given leads with a digest of them, each run ending at
-# the op's ``*_end``.
-_ARRAYS = {
-    "op": "i",
-    "met": "i",
-    "met_end": "i",
-    "asked": "i",
-    "asked_end": "i",
-    "led": "i",
-    "given": "q",
-    "led_end": "i",
-}
 
 
 class Walker(Protocol):

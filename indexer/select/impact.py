@@ -24,6 +24,72 @@ from indexer.select.reach import FileQuota, Known, Reach, Step
 OVERRIDES = "overrides"  # C.m -> B.m: a call of B.m may run C.m
 PYTHON_CLASS = NodeKind.PYTHON_CLASS.value
 PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
+# What an autograd function's ``apply`` runs (besides ``forward``, implicit already).
+AUTOGRAD_METHODS = frozenset({"backward", "setup_context", "jvp", "vjp", "vmap"})
+PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
+DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
+# a decorated definition -> the registry its decorator fills
+REGISTERS = EdgeKind.REGISTERS.value
+RARE_METHOD_DEFINITIONS = 3  # a method name defined this rarely is matched by name alone
+BATCH = 900
+Found = tuple[int, Step, str, int]  # (node reached, how, its kind, its file id)
+_API_PREFIXES = ("at::", "torch::", "::at::", "c10::")
+_TENSOR_TYPES = frozenset({"Tensor", "TensorBase", "Tensor&", "TensorBase&"})
+CHUNK = 2000  # adjacency rows made (and their ref names read) at a time
+# Reached nodes after which building the adjacency (seconds on PyTorch, once per index
+# version) costs less than querying SQLite for the rest of the walk.
+ADJACENCY_AFTER = 3000
+# (src, dst, edge kind, evidence file, line, src kind, src file, ref id or None)
+EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
+# Edges the walk still reads from nodes it reached already: a module's references (it
+# may widen) and a module's imports (reached for some names, it becomes live when what it
+# imports does: ``import pkg.sub`` runs a changed ``pkg/__init__.py``).
+REVISIT = frozenset(
+    {(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)}
+    | {
+        (EdgeKind.IMPORTS.value, kind.value)
+        for kind in (NodeKind.PYTHON_MODULE, NodeKind.TEST_FILE, NodeKind.FILE)
+    }
+)
+REVERSE_KINDS = (
+    EdgeKind.CALLS.value,
+    EdgeKind.LAUNCHES.value,
+    EdgeKind.DISPATCHES.value,
+    EdgeKind.BINDS.value,
+    EdgeKind.DERIVES.value,
+    EdgeKind.IMPORTS.value,
+    EdgeKind.REFERENCES.value,
+    EdgeKind.COVERS.value,
+    EdgeKind.INCLUDES.value,
+    EdgeKind.EXTERNAL_REF.value,
+    EdgeKind.CONTAINS.value,
+    EdgeKind.REGISTERS.value,
+)
+FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
+CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
+MODULE = NodeKind.PYTHON_MODULE.value
+OP = NodeKind.OP.value
+DERIVATIVE = NodeKind.DERIVATIVE.value
+CONTAINS = EdgeKind.CONTAINS.value
+IMPORTS = EdgeKind.IMPORTS.value
+REFERENCES = EdgeKind.REFERENCES.value
+DERIVES = EdgeKind.DERIVES.value
+COMPILED = frozenset({NodeKind.OP.value, NodeKind.BINDING.value})  # run only when called
+# Library Python whose mention of an op counts only where it calls it. Tests, OpInfo
+# entries and test helpers hand ops to harnesses that call them: any mention counts.
+LIBRARY_PYTHON = frozenset(
+    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.PYTHON_MODULE.value}
+)
+MODULE_KINDS = frozenset(
+    {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
+)
+# Hops from the change within which a walk that reached the hub by a kept chain goes
+# on by itself before splicing, unless it has reached this many nodes (a header's
+# includers: the near evidence is there by then, and the rest costs seconds).
+NEAR_DEPTH = 4
+NEAR_NODES = 3000
+# Kinds whose walk state is more than their being reached (see _follow_leads).
+STATEFUL = MODULE_KINDS | {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value}
 
 
 class ClassHierarchy:
@@ -135,6 +201,7 @@ class ClassHierarchy:
             stack += [(base, file_id, line) for base, _, _ in self._direct_bases(class_id)]
         return found
 
+
 # Methods Python runs through their class or an instance's protocol, not by name: using
 # the class is using them. Every dunder is one: ``C(...)`` runs ``__init__``, ``c[i]``
 # ``__getitem__``, ``a + b`` ``__add__``, ``str(c)`` ``__str__``; no code need name them.
@@ -146,19 +213,6 @@ def runs_implicitly(name: str) -> bool:
     return name == "forward" or (len(name) > 4 and name.startswith("__") and name.endswith("__"))
 
 
-# What an autograd function's ``apply`` runs (besides ``forward``, implicit already).
-AUTOGRAD_METHODS = frozenset({"backward", "setup_context", "jvp", "vjp", "vmap"})
-PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
-DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
-# a decorated definition -> the registry its decorator fills
-REGISTERS = EdgeKind.REGISTERS.value
-RARE_METHOD_DEFINITIONS = 3  # a method name defined this rarely is matched by name alone
-BATCH = 900
-
-
-Found = tuple[int, Step, str, int]  # (node reached, how, its kind, its file id)
-
-
 def _like(text: str) -> str:
     """``text`` as a literal in a LIKE pattern escaped with a backslash."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -168,14 +222,8 @@ def placeholders(values: list) -> str:
     return ",".join("?" * len(values))
 
 
-
-
 def _python_bindings(name: str) -> tuple[str, ...]:
     return (f"._C.{name}", f"._C._VariableFunctions.{name}", f"._VF.{name}")
-
-
-_API_PREFIXES = ("at::", "torch::", "::at::", "c10::")
-_TENSOR_TYPES = frozenset({"Tensor", "TensorBase", "Tensor&", "TensorBase&"})
 
 
 def _calls_op_api(target: str, attrs: str | None, keys: list[str]) -> bool:
@@ -190,65 +238,6 @@ def _calls_op_api(target: str, attrs: str | None, keys: list[str]) -> bool:
         return True  # an unqualified call or a method on an unknown type: may be the op
     receiver = receiver.replace("const ", "").replace("at::", "").strip()
     return receiver in _TENSOR_TYPES
-
-CHUNK = 2000  # adjacency rows made (and their ref names read) at a time
-# Reached nodes after which building the adjacency (seconds on PyTorch, once per index
-# version) costs less than querying SQLite for the rest of the walk.
-ADJACENCY_AFTER = 3000
-# (src, dst, edge kind, evidence file, line, src kind, src file, ref id or None)
-EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
-# Edges the walk still reads from nodes it reached already: a module's references (it
-# may widen) and a module's imports (reached for some names, it becomes live when what it
-# imports does: ``import pkg.sub`` runs a changed ``pkg/__init__.py``).
-REVISIT = frozenset(
-    {(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)}
-    | {
-        (EdgeKind.IMPORTS.value, kind.value)
-        for kind in (NodeKind.PYTHON_MODULE, NodeKind.TEST_FILE, NodeKind.FILE)
-    }
-)
-
-
-
-REVERSE_KINDS = (
-    EdgeKind.CALLS.value,
-    EdgeKind.LAUNCHES.value,
-    EdgeKind.DISPATCHES.value,
-    EdgeKind.BINDS.value,
-    EdgeKind.DERIVES.value,
-    EdgeKind.IMPORTS.value,
-    EdgeKind.REFERENCES.value,
-    EdgeKind.COVERS.value,
-    EdgeKind.INCLUDES.value,
-    EdgeKind.EXTERNAL_REF.value,
-    EdgeKind.CONTAINS.value,
-    EdgeKind.REGISTERS.value,
-)
-FORWARD_KINDS = (EdgeKind.IMPLEMENTS.value, EdgeKind.DERIVES.value)
-CLASS_KINDS = frozenset({NodeKind.PYTHON_CLASS.value, NodeKind.TEST_CLASS.value})
-MODULE = NodeKind.PYTHON_MODULE.value
-OP = NodeKind.OP.value
-DERIVATIVE = NodeKind.DERIVATIVE.value
-CONTAINS = EdgeKind.CONTAINS.value
-IMPORTS = EdgeKind.IMPORTS.value
-REFERENCES = EdgeKind.REFERENCES.value
-DERIVES = EdgeKind.DERIVES.value
-COMPILED = frozenset({NodeKind.OP.value, NodeKind.BINDING.value})  # run only when called
-# Library Python whose mention of an op counts only where it calls it. Tests, OpInfo
-# entries and test helpers hand ops to harnesses that call them: any mention counts.
-LIBRARY_PYTHON = frozenset(
-    {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.PYTHON_MODULE.value}
-)
-MODULE_KINDS = frozenset(
-    {NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value, NodeKind.FILE.value}
-)
-# Hops from the change within which a walk that reached the hub by a kept chain goes
-# on by itself before splicing, unless it has reached this many nodes (a header's
-# includers: the near evidence is there by then, and the rest costs seconds).
-NEAR_DEPTH = 4
-NEAR_NODES = 3000
-# Kinds whose walk state is more than their being reached (see _follow_leads).
-STATEFUL = MODULE_KINDS | {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value}
 
 
 class ImpactWalker:
@@ -694,7 +683,6 @@ class ImpactWalker:
                     return reach
                 if known is not None and node_id in known.reaches:
                     return reach  # a test is reached through it
-
 
     def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
         """A decorated Python function registers itself somewhere (``@op.register_impl``,

@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from indexer.query.index import Node
     from indexer.select.reach import Reach
 
-
 PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
 PYTHON_CLASS = NodeKind.PYTHON_CLASS.value
 CONTAINS = EdgeKind.CONTAINS.value
 USES = (EdgeKind.CALLS.value, EdgeKind.REFERENCES.value, EdgeKind.CONTAINS.value)
 CONSTRUCTION = frozenset({"__init__", "__new__", "__post_init__"})  # what C(...) runs
 MAX_DEPTH = 8  # definitions followed to decide that a call runs none of the changed code
+Statement = tuple[int, int, dict[str, Any]]
 
 
 class Deferral:
@@ -88,6 +88,7 @@ def _nested(function: Node, line: int) -> bool:
     extraction kept: ``indexer.python.statement_facts.nested_spans``)."""
     return any(first <= line <= last for first, last in function.attrs.get("nested") or ())
 
+
 @dataclass(frozen=True)
 class StatementUse:
     run_at_import: bool  # importing the module may run the named code
@@ -96,10 +97,6 @@ class StatementUse:
     # ``Cls.attr`` it is installed as (``SparseTensor.partition = partition``): run where
     # ``.attr`` is called or ``Cls.attr`` named, not by every importer of the module.
     attribute: str | None = None
-
-
-RUN = StatementUse(True, frozenset())
-Statement = tuple[int, int, dict[str, Any]]
 
 
 class ModuleStatements:
@@ -190,3 +187,6 @@ class ModuleStatements:
                     found |= bound
                     grown = True
         return StatementUse(False, frozenset(found))
+
+
+RUN = StatementUse(True, frozenset())

@@ -50,6 +50,25 @@ PYTHON_DEF_KINDS = frozenset(
 )
 MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 MEMBERS_SHOWN = 20  # qualnames listed for a group entity in reports
+_DEFINE = re.compile(rb"^\s*#\s*define\s+([A-Za-z_]\w*)")
+_PASTE = re.compile(rb"(\w*)\s*##\s*(\w*)")
+_WORD = re.compile(rb"[A-Za-z_]\w*")
+LOADS_LIBRARY = "loads-library"  # kind of an entity placed for a change to load-time code
+READS_PATH = "reads-path"  # kind of an entity placed by naming a changed file's path
+# Decorators that compile the body they decorate at once: ``torch.jit.script`` (and
+# ``jit.script``) on a function or class runs the TorchScript compiler on its source when
+# the module is imported, so a body change that does not compile fails the import.
+COMPILING_DECORATORS = frozenset({"script"})
+# What a registration block's line makes: placed at it rather than at the block.
+REGISTERED_KINDS = frozenset(
+    {NodeKind.OP.value, NodeKind.BINDING.value, NodeKind.REGISTRATION.value}
+)
+HEADER_EVERYTHING_FILES = 1000  # includers beyond which a header change runs everything
+__all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
+YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
+CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
+# Run-everything outranks code outranks nothing, when a rename spans two categories.
+_RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yaml": 2, "test": 1}
 
 
 @dataclass
@@ -118,6 +137,7 @@ def new_span(hunk) -> tuple[int, int]:
         return hunk.new_start, hunk.new_start + hunk.new_count - 1
     return hunk.new_start + 1, hunk.new_start
 
+
 @dataclass
 class OldFile:
     nodes: list[NodeFact]  # node 0 is the file
@@ -171,10 +191,6 @@ class OldSide:
             "SELECT DISTINCT src_id FROM refs WHERE target_key = ?", (name,)
         ).fetchall()
         return self.index.nodes(row[0] for row in rows)
-
-_DEFINE = re.compile(rb"^\s*#\s*define\s+([A-Za-z_]\w*)")
-_PASTE = re.compile(rb"(\w*)\s*##\s*(\w*)")
-_WORD = re.compile(rb"[A-Za-z_]\w*")
 
 
 def define_lines(data: bytes) -> dict[int, str]:
@@ -307,6 +323,7 @@ def macro_users(
             )
         )
     return entities
+
 
 def library_macros(manifest: Manifest, *texts: bytes | None) -> set[str]:
     """The macros opening a registration block (``TORCH_LIBRARY_FRAGMENT(ns, m) {``): the
@@ -451,13 +468,6 @@ def loader_lines(source: Path, manifest: Manifest, indexed: Iterable[str]) -> li
     return found
 
 
-LOADS_LIBRARY = "loads-library"  # kind of an entity placed for a change to load-time code
-
-
-
-READS_PATH = "reads-path"  # kind of an entity placed by naming a changed file's path
-
-
 def searched(path: str) -> bool:
     """Whether code naming ``path`` is looked for: a bare file name is too loose a match."""
     return "/" in path
@@ -493,15 +503,6 @@ def lines_naming(source: Path, paths: list[str]) -> dict[str, list[tuple[str, in
     return found
 
 
-
-
-
-# Decorators that compile the body they decorate at once: ``torch.jit.script`` (and
-# ``jit.script``) on a function or class runs the TorchScript compiler on its source when
-# the module is imported, so a body change that does not compile fails the import.
-COMPILING_DECORATORS = frozenset({"script"})
-
-
 def compiled_at_import(defs: list, line: int) -> str | None:
     """The qualname of the definition holding ``line`` (itself or an enclosing class or
     function) that a compiling decorator compiles at import, or None."""
@@ -533,12 +534,6 @@ def _code_lines(tokens: list | None, lines: list[int], data: bytes | None) -> li
             covered.update(range(token.start, token.end + 1))
     return [line for line in lines if line in covered]
 
-# What a registration block's line makes: placed at it rather than at the block.
-REGISTERED_KINDS = frozenset(
-    {NodeKind.OP.value, NodeKind.BINDING.value, NodeKind.REGISTRATION.value}
-)
-HEADER_EVERYTHING_FILES = 1000  # includers beyond which a header change runs everything
-
 
 def _balanced(tokens: list, start: int, count: int) -> bool:
     """Whether the code tokens on lines [start, start + count) never close more braces
@@ -566,16 +561,6 @@ class _Unparsed:
         if span not in self.known:
             self.known[span] = bool(lines_within(self.lines, *span))
         return self.known[span]
-
-
-
-__all__ = ["FUNCTION_KINDS", "FilePlacement", "Placer", "categorize", "is_cuda_path"]
-
-YAML_KINDS = frozenset({NodeKind.OP.value, NodeKind.DERIVATIVE.value})
-CUDA_DIRS = frozenset({"cuda", "cudnn", "miopen"})
-
-# Run-everything outranks code outranks nothing, when a rename spans two categories.
-_RANK = {"run-everything": 4, "other": 3, "cpp": 2, "cuda": 2, "python": 2, "yaml": 2, "test": 1}
 
 
 def is_cuda_path(path: str) -> bool:

@@ -44,6 +44,16 @@ DISPATCHES = EdgeKind.DISPATCHES.value
 OVERLOAD = "overload of"  # a family hop between two overloads of one name
 WRAPPER_KEYS = ("CompositeExplicitAutograd",)  # and ...NonFunctional: a prefix
 API_PREFIXES = ("at::", "::at::", "torch::")
+DEFAULT_MAX_AGE_DAYS = 30
+PY_FUNCTION = NodeKind.PYTHON_FUNCTION.value
+TEST_UTILITY = NodeKind.TEST_UTILITY.value
+CUDA_KERNEL = NodeKind.CUDA_KERNEL.value
+MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
+# Outcomes that repeat where the environment and the code they ran are the same: a test
+# that stopped early ran the same code up to the same stop (docs/selection.md).
+FAILURES = frozenset({"failed", "error"})
+REPEATABLE = frozenset({"skipped", "xfailed"}) | FAILURES
+Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
 
 
 def base_name(qualname: str) -> str:
@@ -183,6 +193,7 @@ def _names_api(target: str, keys: list[str]) -> bool:
         return False
     return not head or (head + "::").startswith(API_PREFIXES)
 
+
 @dataclass(frozen=True)
 class ImportUse:
     """One test selected because a module's import work ran a changed name."""
@@ -242,12 +253,6 @@ def _witness(
     tests = runs.record.tests
     quickest = min(importers, key=lambda i: (tests[i].duration, tests[i].nodeid))
     return [ImportUse(module, quickest, WITNESS, name)]
-
-DEFAULT_MAX_AGE_DAYS = 30
-PY_FUNCTION = NodeKind.PYTHON_FUNCTION.value
-TEST_UTILITY = NodeKind.TEST_UTILITY.value
-CUDA_KERNEL = NodeKind.CUDA_KERNEL.value
-MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
 
 
 @dataclass
@@ -659,12 +664,6 @@ def skip_environment(runs: RecordedRuns) -> str | None:
     return mismatch(runs.record.meta.get("environment"), current_environment())
 
 
-# Outcomes that repeat where the environment and the code they ran are the same: a test
-# that stopped early ran the same code up to the same stop (docs/selection.md).
-FAILURES = frozenset({"failed", "error"})
-REPEATABLE = frozenset({"skipped", "xfailed"}) | FAILURES
-
-
 def trusted_tests(
     runs: RecordedRuns, drifted: frozenset[str], skips: str | None = None
 ) -> tuple[list, Counter]:
@@ -727,9 +726,6 @@ def _trust(runs: RecordedRuns, drifted: frozenset[str], skips: str | None) -> _T
             trusted.difference_update(stale)
             trust.counts[group] = len(tests) - len(stale)
     return trust
-
-
-Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
 
 
 def _recorded_names(

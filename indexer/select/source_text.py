@@ -19,7 +19,6 @@ from indexer.diff import Hunk
 from indexer.extract.source import cpp_parser
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-
 # Nodes whose children are declarations in their own right (load_time.py reads it too).
 CONTAINERS = frozenset(
     {
@@ -58,6 +57,15 @@ _NAME_LEAVES = {
     "destructor_name",
     "operator_name",
 }
+_CUDA_QUALIFIERS = re.compile(
+    rb"__(global|device|host|shared|forceinline|launch_bounds|constant|managed|restrict)__"
+)
+Span = tuple[float, float]  # lines of one side of a hunk (see ``_span``)
+_LAYOUT = {token_types.NL, tokenize.ENCODING, token_types.ENDMARKER}
+_BY_TYPE = {token_types.INDENT, token_types.DEDENT, token_types.NEWLINE}
+# A type comment is read at run time: TorchScript compiles `def f(x):  # type: (int) -> int`
+# by it (torch.jit.annotations.get_type_line), so it is code, not a comment.
+_TYPE_COMMENT = re.compile(r"#\s*type:")
 
 
 @dataclass
@@ -188,11 +196,6 @@ def identifiers(data: bytes) -> set[str]:
     return {match.decode("ascii") for match in _IDENTIFIER.findall(data)}
 
 
-_CUDA_QUALIFIERS = re.compile(
-    rb"__(global|device|host|shared|forceinline|launch_bounds|constant|managed|restrict)__"
-)
-
-
 def error_lines(tree: tree_sitter.Tree, data: bytes) -> set[int]:
     """Lines inside ERROR regions: what tree-sitter could not parse there is unknown.
 
@@ -215,6 +218,7 @@ def error_lines(tree: tree_sitter.Tree, data: bytes) -> set[int]:
         stack.extend(node.children)
     return lines
 
+
 @dataclass(frozen=True, slots=True)
 class Token:
     start: int  # first line, 1-based
@@ -225,9 +229,6 @@ class Token:
 
 class Untokenizable(Exception):
     """The text cannot be split into tokens (bad Python, say): treat every hunk as code."""
-
-
-Span = tuple[float, float]  # lines of one side of a hunk (see ``_span``)
 
 
 def _outside(node, spans: list[Span]) -> bool:
@@ -300,15 +301,6 @@ def _strip_cpp_comments(text: str) -> str:
             out.append(char)
             i += 1
     return "".join(out)
-
-
-_LAYOUT = {token_types.NL, tokenize.ENCODING, token_types.ENDMARKER}
-_BY_TYPE = {token_types.INDENT, token_types.DEDENT, token_types.NEWLINE}
-
-
-# A type comment is read at run time: TorchScript compiles `def f(x):  # type: (int) -> int`
-# by it (torch.jit.annotations.get_type_line), so it is code, not a comment.
-_TYPE_COMMENT = re.compile(r"#\s*type:")
 
 
 def python_tokens(data: bytes) -> list[Token]:
