@@ -147,13 +147,9 @@ def select_tests(
     diff: Diff,
     record: Path | Literal[False] | None = None,
 ) -> Selection:
-    """The tests that ``diff`` can break, by an index that describes the tree (brought
-    up to date first: ``indexer.refresh.current_index``). Reads the index, the tree and
-    the record; writes nothing.
-
-    ``record``: the recorded run to decide recorded tests by (None: the one beside the
-    index, if any; False: none, the static walk alone).
-    """
+    """The tests that ``diff`` can break, by an index that describes the tree; writes
+    nothing. ``record``: the recorded run (None: the one beside the index, if any; False:
+    none, the static walk alone)."""
     started = time.perf_counter()
     selection = Selection(
         str(workspace.source), workspace.harness, _base_info(diff), _index_info(workspace, index)

@@ -241,16 +241,9 @@ def _calls_op_api(target: str, attrs: str | None, keys: list[str]) -> bool:
 
 
 class ImpactWalker:
-    """Reverse reachability over one index; reusable across walks.
-
-    ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
-    what the hub reaches from the walk kept in the index, not walk it again
-    (``indexer.select.hub``).
-
-    ``keep``: hold what the walks derive (the hub's walk) for index
-    maintenance to keep in the index (``indexer.select.derived``); a walker writes
-    nothing (docs/selection.md, "A current index").
-    """
+    """Reverse reachability over one index; reusable across walks. ``splice_hub``: splice
+    the hub's kept walk in once a full walk makes the hub live; ``keep``: hold what the
+    walks derive, for index maintenance (``derived``) to keep; a walker writes nothing."""
 
     def __init__(
         self,
@@ -471,13 +464,9 @@ class ImpactWalker:
         max_depth: int | None = None,
         known: Known | None = None,
     ) -> Reach:
-        """Everything that reaches the ``starts`` (node id -> entity index).
-
-        ``quota`` stops the walk as soon as the reached nodes (starts included) lie in
-        that many of its files; ``max_depth`` caps the hops (None: no cap, as selection
-        walks); with a quota, ``known`` nodes end the walk (``known.reaches``) or are
-        not gone on from (``known.reaches_none``): see :class:`Known`.
-        """
+        """Everything that reaches the ``starts`` (node id -> entity index). ``quota``
+        stops once the reached nodes lie in that many of its files; ``max_depth`` caps the
+        hops; with a quota, ``known`` nodes end the walk or are not gone on from."""
         splice = self.splice_hub and quota is None and max_depth is None
         return self._walk(starts, quota, max_depth, splice, known=known)
 
@@ -685,13 +674,9 @@ class ImpactWalker:
                     return reach  # a test is reached through it
 
     def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
-        """A decorated Python function registers itself somewhere (``@op.register_impl``,
-        ``@register_decomposition(aten.add)``): whoever calls through that registry runs
-        it. The registry is what the decorator names before its last attribute
-        (``vllm.ir.ops.rms_norm`` of ``vllm.ir.ops.rms_norm.register_impl``), or an op
-        the decorator's arguments name; impact flows forward to it. Definitions in test
-        files register nothing another test file can reach (``@config.patch(...)`` on a
-        test): pytest runs them, and their own file is selected already."""
+        """The registries decorated definitions of the frontier fill (``@op.register_impl``:
+        what the decorator names before its last attribute, or an op its arguments name);
+        test files' definitions register nothing another test file can reach."""
         test_files = self.index.test_file_paths()
         ids = [
             n
@@ -771,10 +756,7 @@ class ImpactWalker:
 
     def _explicit_methods(self, frontier: list[int], reach: Reach) -> dict[int, str]:
         """Python methods of the frontier that run only when called by name (``obj.m()``),
-        id -> name. The others run implicitly, through their class: dunders (``C(...)``
-        runs ``__init__``, ``c(...)`` runs ``__call__``), ``forward`` (``module(x)``),
-        properties, and methods the class or an ancestor hands out as values
-        (``return self.forward_cuda``: vLLM's CustomOp runs the override an instance has)."""
+        id -> name; the others run implicitly, through their class (docs/selection.md)."""
         ids = [n for n in frontier if reach.kind.get(n) == NodeKind.PYTHON_FUNCTION.value]
         explicit: dict[int, str] = {}
         for start in range(0, len(ids), BATCH):
@@ -820,12 +802,9 @@ class ImpactWalker:
         reached: dict[int, Step | None],
         files: dict[int, int],
     ) -> list[tuple[int, Step, str, int]]:
-        """Callers of methods by name: ``obj.m(...)`` with a receiver the index cannot
-        type stays an unresolved ``py`` ref ``.m``. Such a call is attributed to a method
-        ``m`` of class C when the calling file can see C: it is C's own file, or it uses
-        C's module (an import, reference or cover edge into that file), or few classes
-        define an ``m`` at all and no op is called ``m`` (a distinctive name: ``x.numel()``
-        is a tensor's method, not ``SizeVariable.numel``)."""
+        """Callers of methods by name: an unresolved ``.m`` ref is a call of C's ``m`` where
+        the calling file can see C (C's file, or one using C's module), or where few classes
+        define ``m`` and no op is called ``m``."""
         found = []
         for method_id, name in methods.items():
             method_file = files[method_id]  # the methods are reached: their files are known
@@ -919,11 +898,9 @@ class ImpactWalker:
     def _dispatcher_callers(
         self, op_ids: list[int], reached: dict[int, Step | None]
     ) -> list[tuple[int, Step, str, int]]:
-        """Code calling aten ops through generated bindings the index never sees: C++'s
-        ``at::addmm(...)`` / ``self.t()`` (generated headers) and Python's
-        ``torch._C._VariableFunctions.add`` / ``torch._C.add`` / ``torch._VF.add``
-        (generated bindings). Such calls stay unresolved refs; they are matched to the
-        op by name."""
+        """Code calling aten ops through generated bindings the index never sees (C++
+        ``at::addmm(...)``, ``self.t()``; Python ``torch._C.add``, ``torch._VF.add``): the
+        unresolved refs matched to the op by name."""
         found = []
         for op in self.index.nodes(op_ids):
             if not op.qualname.startswith("aten::"):

@@ -128,13 +128,9 @@ class ModuleStatements:
         registrars: frozenset[str] = frozenset(),
         deferred: Callable[[], bool] = lambda: False,
     ) -> StatementUse:
-        """How the top-level statement at ``line`` of the file uses ``name``.
-
-        ``compiled``: the name is an op or a binding (running it needs a call).
-        ``registrars``: names of functions that register a Python function as an op.
-        ``deferred``: whether calling ``name`` runs none of the changed code
-        (``indexer.select.module_scope``), asked only of a statement that calls it.
-        """
+        """How the top-level statement at ``line`` of the file uses ``name`` (``compiled``:
+        an op or binding, run only by a call; ``registrars``: functions registering an op;
+        ``deferred``: whether calling ``name`` runs none of the changed code)."""
         facts = self._statement_at(file_id, line)
         if facts is None:
             return RUN  # a decorator or a base class: registration or inheritance

@@ -1013,14 +1013,9 @@ class Placer:
         result: FilePlacement,
         registered_at: dict[int, list[tuple[Node, int, str]]],
     ) -> list[int]:
-        """The old lines that need the base version extracted.
-
-        A hunk strictly inside a function body on the new side (its header before the
-        hunk and its closing brace after it, both unchanged) was inside the same body at
-        the base too, provided its old side keeps the braces balanced: those old lines
-        are that function, no base extraction needed (the costly part on big files), or,
-        in a registration block, the ops they name.
-        """
+        """The old lines that need the base version extracted: a hunk strictly inside a
+        function body on the new side whose old side keeps the braces balanced was in the
+        same body at the base (that function, or the ops a registration block names)."""
         tokens = self._old_tokens
         if tokens is None:
             return old_lines

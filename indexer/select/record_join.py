@@ -609,15 +609,9 @@ def _drift(source: Path, commit: str, diff: Diff, record: Record) -> Drift | Non
 def _content_drift(
     source: Path, commit: str, diff: Diff, record: Record, known: frozenset[str]
 ) -> frozenset[str]:
-    """The paths whose content when recorded (the record's hashes of the files it ran,
-    and of the files its meta lists as dirty) is not the base's: a record made with
-    uncommitted edits is not its commit's record for those files (issue 36).
-
-    Where the record says which files differed from its commit (``meta.dirty``), a file
-    it does not list that git tracks at the commit had the commit's content when
-    recorded, and has it at the base unless git lists it in ``known`` (changed from the
-    commit to the base): only the others are hashed (docs/recording.md, "Whose record it
-    is")."""
+    """The paths whose content when recorded is not the base's (a record made with
+    uncommitted edits); only files ``meta.dirty`` lists, or git does not vouch for, are
+    hashed (docs/recording.md, "Whose record it is")."""
     expected = dict(record.files)
     dirty = record.meta.get("dirty")
     listed: set[str] = set()
