@@ -20,13 +20,12 @@ from indexer.extract.discover import is_test_file
 from indexer.graph.vocabulary import Extractor
 from indexer.paths import printable
 from indexer.query.index import Index
-from indexer.select.chains import reasons_for
 from indexer.select.fallback import apply_fallbacks
 from indexer.select.granularity import narrow
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import ChangedFile, Entity, Reason, SelectedFile, Selection
 from indexer.select.placement import Placer, categorize
-from indexer.select.reach import Reach
+from indexer.select.reach import Reach, reasons_for
 from indexer.select.record_join import RecordAnswer, consult_record
 from indexer.workspace import Workspace
 

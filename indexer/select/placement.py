@@ -23,7 +23,7 @@ from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.harness import Manifest
 from indexer.paths import is_header, is_utf8, language_of, matches_any, printable, under_any
 from indexer.query.index import Index, Node
-from indexer.select.model import ChangedFile, Entity
+from indexer.select.model import READS_PATH, ChangedFile, Entity
 from indexer.select.source_text import (
     CONTAINERS,
     Scope,
@@ -54,7 +54,6 @@ _DEFINE = re.compile(rb"^\s*#\s*define\s+([A-Za-z_]\w*)")
 _PASTE = re.compile(rb"(\w*)\s*##\s*(\w*)")
 _WORD = re.compile(rb"[A-Za-z_]\w*")
 LOADS_LIBRARY = "loads-library"  # kind of an entity placed for a change to load-time code
-READS_PATH = "reads-path"  # kind of an entity placed by naming a changed file's path
 # Decorators that compile the body they decorate at once: ``torch.jit.script`` (and
 # ``jit.script``) on a function or class runs the TorchScript compiler on its source when
 # the module is imported, so a body change that does not compile fails the import.
