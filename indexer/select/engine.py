@@ -17,7 +17,6 @@ from typing import Literal
 from indexer.diff import Diff
 from indexer.errors import TorchTalkError, UsageError
 from indexer.extract.discover import is_test_file
-from indexer.graph.vocabulary import Extractor
 from indexer.paths import printable
 from indexer.query.index import Index
 from indexer.select.fallback import apply_fallbacks
@@ -30,7 +29,6 @@ from indexer.select.record_join import RecordAnswer, consult_record
 from indexer.workspace import Workspace
 
 DIRECT = -1  # the source of a test file selected for itself (changed, not indexable)
-FAST, PRECISE = Extractor.FAST.value, Extractor.PRECISE.value
 
 
 @dataclass
