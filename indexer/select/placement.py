@@ -630,6 +630,9 @@ class Placer:
     """Places the changed files of one diff onto one index."""
 
     _new_tokens: list | None = None  # the changed file's new side, when it tokenized
+    _old_tokens: list | None = None
+    _loaders: list[LoaderLine] | None = None  # Python lines loading the library
+    _loaders_error: str | None = None
 
     def __init__(self, diff: Diff, index: Index, manifest: Manifest) -> None:
         self.diff = diff
@@ -888,10 +891,6 @@ class Placer:
                 f"{path} changed outside any entry ({', '.join(outside[:3])}): "
                 "the registry as a whole may change"
             )
-
-    _old_tokens: list | None = None
-    _loaders: list[LoaderLine] | None = None
-    _loaders_error: str | None = None
 
     def _place_cpp(
         self,
