@@ -1160,7 +1160,7 @@ class Placer:
                 "includes it: its users are outside the index"
             )
             return
-        if macros:  # only macros changed: the code spelling them (indexer.select.placement)
+        if macros:  # only macros changed: the code spelling them (``macro_users``)
             entities = macro_users(
                 self.index, self._new_bytes, path, includers, macros, f"{path}:{line}"
             )
