@@ -13,7 +13,7 @@ one must be kept ("missed", must be 0); the ratio of recorded tests (and of reco
 files) that run to those that ran the op. Also the import rule (for every module whose
 import ran such an op: all trusted tests of it when it is a test file, every trusted
 test that entered one of its functions, and at least one trusted test importing it;
-indexer/select/import_work.py says why that is enough), and the time of `torchtalk
+indexer/select/record_join.py says why that is enough), and the time of `torchtalk
 select` in a fresh process (``--timings``), first with the index to update for the
 edited file (a PR job's select), then with it up to date.
 
@@ -43,7 +43,7 @@ from selection import _cli_select, _insert_statement  # the same edit bench/sele
 from indexer.query.index import Index
 from indexer.query.recorded import RecordedRuns, record_path_for
 from indexer.record import storage
-from indexer.select.environment import current_environment
+from indexer.record.environment import current_environment
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
 from indexer.select.record_join import skip_environment, trusted_tests

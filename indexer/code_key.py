@@ -26,6 +26,7 @@ _READERS = (
     "indexer/audit",
     "indexer/refresh.py",
     "indexer/select_changes.py",
+    "indexer/diff.py",
     "indexer/anchors",
 )
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from indexer.diff import read_diff
 from indexer.errors import TorchTalkError, UsageError
 from indexer.refresh import current_index
-from indexer.select.diff import read_diff
 from indexer.select.engine import run_everything, select_tests
 from indexer.select.model import Selection
 from indexer.workspace import Workspace

@@ -33,10 +33,10 @@ from indexer.errors import TorchTalkError
 from indexer.query.recorded import record_path_for
 from indexer.record import journal, native, storage
 from indexer.record.cuda_capture import KernelCapture, capture_off_reason
+from indexer.record.environment import current_environment
 from indexer.record.files import dirty_files
 from indexer.record.model import INTERRUPTED, Record, RecordedTest
 from indexer.record.observer import Observed, Observer
-from indexer.select.environment import current_environment
 from indexer.snapshot.fingerprint import full_commit
 from indexer.workspace import Workspace
 

@@ -28,7 +28,10 @@ from indexer.errors import TorchTalkError
 from indexer.paths import printable
 from indexer.select.matching import ItemMatcher
 from indexer.select.model import Selection
-from indexer.select.report import (
+from indexer.select_changes import select_changes
+from indexer.wording import plural
+from indexer.workspace import Workspace
+from pytest_torchtalk.report import (
     files_selected,
     markdown_table,
     selection_from_dict,
@@ -36,9 +39,6 @@ from indexer.select.report import (
     shown_lines,
     summary_lines,
 )
-from indexer.select_changes import select_changes
-from indexer.wording import plural
-from indexer.workspace import Workspace
 
 WORKER_INPUT = "torchtalk_selection"
 # Modules pytest imports for what they are, whatever python_files says (``*.py``).

@@ -262,7 +262,7 @@ def test_no_compile_database_leaves_precise_mode_off(tmp_path: Path) -> None:
 def test_a_selection_follows_a_precise_edge_and_says_so(tmp_path: Path, monkeypatch) -> None:
     """mul_impl is called only through a token-pasting macro: the fast graph cannot reach
     it from the op's kernel; with the compiler's edge the op's test is selected."""
-    from indexer.select.report import chain_text
+    from pytest_torchtalk.report import chain_text
     from tests.helpers import commit_all
     from tests.select_support import IndexedTree
 

@@ -212,7 +212,7 @@ def test_new_cpp_file_selection_walks_linearly(
 
 
 def test_innermost_each_is_innermost_for_every_line() -> None:
-    from indexer.select.placed import innermost, innermost_each
+    from indexer.select.placement import innermost, innermost_each
 
     class Span:
         def __init__(self, line: int, end_line: int) -> None:

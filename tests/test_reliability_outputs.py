@@ -15,9 +15,9 @@ import pytest
 from indexer import durable
 from indexer.record import storage
 from indexer.record.model import Record
-from indexer.select.report import markdown_table
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
+from pytest_torchtalk.report import markdown_table
 from tests.reliability_support import (
     build,
     needs_root,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from indexer.diff import Hunk, read_diff, resolve_base
 from indexer.errors import UsageError
-from indexer.select.diff import Hunk, read_diff, resolve_base
-from indexer.select.tokens import cpp_tokens, hunk_changes_code, python_tokens
+from indexer.select.source_text import cpp_tokens, hunk_changes_code, python_tokens
 from tests.helpers import commit_all, git
 
 

@@ -1,4 +1,4 @@
-"""The selecting environment (indexer.select.environment): a GPU build of torch is imported
+"""The selecting environment (indexer.record.environment): a GPU build of torch is imported
 to say which devices are present only where the machine shows a device file its runtime
 would open; elsewhere its answers come from its version.py, without the seconds of the
 import (docs/selection.md, "Skipped, xfailed and failed tests")."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.select.environment import may_have_device
+from indexer.record.environment import may_have_device
 
 # A stand-in torch built like a CUDA wheel: its version.py names a CUDA version, and
 # importing it leaves a mark (the real import takes seconds; this one says it happened).
@@ -57,7 +57,7 @@ ASK = textwrap.dedent(
     """\
     import json, sys
     from pathlib import Path
-    from indexer.select import environment
+    from indexer.record import environment
     environment.DEVICE_FILES = Path(sys.argv[1])
     environment.DRIVER_MODULES = Path(sys.argv[1]).parent / "sys-module"
     print(json.dumps(environment.current_environment()["torch"]))

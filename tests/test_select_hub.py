@@ -11,7 +11,7 @@ from contextlib import closing
 from itertools import pairwise
 
 from indexer.query.index import Index
-from indexer.select import hub, hub_chains, witness
+from indexer.select import hub, hub_chains
 from indexer.select.impact import ImpactWalker
 from tests.select_support import (
     IndexedTree,
@@ -323,7 +323,7 @@ def test_a_kept_chain_that_leads_nowhere_is_dropped(tree: IndexedTree) -> None:
     with closing(tree.index()) as index:
         start = _node(index, "minitorch.ops._OpNamespace.__init__")
         empty = hub_chains.OpChain(start, bogus, array("i"), array("i"), array("i"), array("q"))
-        ids = witness.resolve(index, [bogus])
+        ids = hub_chains.resolve(index, [bogus])
         derivation = hub_chains.Derivation(hub.find_hub(index), [empty], ids)
     store_derived(tree.workspace, lambda conn, index: hub_chains.store(conn, index, derivation))
     assert _kept_chains(tree) == [[list(key) for key in bogus]]

@@ -20,9 +20,9 @@ from indexer.query.recorded import record_path_for
 from indexer.record import storage
 from indexer.select.matching import ItemMatcher
 from indexer.select.record_join import trusted_tests
-from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
+from pytest_torchtalk.report import selection_to_dict, summary_lines
 from tests.helpers import FIXTURES, commit_all, git
 from tests.record_support import index_and_record, on_recorded_repo, require_torch, run_pytest
 
@@ -113,7 +113,7 @@ def test_a_structured_kernel_change_selects_the_tests_of_its_in_place_and_out_va
         "test/test_cumsum.py::test_cumsum_out": "record",
         "test/test_skips.py::test_cumsum_here": "record",
     }
-    from indexer.select.report import chain_text
+    from pytest_torchtalk.report import chain_text
 
     text = chain_text(selection.files["test/test_cumsum.py"].recorded["test_cumsum_inplace"])
     assert f"aten::cumsum_ dispatches aten::cumsum.out @ {YAML}:" in text

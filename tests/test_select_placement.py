@@ -166,7 +166,7 @@ def test_a_line_replaced_inside_a_python_function_needs_no_base_extraction(
 ) -> None:
     """Its base line lies between the same unchanged lines, deeper than the def: the
     same function, without re-extracting the base version of the module."""
-    from indexer.select.oldside import OldSide
+    from indexer.select.placement import OldSide
 
     extracted: list[str] = []
     original = OldSide.extract
@@ -239,12 +239,12 @@ def test_a_doc_runs_everything_when_its_readers_cannot_be_looked_for(
     """If git grep fails, a test may read the changed doc for all the selection knows."""
     import subprocess
 
-    from indexer.select import indirect_uses
+    from indexer.select import placement
 
     def failing(source, *args, check=True):
         return subprocess.CompletedProcess(["git", *args], 128, b"", b"fatal: grep broke\n")
 
-    monkeypatch.setattr(indirect_uses, "run_git", failing)
+    monkeypatch.setattr(placement, "run_git", failing)
     tree.replace("docs/source/examples.rst", "minitorch.add(x, x)", "minitorch.add(x, y)")
     selection = tree.select()
     assert selection.run_everything

@@ -117,7 +117,7 @@ def test_a_test_that_failed_when_recorded_is_decided_where_it_would_fail_the_sam
     assert "tests/test_outcomes.py::test_failing" not in selected
     not_run = selection.record["failed_when_recorded_not_run"]
     assert not_run == {"tests": 1, "first": ["tests/test_outcomes.py::test_failing"]}
-    from indexer.select.report import record_lines
+    from pytest_torchtalk.report import record_lines
 
     assert any("not run, 1 test that failed when recorded" in line
                for line in record_lines(selection))  # fmt: skip
@@ -149,7 +149,7 @@ def test_a_cpp_autograd_backward_change_selects_the_tests_whose_backward_ran_it(
     edit(repo, *SQUARE_BACKWARD)
     selection = select_changes(Workspace.resolve(repo))
     assert kept(repo) == {"tests/test_square.py::test_square_backward": "record"}
-    from indexer.select.report import chain_text
+    from pytest_torchtalk.report import chain_text
 
     text = chain_text(selection.files["tests/test_square.py"].recorded["test_square_backward"])
     assert "executed by tests/test_square.py::test_square_backward" in text
@@ -178,7 +178,7 @@ def test_the_chain_ends_with_the_test_that_executed_the_op(repo: Path) -> None:
     edit(repo, "csrc/ops.cpp", "return at::mul(x, factor);", "return at::mul(x, factor * 1.0);")
     selection = select_changes(Workspace.resolve(repo))
     reason = selection.files["tests/test_scale.py"].recorded["test_scale"]
-    from indexer.select.report import chain_text
+    from pytest_torchtalk.report import chain_text
 
     text = chain_text(reason)
     assert text.startswith("recext::scale_cpu changed @ csrc/ops.cpp:")
@@ -199,7 +199,7 @@ def test_an_op_run_only_at_import_selects_one_importer_standing_for_all(repo: Pa
     assert len(by_record) == 1, by_record
     (nodeid,) = by_record
     path, name = nodeid.split("::")
-    from indexer.select.report import chain_text
+    from pytest_torchtalk.report import chain_text
 
     text = chain_text(selection.files[path].recorded[name])
     assert "op recext::probe @ csrc/ops.cpp:" in text
@@ -215,7 +215,7 @@ def test_an_op_whose_import_time_result_is_kept_selects_its_users(repo: Path) ->
     selection = select_changes(Workspace.resolve(repo))
     by_record = {n for n, by in kept(repo).items() if by == "record"}
     assert by_record == {"tests/test_shift.py::test_shift", "tests/test_scale.py::test_table"}
-    from indexer.select.report import chain_text
+    from pytest_torchtalk.report import chain_text
 
     text = chain_text(selection.files["tests/test_scale.py"].recorded["test_table"])
     assert "run by the import of recext/table.py" in text

@@ -10,8 +10,8 @@ from dataclasses import asdict
 
 import pytest
 
-from indexer.select.report import SCHEMA, selection_from_dict, selection_to_dict
 from pytest_torchtalk.cli import main
+from pytest_torchtalk.report import SCHEMA, selection_from_dict, selection_to_dict
 from tests.select_support import IndexedTree, tree_fixtures
 
 ADD_CU = "aten/src/ATen/native/cuda/BinaryAddKernel.cu"

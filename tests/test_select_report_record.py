@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from indexer.select.model import EXECUTED
-from indexer.select.report import selection_to_dict, summary_lines
 from indexer.select_changes import select_changes
 from indexer.workspace import Workspace
+from pytest_torchtalk.report import selection_to_dict, summary_lines
 from tests.helpers import git
 from tests.record_support import (
     build_recext_library,

@@ -16,7 +16,7 @@ from indexer.build import build_index
 from indexer.graph.vocabulary import EdgeKind
 from indexer.query import adjacency
 from indexer.query.index import Index
-from indexer.select import edge_rows
+from indexer.select import impact
 from indexer.select.impact import ImpactWalker
 from indexer.store import derived
 from indexer.store.db import read_meta
@@ -222,7 +222,7 @@ def test_a_big_walk_builds_the_adjacency_and_the_next_walk_of_the_process_reads_
     _, shared_db = indexed
     db_path = _copy(shared_db, tmp_path)
     index = Index(db_path)
-    monkeypatch.setattr(edge_rows, "ADJACENCY_AFTER", 1)
+    monkeypatch.setattr(impact, "ADJACENCY_AFTER", 1)
     builds = _builds(monkeypatch)
     start = index.conn.execute("SELECT id FROM nodes WHERE kind = 'op' LIMIT 1").fetchone()[0]
     ImpactWalker(index).walk({start: 0})

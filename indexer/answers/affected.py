@@ -42,10 +42,9 @@ from indexer.query.tests import (
     rank_tests,
     with_named,
 )
-from indexer.select.chains import reasons_for
 from indexer.select.impact import ImpactWalker
 from indexer.select.model import Entity
-from indexer.select.reach import FileQuota
+from indexer.select.reach import FileQuota, reasons_for
 from indexer.wording import plural
 
 CHANGEABLE = (

@@ -21,7 +21,7 @@ graph before an update merges again: the merge is a function of the fast graph a
 TUs' facts, recomputed whole each time (cached TUs make that cheap). ``precise_files``
 names the tree's files some TU compiled (main files and their in-tree includes): the
 compiler saw every call written in them, which the selection's fallback relies on
-(``indexer.select.compiled_users``).
+(``indexer.select.fallback``).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def merge(conn: sqlite3.Connection, tus: list[TuFacts]) -> MergeStats:
             stats.by_via[via] = stats.by_via.get(via, 0) + 1
         count = len(sites.get((caller, callee, line), ()))
         if count > 1:
-            attrs["sites"] = count  # calls of it on this line (indexer.select.compiled_users)
+            attrs["sites"] = count  # calls of it on this line (indexer.select.fallback)
         rows.append((None, caller, callee, "calls", nodes.file_of[caller], line, _dumps(attrs)))
         precise_pairs.add((caller, callee))
     conn.executemany(f"INSERT INTO edges({_COLUMNS}) VALUES (?,?,?,?,?,?,?)", rows)

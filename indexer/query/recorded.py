@@ -354,7 +354,7 @@ class RecordedRuns:
 
     def op_names(self, base: str) -> list[tuple[str, str]]:
         """The recorded op names of ``base`` (``aten::sort``) in any overload spelling:
-        ``aten::sort``, ``aten::sort.stable``, ... (``indexer.select.op_family``)."""
+        ``aten::sort``, ``aten::sort.stable``, ... (``indexer.select.record_join``)."""
         return [("op", text) for text in self._op_overloads().get(base, ())]
 
     def _op_overloads(self) -> dict[str, list[str]]:

@@ -47,13 +47,9 @@ def is_prepared(index: Index) -> bool:
 
 
 def prepare(source: Path, db_path: Path, conn: sqlite3.Connection) -> Prepared:
-    """Derive and keep, in the index at ``db_path`` (a private file, written through
-    ``conn`` in one transaction), the adjacency, the hub's walk (carried over from the
-    index an update started from when nothing it met changed, else walked), and chains
-    to the hub from the most used ops (after an update, each op's chain is kept when
-    nothing its walk read changed, else walked again: ``indexer.select.hub_chains``).
-    The walks read only the index (``source``, the tree it was made from, is the
-    refresh's callback argument and not read here)."""
+    """Derive and keep, in the index at ``db_path`` (a private file, through ``conn`` in one
+    transaction), the adjacency, the hub's walk and the chains to the hub, each carried
+    over an update where nothing it read changed (docs/selection.md, "The hub")."""
     derived.ensure(conn)
     index = Index(db_path)
     try:

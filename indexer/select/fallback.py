@@ -1,46 +1,156 @@
-"""When no test reaches a changed entity: widen to its possible users, else everything.
-
-The graph is the evidence, and it has gaps: C++ calls the resolver could not type
-(template receivers, macro-built calls), Python calls by untyped name. An entity no test
-reaches is widened once, soundly:
-
-- a C++ function or kernel -> its *possible users*: every unresolved call naming it
-  (any file), and the other definitions of its file (internal-linkage and macro-built
-  callers live there) or, for a header, of the files including it; in a file precise
-  mode compiled, only the definitions mentioning it where no resolved call explains the
-  mention (``indexer.select.compiled_users``), and a call the compiler resolved is not
-  an unresolved one;
-- a Python function or class -> its module and that module's importers.
-
-If the widened set reaches no test either, the users are invisible to the index
-(generated code, function pointers, dynamic lookup) and the selection runs everything,
-naming the entity; unless every chain from it ends at ops nothing in the tree names,
-whose callers are outside the tree (``indexer.select.outside_users``): then no test can
-run it, and a note says so.
-"""
+"""When no test reaches a changed entity: widen it once to its possible users (unresolved
+calls naming it, its file's or includers' definitions, narrower where precise mode
+compiled the file; a Python definition's module and importers), else run everything,
+unless every chain from it ends at ops nothing in the tree names (docs/selection.md,
+"Nothing reaches it")."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from indexer.diff import run_git
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
 from indexer.precise.merge import not_superseded
 from indexer.query.index import Index, Node
-from indexer.select.compiled_users import CPP_KINDS, compiled_files, users_in_compiled_file
 from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Selection
-from indexer.select.outside_users import ends, unnamed_ops
-from indexer.select.placed import FUNCTION_KINDS, MEMBERS_SHOWN
-from indexer.select.placement import Placer
+from indexer.select.placement import FUNCTION_KINDS, MEMBERS_SHOWN, Placer
 from indexer.select.reach import FileQuota, Known, Reach
+from indexer.store.db import has_table
 
+_PRECISE = '"extractor":"precise"'
+# The C++ definitions a mention can sit in (and what the fallback widens).
+CPP_KINDS = FUNCTION_KINDS | {NodeKind.CPP_CLASS.value, NodeKind.DISPATCH_STUB.value}
 PYTHON_DEFS = frozenset(
     {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value, NodeKind.TEST_UTILITY.value}
 )
 WIDENED = "widened: "  # reason prefix of the entities this module adds
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+ALL_USERS = (
+    "the calls naming it, and the other definitions of its file (or of the files including it)"
+)
+
+
+def ends(reach: Reach, starts: set[int], index: Index) -> list[int]:
+    """The nodes where the walk stopped: reached, and reaching nothing further (a start
+    counts only if no edge at all leads into it)."""
+    users = {step.prev for step in reach.steps.values() if step is not None}
+    found = []
+    for node_id in reach.steps:
+        if node_id in users:
+            continue
+        if node_id in starts and _has_users(index, node_id):
+            continue
+        found.append(node_id)
+    return found
+
+
+def _has_users(index: Index, node_id: int) -> bool:
+    return (
+        index.conn.execute("SELECT 1 FROM edges WHERE dst_id = ? LIMIT 1", (node_id,)).fetchone()
+        is not None
+    )
+
+
+def unnamed_ops(index: Index, source: Path, node_ids: list[int]) -> list[str] | None:
+    """The qualnames of these nodes if every one is an op nothing in the tree names
+    (see the module docstring); None if any is not, or the tree cannot be searched."""
+    nodes = index.nodes(node_ids)
+    if not nodes or any(node.kind != NodeKind.OP.value for node in nodes):
+        return None
+    for node in nodes:
+        if index.conn.execute(
+            "SELECT 1 FROM refs r WHERE r.target_key = ? AND r.src_id != ?"
+            " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id) LIMIT 1",
+            (node.name, node.id),
+        ).fetchone():
+            return None
+        result = run_git(
+            source, "grep", "-l", "-w", "-I", "-F", "--untracked", "-e", node.name, check=False
+        )
+        if result.returncode not in (0, 1):
+            return None  # git cannot search the tree: a reader cannot be ruled out
+        files = set(result.stdout.decode("utf-8", "surrogateescape").splitlines())
+        if files - {node.path}:
+            return None
+    return sorted(node.qualname for node in nodes)
+
+
+def compiled_files(index: Index) -> frozenset[str]:
+    """The tree's files some TU of precise mode compiled (none without precise mode)."""
+    if not has_table(index.conn, "precise_files"):
+        return frozenset()
+    return frozenset(row[0] for row in index.conn.execute("SELECT path FROM precise_files"))
+
+
+def users_in_compiled_file(
+    index: Index, source: Path, path: str, names: set[str], own: set[int]
+) -> set[int] | None:
+    """The definitions of ``path`` (a compiled file) holding a mention of ``names`` that no
+    resolved call explains, ``own`` left out; None when some mention is outside every
+    definition, or the file cannot be read: then every definition may be a user."""
+    try:
+        lines = (source / path).read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    except OSError:
+        return None
+    word = re.compile(r"\b(" + "|".join(re.escape(name) for name in sorted(names)) + r")\b")
+    mentions: dict[int, Counter[str]] = {}
+    for number, text in enumerate(lines, 1):
+        found = Counter(word.findall(text))
+        if found:
+            mentions[number] = found
+    if not mentions:
+        return set()
+    row = index.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+    if row is None:
+        return None
+    file_id = row[0]
+    definitions = index.conn.execute(
+        f"SELECT id, name, line, end_line FROM nodes WHERE file_id = ?"
+        f" AND kind IN ({','.join('?' * len(CPP_KINDS))})",
+        (file_id, *sorted(CPP_KINDS)),
+    ).fetchall()
+    explained = _explained(index, file_id, names, definitions)
+    users: set[int] = set()
+    for number, found in mentions.items():
+        accounted = explained.get(number, Counter())
+        if all(count <= accounted[name] for name, count in found.items()):
+            continue
+        holders = [d for d in definitions if d[2] <= number <= d[3]]
+        if not holders:
+            return None
+        innermost = max(holders, key=lambda d: d[2])
+        if innermost[0] not in own:
+            users.add(innermost[0])
+    return users
+
+
+def _explained(
+    index: Index, file_id: int, names: set[str], definitions: list[tuple]
+) -> dict[int, Counter[str]]:
+    """Per line, how many mentions of each name resolved calls and definitions account for."""
+    explained: dict[int, Counter[str]] = {}
+    marks = ",".join("?" * len(names))
+    for line, name, attrs in index.conn.execute(
+        "SELECT e.line, d.name, e.attrs FROM edges e JOIN nodes d ON d.id = e.dst_id"
+        f" WHERE e.file_id = ? AND e.kind = 'calls' AND instr(e.attrs, ?) > 0"
+        f" AND d.name IN ({marks})",
+        (file_id, _PRECISE, *sorted(names)),
+    ):
+        values = json.loads(attrs)
+        if values.get("via"):
+            continue
+        explained.setdefault(line, Counter())[name] += int(values.get("sites", 1))
+    for _, name, line, _ in definitions:
+        if name in names:
+            explained.setdefault(line, Counter())[name] += 1
+    return explained
 
 
 def known_from(reach: Reach, tests: set[int]) -> Known:
@@ -126,9 +236,6 @@ def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
 
 def _function_names(nodes: list[Node]) -> set[str]:
     return {node.name for node in nodes if node.kind in FUNCTION_KINDS}
-
-
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def _called_by_name(index: Index, group: list[tuple[int, Entity, list[Node]]]) -> set[str]:
@@ -233,11 +340,6 @@ def _cpp_group(
         if named:
             wider = _possible_users(index, entity, named, "the calls naming it")
             widening.add(wider, [position], {position: wider.label})
-
-
-ALL_USERS = (
-    "the calls naming it, and the other definitions of its file (or of the files including it)"
-)
 
 
 def _possible_users(
@@ -350,7 +452,7 @@ def apply_fallbacks(
 ) -> Fallbacks:
     """Widen each entity of ``positions`` that no test in ``reach`` reaches, once, and
     add what the widened entities reach to ``reach``. Those nothing reaches even widened
-    are returned: the merge decides what they select (``indexer.select.merge``). The
+    are returned: the merge decides what they select (``indexer.select.engine``). The
     walks share what they learn (:class:`Known`), so the cost grows with the nodes
     walked, not with entities times nodes."""
     found = Fallbacks()

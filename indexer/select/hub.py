@@ -1,36 +1,8 @@
-"""The walk past the hub: what importing the root package reaches, walked once per index.
-
-Nearly every test imports the framework's root package (``torch``, ``vllm``): the hub.
-A change whose impact reaches code that package runs at import (``torch.nested`` hands
-``NestedTensor`` to ``add_safe_globals`` at import, so a change reaching NestedTensor's
-``__torch_function__`` does) reaches everything importing it: on PyTorch ~81,000 nodes,
-seconds of walking, and the same nodes for every such change. So that walk is made once
-per index, from the hub alone, as a changed module (its import runs changed code), kept
-inside the index (``indexer.store.derived``) by its refresh, and spliced into a
-selection's walk the moment the hub becomes live there.
-
-Splicing gives the walk the same nodes it would reach itself, because the walk is
-monotone: a step taken with less reached stays valid with more, so everything the hub's
-own walk reaches, a walk that makes the hub live reaches too. Where the hub's walk left
-a decision to more evidence (a module reached for some of its names only, a top-level
-call judged to run none of the reached code), the spliced state says so and the walk
-goes on deciding it with everything it has reached (``ImpactWalker.walk``). The spliced
-chains run from the hub, whose own step is the walk's: every test's chain still starts
-at the change.
-
-It is kept under the index's key (``indexer.store.derived.index_key``), the code that
-walks and the manifest it reads, and is only made and used for an index known to describe
-the tree (whose files' text the walk also reads). An incremental update keeps it when
-nothing the walk met changed but lines: the update notes the ends of every edge it
-changed and every node whose row it changed, rows that only moved to
-other lines aside (``indexer.query.adjacency_delta``, ``indexer.query.moved_facts``; an
-update keeps the ids of the nodes it re-extracts). When no changed edge ends at a node
-the walk met and no changed node row sits at the other end of one's edge, walking again
-would read the same edges, nodes and file text, so the kept walk is taken over, each
-step's evidence moved to the line its edge is on now. A statement added to a kernel the
-walk met is such a change; a call added or removed, or any edit of a Python file the
-walk met (whose lines it reads), is not.
-"""
+"""The walk past the hub (the root package nearly every test imports): walked once per
+index from the hub alone, kept inside the index by its refresh, carried across an update
+that changed nothing it met but lines, and spliced into a selection's walk the moment the
+hub becomes live there. Why splicing gives the same nodes, and when a kept walk is taken
+over: docs/selection.md, "The hub"."""
 
 from __future__ import annotations
 
@@ -38,12 +10,12 @@ import hashlib
 from array import array
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.adjacency_delta import Delta, deltas_of
 from indexer.select.reach import Overlay, Step
-from indexer.select.walk_code import CODE_VERSION
 from indexer.store import derived
 
 if TYPE_CHECKING:
@@ -52,6 +24,9 @@ if TYPE_CHECKING:
     from indexer.query.index import Index
     from indexer.select.reach import Reach
 
+# The walking code and what it imports (indexer.python's facts, ...): whole packages, so
+# a helper added or changed anywhere in them can never leave old results standing.
+_WALKING_PACKAGES = ("select", "python")
 NAME = "hub"  # its item in the index's derived data
 NONE = -1
 # One row per node the hub's walk reached, in the order it reached them (so each row's
@@ -68,6 +43,19 @@ _ARRAYS = {
     "node_kind": "b",
     "node_file": "i",
 }
+
+
+def _code_version() -> str:
+    """A hash of the walking code ('' when it cannot be read: nothing is kept)."""
+    digest = hashlib.blake2b(digest_size=8)
+    indexer = Path(__file__).resolve().parent.parent
+    try:
+        for package in _WALKING_PACKAGES:
+            for path in sorted((indexer / package).glob("*.py")):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    except OSError:
+        return ""
+    return digest.hexdigest()
 
 
 def find_hub(index: Index) -> int | None:
@@ -336,3 +324,6 @@ def _consistent(walk: HubWalk) -> bool:
     return max(walk.arrays["node_kind"]) < len(walk.node_kinds) and max(
         walk.arrays["step_kind"]
     ) < len(walk.step_kinds)
+
+
+CODE_VERSION = _code_version()

@@ -1,54 +1,56 @@
-"""From changed entities back to the tests that reach them: reverse reachability.
-
-Edges point from the user to the used, so impact flows backwards along most kinds (a
-caller is affected by its callee, an op by its kernel, a test by what it covers). Two
-kinds carry impact forwards: a structured kernel ``implements`` its op, and a derivative
-entry ``derives`` its op (a changed formula helper reaches the derivative backwards, then
-its op forwards).
-
-Python needs care, or one reached class reaches everything:
-
-- a method reaches its class (``contains`` backwards) only if it runs implicitly through
-  the class: dunders (``C(...)`` runs ``__init__``), ``forward``, properties, methods the
-  class or an ancestor hands out as values (``return self.forward_cuda``). A method
-  called by name is reached through the ``obj.m()`` calls naming it, from files that can
-  see its class (``indexer.select.bridges``), and through the calls of the methods it
-  overrides (``indexer.select.overrides``);
-- ``imports`` carries impact only from a module whose import runs changed code (changed
-  at module level, or importing such a module). Importing a function runs none of its
-  body; a module whose top-level code names a changed definition is affected as far as
-  that statement goes (``module_scope``): run at import (its importers), bound to module
-  names (their users), or only passed along (an op given to ``add_docstr``: nothing).
-- library Python that names an op without calling it there (``get_testing_overrides``'
-  table of every op) does not run its kernel, unless it keeps the op whole to call later
-  (``self.op = torch.ops._C.silu_and_mul``, ``return torch.ops.x``); tests, OpInfo
-  entries and any Python under the manifest's test and test-utility directories, which
-  hand ops to harnesses (``opcheck(torch.ops._C.x, ...)``), count wherever they name it.
-
-A decorated function reaches the registry its decorator fills (``@op.register_impl``).
-An OpInfo entry reaches the ``@ops`` tests iterating its list through their ``covers``
-edges. No depth cap; each node is visited once, so cycles end.
-
-The walk is breadth-first over whole frontiers of 900 nodes, reading each batch's edges
-from SQLite or the index's in-memory adjacency (``indexer.select.edge_rows``).
-"""
+"""From changed entities back to the tests that reach them: reverse reachability over
+the graph's edges (read from SQLite, or the index's adjacency once a walk is large), with
+the steps no edge holds bridged by name (methods called by name, overrides, registries,
+ops called through generated bindings). The rules: docs/selection.md, "From entities to
+tests"."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from itertools import islice
+from typing import Any
 
 from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.paths import under_any
+from indexer.query import adjacency
 from indexer.query.index import Index
 from indexer.select import hub as hub_walks
 from indexer.select import hub_chains
-from indexer.select.bridges import Bridges, Found, placeholders
-from indexer.select.deferral import Deferral
-from indexer.select.edge_rows import EdgeRow, EdgeRows
-from indexer.select.module_scope import ModuleStatements, StatementUse
+from indexer.select.hub_chains import Witnesses
+from indexer.select.module_scope import Deferral, ModuleStatements, StatementUse
 from indexer.select.reach import FileQuota, Known, Reach, Step
-from indexer.select.witness import Witnesses
 
+OVERRIDES = "overrides"  # C.m -> B.m: a call of B.m may run C.m
+PYTHON_CLASS = NodeKind.PYTHON_CLASS.value
+PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
+# What an autograd function's ``apply`` runs (besides ``forward``, implicit already).
+AUTOGRAD_METHODS = frozenset({"backward", "setup_context", "jvp", "vjp", "vmap"})
+PROPERTY_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter"})
+DECORATED_KINDS = frozenset({NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value})
+# a decorated definition -> the registry its decorator fills
+REGISTERS = EdgeKind.REGISTERS.value
+RARE_METHOD_DEFINITIONS = 3  # a method name defined this rarely is matched by name alone
+BATCH = 900
+Found = tuple[int, Step, str, int]  # (node reached, how, its kind, its file id)
+_API_PREFIXES = ("at::", "torch::", "::at::", "c10::")
+_TENSOR_TYPES = frozenset({"Tensor", "TensorBase", "Tensor&", "TensorBase&"})
+CHUNK = 2000  # adjacency rows made (and their ref names read) at a time
+# Reached nodes after which building the adjacency (seconds on PyTorch, once per index
+# version) costs less than querying SQLite for the rest of the walk.
+ADJACENCY_AFTER = 3000
+# (src, dst, edge kind, evidence file, line, src kind, src file, ref id or None)
+EdgeRow = tuple[int, int, str, int, int, str, int, int | None]
+# Edges the walk still reads from nodes it reached already: a module's references (it
+# may widen) and a module's imports (reached for some names, it becomes live when what it
+# imports does: ``import pkg.sub`` runs a changed ``pkg/__init__.py``).
+REVISIT = frozenset(
+    {(EdgeKind.REFERENCES.value, NodeKind.PYTHON_MODULE.value)}
+    | {
+        (EdgeKind.IMPORTS.value, kind.value)
+        for kind in (NodeKind.PYTHON_MODULE, NodeKind.TEST_FILE, NodeKind.FILE)
+    }
+)
 REVERSE_KINDS = (
     EdgeKind.CALLS.value,
     EdgeKind.LAUNCHES.value,
@@ -88,20 +90,160 @@ NEAR_DEPTH = 4
 NEAR_NODES = 3000
 # Kinds whose walk state is more than their being reached (see _follow_leads).
 STATEFUL = MODULE_KINDS | {NodeKind.PYTHON_FUNCTION.value, NodeKind.PYTHON_CLASS.value}
-_BATCH = 900
 
 
-class ImpactWalker(Bridges, EdgeRows):
-    """Reverse reachability over one index; reusable across walks.
+class ClassHierarchy:
+    """Ancestor lookups over one index, cached per class."""
 
-    ``splice_hub``: once a full walk (no quota, no depth cap) makes the hub live, take
-    what the hub reaches from the walk kept in the index, not walk it again
-    (``indexer.select.hub``).
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self._bases: dict[int, list[tuple[int, int | None, int]]] = {}
+        self._methods: dict[tuple[int, str], tuple[int, int] | None] = {}
+        self._value_methods: dict[int, frozenset[str]] = {}
+        self._autograd: dict[int, bool] = {}
 
-    ``keep``: hold what the walks derive (the hub's walk) for index
-    maintenance to keep in the index (``indexer.select.derived``); a walker writes
-    nothing (docs/selection.md, "A current index").
-    """
+    def _direct_bases(self, class_id: int) -> list[tuple[int, int | None, int]]:
+        """(base class id, file id, line) of each base of ``class_id`` found in the index."""
+        if class_id in self._bases:
+            return self._bases[class_id]
+        conn = self.index.conn
+        row = conn.execute(
+            "SELECT attrs, file_id, line FROM nodes WHERE id = ?", (class_id,)
+        ).fetchone()
+        found: list[tuple[int, int | None, int]] = []
+        if row is not None and row[0]:
+            names = json.loads(row[0]).get("bases") or ()
+            for name in names:
+                base = conn.execute(
+                    "SELECT id FROM nodes WHERE qualname = ? AND kind = ?", (name, PYTHON_CLASS)
+                ).fetchone()
+                if base is None:
+                    continue
+                # The `class C(B)` reference is the evidence; the class line if it is absent.
+                edge = conn.execute(
+                    "SELECT file_id, line FROM edges WHERE src_id = ? AND dst_id = ?"
+                    " AND kind = 'references' LIMIT 1",
+                    (class_id, base[0]),
+                ).fetchone()
+                file_id, line = edge if edge is not None else (row[1], row[2])
+                found.append((base[0], file_id, line))
+        self._bases[class_id] = found
+        return found
+
+    def autograd_function(self, class_id: int) -> bool:
+        """Whether the class is an autograd function: it or an indexed ancestor names a base
+        called ``Function`` or ``*Function`` (``torch.autograd.Function``,
+        ``InplaceFunction``), whose ``apply`` runs its ``forward``, ``setup_context``,
+        ``backward``, ``jvp`` and ``vmap``."""
+        if class_id not in self._autograd:
+            self._autograd[class_id] = False  # a cycle in the bases ends here
+            row = self.index.conn.execute("SELECT attrs FROM nodes WHERE id = ?", (class_id,))
+            attrs = (row.fetchone() or (None,))[0]
+            bases = json.loads(attrs).get("bases") or () if attrs else ()
+            self._autograd[class_id] = any(
+                base.rsplit(".", 1)[-1].endswith("Function") for base in bases
+            ) or any(self.autograd_function(base) for base, _, _ in self._direct_bases(class_id))
+        return self._autograd[class_id]
+
+    def value_methods(self, class_id: int) -> frozenset[str]:
+        """Method names the class or an ancestor hands out as values (``return
+        self.forward_cuda``, recorded by the extractor as ``value_methods``): whichever
+        override an instance has runs through the instance, not through a call by name."""
+        if class_id in self._value_methods:
+            return self._value_methods[class_id]
+        self._value_methods[class_id] = frozenset()  # a cycle in the bases ends here
+        row = self.index.conn.execute("SELECT attrs FROM nodes WHERE id = ?", (class_id,))
+        attrs = (row.fetchone() or (None,))[0]
+        names = set(json.loads(attrs).get("value_methods") or ()) if attrs else set()
+        for base, _, _ in self._direct_bases(class_id):
+            names |= self.value_methods(base)
+        self._value_methods[class_id] = frozenset(names)
+        return self._value_methods[class_id]
+
+    def _method(self, class_id: int, name: str) -> tuple[int, int] | None:
+        """(id, file id) of the method ``name`` the class defines, if it does; asked once
+        per class and name (methods of one class climb the same bases)."""
+        key = (class_id, name)
+        if key not in self._methods:
+            conn = self.index.conn
+            qualname = conn.execute("SELECT qualname FROM nodes WHERE id = ?", (class_id,))
+            self._methods[key] = conn.execute(
+                "SELECT id, file_id FROM nodes WHERE qualname = ? AND kind = ?",
+                (f"{qualname.fetchone()[0]}.{name}", PYTHON_FUNCTION),
+            ).fetchone()
+        return self._methods[key]
+
+    def overridden(self, method_id: int) -> list[tuple[int, int, int | None, int]]:
+        """(ancestor method id, its file id, evidence file id, evidence line) of the nearest
+        definition of the same name along each path up the bases of ``method_id``'s class;
+        the evidence is the ``class C(B)`` line of the first step up."""
+        conn = self.index.conn
+        row = conn.execute(
+            "SELECT name, parent_id FROM nodes WHERE id = ? AND kind = ?",
+            (method_id, PYTHON_FUNCTION),
+        ).fetchone()
+        if row is None or row[1] is None:
+            return []
+        name, owner = row
+        found: list[tuple[int, int, int | None, int]] = []
+        seen = {owner}
+        stack = [(base, file_id, line) for base, file_id, line in self._direct_bases(owner)]
+        while stack:
+            class_id, file_id, line = stack.pop()
+            if class_id in seen:
+                continue
+            seen.add(class_id)
+            method = self._method(class_id, name)
+            if method is not None:
+                # B.m, once reached, climbs on from its own class with its own evidence.
+                found.append((method[0], method[1], file_id, line))
+                continue
+            stack += [(base, file_id, line) for base, _, _ in self._direct_bases(class_id)]
+        return found
+
+
+# Methods Python runs through their class or an instance's protocol, not by name: using
+# the class is using them. Every dunder is one: ``C(...)`` runs ``__init__``, ``c[i]``
+# ``__getitem__``, ``a + b`` ``__add__``, ``str(c)`` ``__str__``; no code need name them.
+# (Operator dunders were once left out, as syntax on a class as common as Tensor reaches
+# every test; the audit of PyTorch's Python then missed the tests indexing torch._numpy's
+# ndarray. Reaching every test is what a change to Tensor.__rsub__ can do.)
+# ``forward`` runs through nn.Module.__call__.
+def runs_implicitly(name: str) -> bool:
+    return name == "forward" or (len(name) > 4 and name.startswith("__") and name.endswith("__"))
+
+
+def _like(text: str) -> str:
+    """``text`` as a literal in a LIKE pattern escaped with a backslash."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def placeholders(values: list) -> str:
+    return ",".join("?" * len(values))
+
+
+def _python_bindings(name: str) -> tuple[str, ...]:
+    return (f"._C.{name}", f"._C._VariableFunctions.{name}", f"._VF.{name}")
+
+
+def _calls_op_api(target: str, attrs: str | None, keys: list[str]) -> bool:
+    """Whether an unresolved call ``target`` may be the generated API of an op."""
+    head, _, last = target.rpartition("::")
+    if last.split("<", 1)[0] not in keys:
+        return False
+    if head:
+        return (head + "::").startswith(_API_PREFIXES)
+    receiver = json.loads(attrs).get("receiver") if attrs else None
+    if receiver is None:
+        return True  # an unqualified call or a method on an unknown type: may be the op
+    receiver = receiver.replace("const ", "").replace("at::", "").strip()
+    return receiver in _TENSOR_TYPES
+
+
+class ImpactWalker:
+    """Reverse reachability over one index; reusable across walks. ``splice_hub``: splice
+    the hub's kept walk in once a full walk makes the hub live; ``keep``: hold what the
+    walks derive, for index maintenance (``derived``) to keep; a walker writes nothing."""
 
     def __init__(
         self,
@@ -110,8 +252,22 @@ class ImpactWalker(Bridges, EdgeRows):
         splice_hub: bool = False,
         keep: bool = False,
     ) -> None:
-        Bridges.__init__(self)
-        EdgeRows.__init__(self)
+        self._method_names: dict[str, int] = {}  # method name -> how many define it
+        self._users_of_file: dict[int, set[int]] = {}  # file -> files with edges into it
+        self._hierarchy: ClassHierarchy | None = None
+        self._untyped: dict[str, list[tuple[int, int, int, str, int]]] = {}
+        # Per walker, as everything above: answers by name or file, however many reached
+        # nodes ask (an op's overloads share a name; a file's definitions its refs).
+        self._ops_named: dict[str, bool] = {}
+        self._op_api_calls: dict[str, list[tuple[int, str, int, int, str, int]]] = {}
+        self._decorator_refs: dict[int, list[tuple[int, str, int]]] = {}
+        self._registries: dict[str, list[tuple[int, str, int]]] = {}
+        self._targets: dict[int, str] = {}
+        # Refs whose line names the target without running it (judged at extraction:
+        # indexer.python.call_facts), among those whose targets were read.
+        self._named_only: set[int] = set()
+        self._graph: adjacency.Adjacency | None = None
+        self._graph_looked = False
         self.index = index
         self.splice_hub = splice_hub
         self.keeps = keep
@@ -281,7 +437,7 @@ class ImpactWalker(Bridges, EdgeRows):
 
     def _follow_leads(self, reach: Reach, frontier: list[int], hub: int) -> list[int]:
         """Follow a kept chain to the hub from a node about to be expanded, by this
-        walk's rules (``indexer.select.witness``); the nodes it adds, or [] if none
+        walk's rules (``indexer.select.hub_chains``); the nodes it adds, or [] if none
         leads there. Only from a start, or a node whose state is its being reached: a
         Python definition's depends on the step that reached it (deferral), a module's
         on what of it is affected, and a chain followed from one alone would not know."""
@@ -308,20 +464,11 @@ class ImpactWalker(Bridges, EdgeRows):
         max_depth: int | None = None,
         known: Known | None = None,
     ) -> Reach:
-        """Everything that reaches the ``starts`` (node id -> entity index).
-
-        ``quota`` stops the walk as soon as the reached nodes (starts included) lie in
-        that many of its files; ``max_depth`` caps the hops (None: no cap, as selection
-        walks); with a quota, ``known`` nodes end the walk (``known.reaches``) or are
-        not gone on from (``known.reaches_none``): see :class:`Known`.
-        """
+        """Everything that reaches the ``starts`` (node id -> entity index). ``quota``
+        stops once the reached nodes lie in that many of its files; ``max_depth`` caps the
+        hops; with a quota, ``known`` nodes end the walk or are not gone on from."""
         splice = self.splice_hub and quota is None and max_depth is None
         return self._walk(starts, quota, max_depth, splice, known=known)
-
-    def chain_to_hub(self, start: int) -> bool:
-        """Whether a walk from ``start`` makes the hub live (``walk_to_hub``)."""
-        hub = self._hub_node()
-        return hub is not None and hub in self.walk_to_hub(start).import_live
 
     def walk_to_hub(self, start: int) -> Reach:
         """Walk from ``start`` only until the hub goes live, giving the chain that got
@@ -431,10 +578,10 @@ class ImpactWalker(Bridges, EdgeRows):
             if filling is not None:
                 for entry in found:
                     filling.add(entry[3])
-            for start in range(0, len(frontier), _BATCH):
+            for start in range(0, len(frontier), BATCH):
                 if filling is not None and filling.full:
                     break
-                batch = frontier[start : start + _BATCH]
+                batch = frontier[start : start + BATCH]
                 rows = self._rows_into(batch, reverse, reach.steps, asks_target)
                 for src, dst, kind, file_id, line, src_kind, src_file, ref_id in rows:
                     if only is not None and src not in only:
@@ -525,3 +672,379 @@ class ImpactWalker(Bridges, EdgeRows):
                     return reach
                 if known is not None and node_id in known.reaches:
                     return reach  # a test is reached through it
+
+    def _registrations(self, frontier: list[int], reach: Reach) -> list[tuple[int, Step, str, int]]:
+        """The registries decorated definitions of the frontier fill (``@op.register_impl``:
+        what the decorator names before its last attribute, or an op its arguments name);
+        test files' definitions register nothing another test file can reach."""
+        test_files = self.index.test_file_paths()
+        ids = [
+            n
+            for n in frontier
+            if reach.kind.get(n) in DECORATED_KINDS and reach.file_id.get(n) not in test_files
+        ]
+        found = []
+        conn = self.index.conn
+        decorated: dict[int, dict[int, int]] = {}  # file id -> node id -> its def line
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
+            for node_id, line, file_id in conn.execute(
+                f"SELECT id, line, file_id FROM nodes WHERE id IN ({placeholders(batch)})"
+                " AND attrs LIKE '%\"decorators\"%'",
+                batch,
+            ):
+                decorated.setdefault(file_id, {})[node_id] = line
+        for file_id, lines in decorated.items():
+            for node_id, line in lines.items():
+                for dst, ref_line, dst_kind, dst_file in conn.execute(
+                    "SELECT e.dst_id, e.line, d.kind, d.file_id FROM edges e"
+                    " JOIN nodes d ON d.id = e.dst_id"
+                    " WHERE e.src_id = ? AND e.line < ? AND d.kind = 'op'",
+                    (node_id, line),
+                ):
+                    step = Step(node_id, REGISTERS, node_id, dst, file_id, ref_line)
+                    found.append((dst, step, dst_kind, dst_file))
+            for src, target, ref_line in self._unresolved_dotted(file_id):
+                if src not in lines or ref_line >= lines[src]:
+                    continue  # not a decorator line of a reached definition
+                for dst, dst_kind, dst_file in self._registry_nodes(target):
+                    step = Step(src, REGISTERS, src, dst, file_id, ref_line)
+                    found.append((dst, step, dst_kind, dst_file))
+        return found
+
+    def _unresolved_dotted(self, file_id: int) -> list[tuple[int, str, int]]:
+        """(src, target, line) of the file's unresolved dotted ``py`` refs; refs has no
+        index on src_id, so a file's are read once per walker."""
+        if file_id not in self._decorator_refs:
+            self._decorator_refs[file_id] = self.index.conn.execute(
+                "SELECT r.src_id, r.target, r.line FROM refs r WHERE r.file_id = ?"
+                " AND r.scheme = 'py' AND r.target LIKE '%.%'"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                (file_id,),
+            ).fetchall()
+        return self._decorator_refs[file_id]
+
+    def _registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
+        if target not in self._registries:
+            self._registries[target] = self._find_registry_nodes(target)
+        return self._registries[target]
+
+    def _find_registry_nodes(self, target: str) -> list[tuple[int, str, int]]:
+        """Definitions a decorator's dotted base may name: exactly, or re-exported from a
+        submodule of its package (``vllm.ir.ops.rms_norm`` is ``vllm.ir.ops.layernorm.rms_norm``),
+        a module included (``@torch._dynamo.register_backend`` fills a table of that package)."""
+        base = target.rsplit(".", 1)[0]
+        if "." not in base:
+            return []
+        rows = self.index.conn.execute(
+            "SELECT id, kind, file_id FROM nodes WHERE qualname = ?"
+            " AND kind NOT IN ('file', 'test_file')",
+            (base,),
+        ).fetchall()
+        if rows:
+            return rows
+        package, _, name = base.rpartition(".")
+        return [
+            (node_id, kind, file_id)
+            for node_id, kind, file_id, qualname in self.index.conn.execute(
+                "SELECT id, kind, file_id, qualname FROM nodes WHERE name = ?"
+                " AND kind IN ('python_function', 'python_class')",
+                (name,),
+            )
+            if qualname.startswith(package + ".") and qualname.count(".") == base.count(".") + 1
+        ]
+
+    def _explicit_methods(self, frontier: list[int], reach: Reach) -> dict[int, str]:
+        """Python methods of the frontier that run only when called by name (``obj.m()``),
+        id -> name; the others run implicitly, through their class (docs/selection.md)."""
+        ids = [n for n in frontier if reach.kind.get(n) == NodeKind.PYTHON_FUNCTION.value]
+        explicit: dict[int, str] = {}
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
+            for node_id, name, attrs, owner in self.index.conn.execute(
+                f"SELECT id, name, attrs, parent_id FROM nodes WHERE id IN ({placeholders(batch)})"
+                " AND attrs LIKE '%\"method\":true%'",
+                batch,
+            ):
+                data = json.loads(attrs)
+                decorators = {d.rsplit(".", 1)[-1] for d in data.get("decorators") or ()}
+                implicit = runs_implicitly(name) or bool(decorators & PROPERTY_DECORATORS)
+                if name in AUTOGRAD_METHODS and owner is not None:
+                    implicit = implicit or self._classes().autograd_function(owner)
+                if data.get("method") and not implicit and not self._handed_out(owner, name):
+                    explicit[node_id] = name
+        return explicit
+
+    def _handed_out(self, owner: int | None, name: str) -> bool:
+        return owner is not None and name in self._classes().value_methods(owner)
+
+    def _classes(self) -> ClassHierarchy:
+        if self._hierarchy is None:
+            self._hierarchy = ClassHierarchy(self.index)
+        return self._hierarchy
+
+    def _untyped_calls(self, name: str) -> list[tuple[int, int, int, str, int]]:
+        """(src, file, line, src kind, src file) of the unresolved ``obj.name(...)`` refs:
+        read once per walker, however many methods of that name the walk reaches."""
+        if name not in self._untyped:
+            self._untyped[name] = self.index.conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target = ?"
+                " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+                (name, f".{name}"),
+            ).fetchall()
+        return self._untyped[name]
+
+    def _method_callers(
+        self,
+        methods: dict[int, str],
+        reached: dict[int, Step | None],
+        files: dict[int, int],
+    ) -> list[tuple[int, Step, str, int]]:
+        """Callers of methods by name: an unresolved ``.m`` ref is a call of C's ``m`` where
+        the calling file can see C (C's file, or one using C's module), or where few classes
+        define ``m`` and no op is called ``m``."""
+        found = []
+        for method_id, name in methods.items():
+            method_file = files[method_id]  # the methods are reached: their files are known
+            rare = self._definitions_named(name) <= RARE_METHOD_DEFINITIONS and not self._op_named(
+                name
+            )
+            users = None if rare else self._files_using(method_file)
+            for src, file_id, line, src_kind, src_file in self._untyped_calls(name):
+                if src in reached:
+                    continue
+                if users is not None and src_file != method_file and src_file not in users:
+                    continue
+                step = Step(method_id, EdgeKind.CALLS.value, src, method_id, file_id, line)
+                found.append((src, step, src_kind, src_file))
+        return found
+
+    def _overridden(self, methods: dict[int, str]) -> list[tuple[int, Step, str, int]]:
+        """Each method's overridden ancestors: a call of ``B.m`` may run ``C.m``."""
+        found = []
+        for method_id in methods:
+            for ancestor, ancestor_file, file_id, line in self._classes().overridden(method_id):
+                step = Step(method_id, OVERRIDES, method_id, ancestor, file_id, line)
+                found.append((ancestor, step, NodeKind.PYTHON_FUNCTION.value, ancestor_file))
+        return found
+
+    def _registered_op_callers(self, definition: int, op_name: str) -> list[Found]:
+        """A Python function registered as an op runs where ``torch.ops.<ns>.<op_name>(...)``
+        is called: those calls (unresolved ``py`` refs: the op is made at run time) reach it."""
+        return [
+            (src, Step(definition, EdgeKind.CALLS.value, src, definition, file_id, line), kind, nf)
+            for src, file_id, line, kind, nf in self.index.conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND r.target LIKE 'torch.ops.%'",
+                (op_name,),
+            )
+        ]
+
+    def _attribute_callers(self, definition: int, attribute: str) -> list[Found]:
+        """A Python function installed as ``Cls.attr`` at import runs where ``.attr(...)``
+        is called on an object the index cannot type, or ``Cls.attr`` is named (resolved
+        or not: the class defines no ``attr`` of its own)."""
+        name = attribute.rpartition(".")[2]
+        return [
+            (src, Step(definition, EdgeKind.CALLS.value, src, definition, file_id, line), kind, nf)
+            for src, file_id, line, kind, nf in self.index.conn.execute(
+                "SELECT r.src_id, r.file_id, r.line, n.kind, n.file_id"
+                " FROM refs r JOIN nodes n ON n.id = r.src_id"
+                " WHERE r.target_key = ? AND r.scheme = 'py' AND (r.target = ? OR r.target = ?"
+                " OR r.target LIKE ? ESCAPE '\\')",
+                (name, f".{name}", attribute, "%." + _like(attribute)),
+            )
+        ]
+
+    def _op_named(self, name: str) -> bool:
+        """Whether an op or binding is called ``name``: then ``x.name()`` is most likely a
+        tensor method call, not a call of the few Python methods of that name."""
+        if name not in self._ops_named:
+            self._ops_named[name] = (
+                self.index.conn.execute(
+                    "SELECT 1 FROM nodes WHERE name = ? AND kind IN ('op', 'binding') LIMIT 1",
+                    (name,),
+                ).fetchone()
+                is not None
+            )
+        return self._ops_named[name]
+
+    def _definitions_named(self, name: str) -> int:
+        if name not in self._method_names:
+            self._method_names[name] = self.index.conn.execute(
+                "SELECT COUNT(*) FROM nodes WHERE name = ? AND kind = 'python_function'"
+                " AND attrs LIKE '%\"method\":true%'",
+                (name,),
+            ).fetchone()[0]
+        return self._method_names[name]
+
+    def _files_using(self, file_id: int) -> set[int]:
+        """Files with an edge into ``file_id``'s definitions (importing, naming, testing)."""
+        if file_id not in self._users_of_file:
+            self._users_of_file[file_id] = {
+                row[0]
+                for row in self.index.conn.execute(
+                    "SELECT DISTINCT e.file_id FROM edges e JOIN nodes d ON d.id = e.dst_id"
+                    " WHERE d.file_id = ? AND e.kind IN ('imports', 'references', 'covers',"
+                    " 'calls')",
+                    (file_id,),
+                )
+            }
+        return self._users_of_file[file_id]
+
+    def _dispatcher_callers(
+        self, op_ids: list[int], reached: dict[int, Step | None]
+    ) -> list[tuple[int, Step, str, int]]:
+        """Code calling aten ops through generated bindings the index never sees (C++
+        ``at::addmm(...)``, ``self.t()``; Python ``torch._C.add``, ``torch._VF.add``): the
+        unresolved refs matched to the op by name."""
+        found = []
+        for op in self.index.nodes(op_ids):
+            if not op.qualname.startswith("aten::"):
+                continue
+            for src, kind, file_id, line, src_kind, src_file in self._op_api_callers(op.name):
+                if src in reached:
+                    continue
+                found.append(
+                    (src, Step(op.id, kind, src, op.id, file_id, line), src_kind, src_file)
+                )
+        return found
+
+    def _op_api_callers(self, name: str) -> list[tuple[int, str, int, int, str, int]]:
+        """(src, edge kind, file, line, src kind, src file) of the unresolved calls that may
+        be the generated API of the aten ops called ``name``: read once per name (an op's
+        overloads share it)."""
+        if name in self._op_api_calls:
+            return self._op_api_calls[name]
+        keys = [name, f"{name}_out", f"{name}_outf"]
+        calls = []
+        for (
+            src,
+            file_id,
+            line,
+            scheme,
+            target,
+            attrs,
+            src_kind,
+            src_file,
+        ) in self.index.conn.execute(
+            "SELECT r.src_id, r.file_id, r.line, r.scheme, r.target, r.attrs, n.kind,"
+            " n.file_id FROM refs r JOIN nodes n ON n.id = r.src_id"
+            f" WHERE r.target_key IN ({placeholders(keys)}) AND r.scheme IN ('cpp', 'py')"
+            " AND NOT EXISTS (SELECT 1 FROM edges e WHERE e.ref_id = r.id)",
+            keys,
+        ):
+            if scheme == "cpp" and _calls_op_api(target, attrs, keys):
+                kind = EdgeKind.CALLS.value
+            elif scheme == "py" and target.endswith(_python_bindings(name)):
+                kind = EdgeKind.REFERENCES.value
+            else:
+                continue
+            calls.append((src, kind, file_id, line, src_kind, src_file))
+        self._op_api_calls[name] = calls
+        return calls
+
+    def graph(self, reached: int = 0) -> adjacency.Adjacency | None:
+        """The index's adjacency: read from the index if it keeps one derived for its
+        graph, else built once the walk has reached ``ADJACENCY_AFTER`` nodes; None before."""
+        if self._graph is None and not self._graph_looked:
+            self._graph_looked = True
+            self._graph = adjacency.cached(self.index.db_path, self.index.conn, self.index.meta)
+        if self._graph is None and reached >= ADJACENCY_AFTER:
+            self._graph = adjacency.shared(self.index.db_path, self.index.conn, self.index.meta)
+        return self._graph
+
+    def _target(self, ref_id: int | None) -> str:
+        """The name as written of the ref an edge came from ('' for local edges)."""
+        if ref_id is None:
+            return ""
+        if ref_id not in self._targets:
+            self._load_targets([ref_id])
+        return self._targets[ref_id]
+
+    def _runs_named(self, ref_id: int | None) -> bool:
+        """Whether the line of the ref an edge came from runs what it names (local
+        edges do)."""
+        if ref_id is None:
+            return True
+        self._target(ref_id)
+        return ref_id not in self._named_only
+
+    def _load_targets(self, ref_ids: list[int]) -> None:
+        """Read the targets of many refs at once (one query per 900)."""
+        wanted = list({r for r in ref_ids if r not in self._targets})
+        for start in range(0, len(wanted), BATCH):
+            batch = wanted[start : start + BATCH]
+            found = {}
+            for ref_id, target, named_only in self.index.conn.execute(
+                "SELECT id, target, json_extract(attrs, '$.named_only') FROM refs"
+                f" WHERE id IN ({placeholders(batch)})",
+                batch,
+            ):
+                found[ref_id] = target
+                if named_only:
+                    self._named_only.add(ref_id)
+            for ref_id in batch:
+                self._targets[ref_id] = found.get(ref_id) or ""
+
+    def _node_rows(self, ids: list[int]) -> list[tuple[int, str, int]]:
+        graph = self.graph()
+        if graph is not None:
+            # In id order, as SQLite returns the rows of an IN list.
+            ids = sorted(set(ids))
+            return [(n, graph.kind(n), graph.file(n)) for n in ids if graph.kind(n) is not None]
+        rows = []
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
+            rows += self.index.conn.execute(
+                f"SELECT id, kind, file_id FROM nodes WHERE id IN ({placeholders(batch)})", batch
+            ).fetchall()
+        return rows
+
+    def _from_sqlite(
+        self, end: str, other: str, extra: str, batch: list[int], kinds: list[str]
+    ) -> list[tuple]:
+        """Edges of ``kinds`` whose ``end`` is in ``batch``, with the kind and file of the
+        node at their ``other`` end (and ``extra`` columns), as the adjacency gives them."""
+        return self.index.conn.execute(
+            f"SELECT e.src_id, e.dst_id, e.kind, e.file_id, e.line, n.kind, n.file_id{extra}"
+            f" FROM edges e JOIN nodes n ON n.id = e.{other}"
+            f" WHERE e.{end} IN ({placeholders(batch)}) AND e.kind IN ({placeholders(kinds)})",
+            [*batch, *kinds],
+        ).fetchall()
+
+    def _rows_into(
+        self,
+        batch: list[int],
+        kinds: list[str],
+        seen: dict[int, Any],
+        asks_target: Callable[[EdgeRow], bool],
+    ) -> Iterator[EdgeRow]:
+        """Edges of ``kinds`` into ``batch``: (src, dst, kind, file, line, src kind, src
+        file, ref id), ordered by dst, kind, edge id. From the adjacency, edges from
+        ``seen`` nodes are left out (the walk skips them, save a module's references,
+        which may widen it), rows are made as the walk takes them (it may stop early),
+        and the names of the refs ``asks_target`` of are read in one query per chunk."""
+        graph = self.graph()
+        if graph is None:
+            yield from self._from_sqlite("dst_id", "src_id", ", e.ref_id", batch, kinds)
+            return
+        rows = graph.into_unseen(batch, graph.codes(kinds), seen, REVISIT)
+        while chunk := list(islice(rows, CHUNK)):
+            self._load_targets([row[7] for row in chunk if row[7] is not None and asks_target(row)])
+            yield from chunk
+
+    def _rows_out_of(self, batch: list[int], kinds: list[str]) -> list[tuple]:
+        """Edges of ``kinds`` out of ``batch``: (src, dst, kind, file, line, dst kind, dst
+        file), ordered by src, kind, edge id."""
+        graph = self.graph()
+        if graph is None:
+            return self._from_sqlite("src_id", "dst_id", "", batch, kinds)
+        return [
+            (src, dst, kind, file_id, line, graph.kind(dst), graph.file(dst))
+            for src, dst, kind, file_id, line, _ in graph.out_of(batch, graph.codes(kinds))
+            if graph.kind(dst) is not None
+        ]

@@ -1,7 +1,7 @@
 """The vocabulary of a selection: changed entities, evidence hops, selected test files.
 
 Plain data, so a selection can travel (JSON report, pytest-xdist workers) and be rebuilt
-with :func:`indexer.select.report.selection_from_dict`.
+with :func:`pytest_torchtalk.report.selection_from_dict`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Entity:
         return len(self.node_ids) or self.node_count
 
 
+READS_PATH = "reads-path"  # kind of an entity placed by naming a changed file's path
 # The kinds of a record reason's last hops: how the test depends on what changed.
 EXECUTED = "executed"  # the test ran it itself (its setup, call, teardown, fixtures)
 IMPORT_WORK = "import work"  # a module's body ran it while the module was imported

@@ -1,38 +1,92 @@
-"""What a module-level statement does with a name it mentions: call it while the module
-is imported, bind module names to it, or only pass it along.
-
-The impact walk asks this when a module is reached because its top-level code names a
-changed definition (``references`` from the module node). The answer is read from the
-facts extraction kept for the statement (``indexer.python.statement_facts``):
-
-- the statement calls it (``_TABLE = build_table()``): importing the module runs the
-  changed code, so everything importing the module is affected; unless the changed code
-  sits in a function or class the called one only defines and returns
-  (``Seq = as_seq_cls_model(Llama)`` runs none of the methods of the class it makes):
-  then it is bound, as below;
-- the statement binds names (``cached = lru_cache(get_tokenizer)``): the users of those
-  names are affected, not every user of the module;
-- it registers it as an op (``direct_register_custom_op(op_name="x", op_func=f)``, a
-  harness's ``[python] op_registrars``): it runs where ``torch.ops.<ns>.x(...)`` is called;
-- names bound so are followed through the module's later top-level statements
-  (``_ALL = {**_TEXT_MODELS}``, then ``ModelRegistry = Registry(_ALL)``): what they bind
-  from them is affected too;
-- it does neither (``add_docstr(torch.atan2, ...)``): a compiled op passed along is not
-  run by it; a Python definition passed along may be registered somewhere and run later,
-  so the module counts as run at import (the conservative reading).
-
-A line in no kept statement (a decorator, a base class, a file that did not parse)
-counts as run at import.
-"""
+"""What a module's top-level statement does with a reached name, read from the facts
+extraction kept (``indexer.python.statement_facts``): run it at import, bind module names
+to it, register it as an op, or only pass it along; and whether calling a reached Python
+definition runs the reached code at all (``Deferral``). (docs/selection.md, "Facts
+judged at extraction")."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from indexer.graph.vocabulary import EdgeKind, NodeKind
 from indexer.query.index import Index
 from indexer.query.python_facts import module_statements
+
+if TYPE_CHECKING:
+    from indexer.query.index import Node
+    from indexer.select.reach import Reach
+
+PYTHON_FUNCTION = NodeKind.PYTHON_FUNCTION.value
+PYTHON_CLASS = NodeKind.PYTHON_CLASS.value
+CONTAINS = EdgeKind.CONTAINS.value
+USES = (EdgeKind.CALLS.value, EdgeKind.REFERENCES.value, EdgeKind.CONTAINS.value)
+CONSTRUCTION = frozenset({"__init__", "__new__", "__post_init__"})  # what C(...) runs
+MAX_DEPTH = 8  # definitions followed to decide that a call runs none of the changed code
+Statement = tuple[int, int, dict[str, Any]]
+
+
+class Deferral:
+    """Answers "does calling this run the reached code?" over one index."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self._used: dict[int, list[tuple[int, int, str]]] = {}  # a definition's uses
+
+    def _uses(self, definition: int) -> list[tuple[int, int, str]]:
+        """(dst, line, kind) of what ``definition`` calls, names or contains: asked for
+        the same definitions by every walk that reaches them."""
+        if definition not in self._used:
+            self._used[definition] = self.index.conn.execute(
+                f"SELECT dst_id, line, kind FROM edges WHERE src_id = ?"
+                f" AND kind IN ({','.join('?' * len(USES))})",
+                (definition, *USES),
+            ).fetchall()
+        return self._used[definition]
+
+    def deferred(self, reach: Reach, named: Node, seen: frozenset[int] = frozenset()) -> bool:
+        """True when calling ``named`` (a function or a class) runs none of the code the
+        walk has reached; False when it may."""
+        if named.kind not in (PYTHON_FUNCTION, PYTHON_CLASS):
+            return False
+        if named.id in seen or len(seen) > MAX_DEPTH:
+            return False
+        reached = reach.steps.get(named.id)
+        if reached is None or reached.src != named.id:
+            return False  # reached otherwise than through its own code: it may run it
+        seen = seen | {named.id}
+        uses = [*self._uses(named.id), (reached.dst, reached.line, reached.kind)]
+        # (the last: the step that reached it, a bridged one having no edge)
+        for dst, line, kind in uses:
+            if dst not in reach.steps:
+                continue
+            if named.kind == PYTHON_FUNCTION:
+                if _nested(named, line):
+                    continue  # in a function it only defines
+                if not self._deferred_dst(reach, dst, seen):
+                    return False
+            elif kind == CONTAINS:
+                if self.index.node(dst).name in CONSTRUCTION:
+                    return False
+            elif not (self._is_base(named, dst) and self._deferred_dst(reach, dst, seen)):
+                return False  # the class body uses it at definition, or a base runs it
+        return True
+
+    def _deferred_dst(self, reach: Reach, dst: int, seen: frozenset[int]) -> bool:
+        if reach.kind.get(dst) not in (PYTHON_FUNCTION, PYTHON_CLASS):
+            return False
+        return self.deferred(reach, self.index.node(dst), seen)
+
+    def _is_base(self, named: Node, dst: int) -> bool:
+        qualname = self.index.node(dst).qualname
+        return qualname in (named.attrs.get("bases") or ())
+
+
+def _nested(function: Node, line: int) -> bool:
+    """Whether ``line`` lies in a function or lambda nested in ``function`` (the spans
+    extraction kept: ``indexer.python.statement_facts.nested_spans``)."""
+    return any(first <= line <= last for first, last in function.attrs.get("nested") or ())
 
 
 @dataclass(frozen=True)
@@ -43,10 +97,6 @@ class StatementUse:
     # ``Cls.attr`` it is installed as (``SparseTensor.partition = partition``): run where
     # ``.attr`` is called or ``Cls.attr`` named, not by every importer of the module.
     attribute: str | None = None
-
-
-RUN = StatementUse(True, frozenset())
-Statement = tuple[int, int, dict[str, Any]]
 
 
 class ModuleStatements:
@@ -78,13 +128,9 @@ class ModuleStatements:
         registrars: frozenset[str] = frozenset(),
         deferred: Callable[[], bool] = lambda: False,
     ) -> StatementUse:
-        """How the top-level statement at ``line`` of the file uses ``name``.
-
-        ``compiled``: the name is an op or a binding (running it needs a call).
-        ``registrars``: names of functions that register a Python function as an op.
-        ``deferred``: whether calling ``name`` runs none of the changed code
-        (``indexer.select.deferral``), asked only of a statement that calls it.
-        """
+        """How the top-level statement at ``line`` of the file uses ``name`` (``compiled``:
+        an op or binding, run only by a call; ``registrars``: functions registering an op;
+        ``deferred``: whether calling ``name`` runs none of the changed code)."""
         facts = self._statement_at(file_id, line)
         if facts is None:
             return RUN  # a decorator or a base class: registration or inheritance
@@ -137,3 +183,6 @@ class ModuleStatements:
                     found |= bound
                     grown = True
         return StatementUse(False, frozenset(found))
+
+
+RUN = StatementUse(True, frozenset())

@@ -1,64 +1,258 @@
-"""Selection from a recorded run: changed code -> ops (static C++ graph) -> tests (record).
-
-Three steps, each with its own source of truth:
-
-1. **Which tests can the record speak for?** (``trusted_tests``) A test it recorded whole
-   (it passed, nothing disturbed the recorder; or it skipped, xfailed, failed or errored
-   in the selecting environment, ``indexer.select.environment``), whose test file and
-   every file of the tree it ran are as the base has them: unchanged since the record's
-   commit, and with the content the record carries for them (a record made with
-   uncommitted edits). The rest are left to the static walk: tests the recorder did not
-   see whole (interrupted, timed out, disturbed), skipped or failed elsewhere (a CUDA
-   test skipped on a CPU recorder ran nothing, it was not shown to run nothing), tests of
-   changed files, tests that ran code changed since, and tests the record does not hold
-   at all (new tests, new parametrizations, unrecorded files).
-2. **Which ops and functions reach the change?** (``indexer.query.native_reach``) For a
-   C++/CUDA/YAML change, the ops and bindings whose kernels reach it through native code;
-   for a change inside a Python function's body, that function itself. Module-level and
-   class-level Python changes, and everything else, are the static walk's.
-3. **Who executed them?** The trusted tests whose record holds one of them. An op
-   matches by its family (``indexer.select.op_family``): any overload spelling, its
-   structured delegates (``cumsum_`` runs ``cumsum.out``'s kernel without dispatching
-   it), the composite wrappers calling it.
-   What a module's body ran while it was imported is not any one test's work; who
-   depends on it is ``indexer.select.import_work``'s question.
-
-A record that cannot be used at all (damaged, of another tree or branch, older than the
-manifest's ``[record] max_age_days``) is not used, and the selection says why.
-"""
+"""Selection from a recorded run: which tests the record can speak for (trusted), which
+ops and functions reach the change (the static C++ graph, an op by its family), and
+which trusted tests executed them, or depend on what a module's import ran
+(docs/selection.md, "Selection from a record")."""
 
 from __future__ import annotations
 
 import ast
 import bisect
-from collections import Counter
+import json
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from indexer.graph.vocabulary import NodeKind, edge_extractor
+from indexer.diff import Diff
+from indexer.graph.vocabulary import EdgeKind, NodeKind, edge_extractor
 from indexer.paths import language_of
 from indexer.query.index import Index, Node
 from indexer.query.native_reach import NATIVE, NativeReach, walk_native
 from indexer.query.recorded import RecordedRuns, record_path_for
+from indexer.record.environment import current_environment, mismatch
 from indexer.record.files import content_hash, path_of_name
 from indexer.record.model import COMPLETE_OUTCOMES, Record
 from indexer.record.storage import RecordError
-from indexer.select.diff import Diff
-from indexer.select.environment import current_environment, mismatch
-from indexer.select.import_work import import_uses
-from indexer.select.model import EXECUTED, IMPORT_WORK, Entity, Hop, Reason, RecordedGroup
-from indexer.select.op_family import Family, base_name, op_family
+from indexer.select.model import (
+    EXECUTED,
+    IMPORT_WORK,
+    IMPORTED,
+    USES,
+    WITNESS,
+    Entity,
+    Hop,
+    Reason,
+    RecordedGroup,
+)
 from indexer.snapshot.fingerprint import git, is_ancestor, short_commit
 from indexer.wording import age
 from indexer.workspace import Workspace
 
+OP = NodeKind.OP.value
+DISPATCHES = EdgeKind.DISPATCHES.value
+OVERLOAD = "overload of"  # a family hop between two overloads of one name
+WRAPPER_KEYS = ("CompositeExplicitAutograd",)  # and ...NonFunctional: a prefix
+API_PREFIXES = ("at::", "::at::", "torch::")
 DEFAULT_MAX_AGE_DAYS = 30
 PY_FUNCTION = NodeKind.PYTHON_FUNCTION.value
 TEST_UTILITY = NodeKind.TEST_UTILITY.value
 CUDA_KERNEL = NodeKind.CUDA_KERNEL.value
 MODULE_KINDS = frozenset({NodeKind.PYTHON_MODULE.value, NodeKind.TEST_FILE.value})
+# Outcomes that repeat where the environment and the code they ran are the same: a test
+# that stopped early ran the same code up to the same stop (docs/selection.md).
+FAILURES = frozenset({"failed", "error"})
+REPEATABLE = frozenset({"skipped", "xfailed"}) | FAILURES
+Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
+
+
+def base_name(qualname: str) -> str:
+    """``aten::sort.stable`` -> ``aten::sort``."""
+    return qualname.split(".", 1)[0]
+
+
+@dataclass
+class Family:
+    """Op names without overloads -> the hops from a reached op out to that name (user ->
+    used, as every chain runs), in the order found."""
+
+    hops: dict[str, list[Hop]] = field(default_factory=dict)
+    reached_from: dict[str, int] = field(default_factory=dict)  # name -> the reached op id
+    members: dict[str, Node] = field(default_factory=dict)  # name -> the op that brought it
+    # each op of the family, by its full name, with the hops out to it
+    by_qualname: dict[str, tuple[Node, list[Hop]]] = field(default_factory=dict)
+
+    def path_to(self, recorded: str) -> tuple[Node, list[Hop]]:
+        """The family's op a recorded name (any overload spelling) is, and the hops to it:
+        that overload where the index holds it, else the first op of its name."""
+        if recorded in self.by_qualname:
+            return self.by_qualname[recorded]
+        base = base_name(recorded)
+        return self.members[base], self.hops[base]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.hops)
+
+
+def op_family(index: Index, op_ids: list[int]) -> Family:
+    """The family of the ops ``op_ids`` (the ops a change reaches), closed over
+    overloads and op-to-op dispatch; wrappers one hop from that closure."""
+    family = Family()
+    cache: dict[str, list[Node]] = {}
+    queue: deque[tuple[Node, int, list[Hop], bool]] = deque()
+    for node in index.nodes(op_ids):
+        if node.kind == OP:
+            queue.append((node, node.id, [], True))
+    seen_nodes: set[int] = set()
+    while queue:
+        node, origin, hops, may_wrap = queue.popleft()
+        if node.id in seen_nodes:
+            continue
+        seen_nodes.add(node.id)
+        family.by_qualname.setdefault(node.qualname, (node, hops))
+        base = base_name(node.qualname)
+        if base not in family.hops:
+            family.hops[base] = hops
+            family.reached_from[base] = origin
+            family.members[base] = node
+        for other in _overloads(index, base, cache):
+            if other.id not in seen_nodes:
+                step = Hop(OVERLOAD, other.qualname, node.qualname, other.evidence, OP, OP)
+                queue.append((other, origin, [*hops, step], may_wrap))
+        for edge in index.in_edges(node.id, (DISPATCHES,)):
+            if edge.src in seen_nodes:
+                continue
+            users = index.nodes([edge.src])
+            if not users or users[0].kind != OP:
+                continue
+            user = users[0]
+            step = Hop(DISPATCHES, user.qualname, node.qualname, edge.evidence, OP, OP)
+            queue.append((user, origin, [*hops, step], may_wrap))
+        if may_wrap:
+            for wrapper, kernel, where in _wrappers(index, node):
+                if wrapper.id in seen_nodes:
+                    continue
+                step = [
+                    Hop(DISPATCHES, wrapper.qualname, kernel.qualname, where[0], OP,
+                        kernel.kind),
+                    Hop(EdgeKind.CALLS.value, kernel.qualname, node.qualname, where[1],
+                        kernel.kind, OP),
+                ]  # fmt: skip
+                queue.append((wrapper, origin, [*hops, *step], False))
+    return family
+
+
+def _overloads(index: Index, base: str, cache: dict[str, list[Node]]) -> list[Node]:
+    if base not in cache:
+        short = base.rsplit("::", 1)[-1]
+        rows = index.conn.execute(
+            "SELECT n.id FROM nodes n WHERE n.kind = ? AND n.name = ?", (OP, short)
+        ).fetchall()
+        cache[base] = [
+            n for n in index.nodes([r[0] for r in rows]) if base_name(n.qualname) == base
+        ]
+    return cache[base]
+
+
+def _wrappers(index: Index, op: Node) -> list[tuple[Node, Node, tuple[str, str]]]:
+    """(wrapper op, its kernel, (dispatch evidence, call evidence)) of the
+    CompositeExplicitAutograd kernels calling ``op`` through its generated C++ API: a
+    ``calls`` edge to the op (``at::sort(...)``, resolved by name), or a call the index
+    left unresolved that names it (``at::cpu::sort_out``)."""
+    if not op.qualname.startswith("aten::"):
+        return []
+    rows = index.conn.execute(
+        "SELECT c.src_id, cf.path, c.line, d.src_id, df.path, d.line, d.attrs"
+        " FROM edges c JOIN files cf ON cf.id = c.file_id"
+        " JOIN edges d ON d.dst_id = c.src_id AND d.kind = ?"
+        " JOIN files df ON df.id = d.file_id"
+        " JOIN nodes w ON w.id = d.src_id AND w.kind = ?"
+        " WHERE c.dst_id = ? AND c.kind = ?",
+        (DISPATCHES, OP, op.id, EdgeKind.CALLS.value),
+    ).fetchall()
+    keys = [op.name, f"{op.name}_out", f"{op.name}_outf"]
+    for row in index.conn.execute(
+        "SELECT r.src_id, rf.path, r.line, e.src_id, ef.path, e.line, e.attrs, r.target"
+        " FROM refs r JOIN files rf ON rf.id = r.file_id"
+        " JOIN edges e ON e.dst_id = r.src_id AND e.kind = ?"
+        " JOIN files ef ON ef.id = e.file_id"
+        " JOIN nodes w ON w.id = e.src_id AND w.kind = ?"
+        f" WHERE r.target_key IN ({','.join('?' * len(keys))}) AND r.scheme = 'cpp'"
+        " AND NOT EXISTS (SELECT 1 FROM edges x WHERE x.ref_id = r.id)",
+        (DISPATCHES, OP, *keys),
+    ):
+        if _names_api(row[7], keys):
+            rows.append(row[:7])
+    found = []
+    for kernel_id, call_path, call_line, wrapper_id, disp_path, disp_line, attrs in rows:
+        key = str((json.loads(attrs) if attrs else {}).get("key", ""))
+        if not key.startswith(WRAPPER_KEYS):
+            continue
+        nodes = {n.id: n for n in index.nodes([wrapper_id, kernel_id])}
+        if wrapper_id in nodes and kernel_id in nodes:
+            where = (f"{disp_path}:{disp_line}", f"{call_path}:{call_line}")
+            found.append((nodes[wrapper_id], nodes[kernel_id], where))
+    return found
+
+
+def _names_api(target: str, keys: list[str]) -> bool:
+    """``at::sort``, ``at::cpu::sort_out``, ``self.sort`` (a method): the op's API."""
+    head, _, last = target.rpartition("::")
+    if last.split("<", 1)[0] not in keys:
+        return False
+    return not head or (head + "::").startswith(API_PREFIXES)
+
+
+@dataclass(frozen=True)
+class ImportUse:
+    """One test selected because a module's import work ran a changed name."""
+
+    module: str  # the module's path
+    test: int  # index into the record's tests
+    role: str  # IMPORTED, USES or WITNESS (indexer.select.model)
+    name: int  # the id of a changed name the import work ran
+    entered: str = ""  # for USES: the function of the module the test entered
+
+
+def import_uses(
+    runs: RecordedRuns,
+    work: dict[str, set[int]],
+    trusted: set[int],
+    selected: set[int],
+) -> list[ImportUse]:
+    """The tests to select for ``work`` (module path -> ids of changed names its import
+    ran), among the ``trusted`` test indexes; ``selected`` (test indexes already chosen,
+    by any change) is where an importer to stand for all is looked for first, and grows
+    with what this chooses."""
+    test_files = runs.test_files()
+    uses: list[ImportUse] = []
+    for module, hits in sorted(work.items()):
+        name = min(hits)
+        if module in test_files:
+            chosen = [ImportUse(module, i, IMPORTED, name)
+                      for i in sorted(runs.tests_of_file(module)) if i in trusted]  # fmt: skip
+        else:
+            chosen = _users(runs, module, trusted, name)
+            if not chosen:
+                chosen = _witness(runs, module, trusted, selected, name)
+        uses.extend(chosen)
+        selected.update(use.test for use in chosen)
+    return uses
+
+
+def _users(runs: RecordedRuns, module: str, trusted: set[int], name: int) -> list[ImportUse]:
+    functions = runs.functions_of(module)
+    if not functions:
+        return []
+    out = []
+    for index, entered in sorted(runs.tests_executing(functions).items()):
+        if index in trusted:
+            function = runs.record.names[min(entered)][1]
+            out.append(ImportUse(module, index, USES, name, function))
+    return out
+
+
+def _witness(
+    runs: RecordedRuns, module: str, trusted: set[int], selected: set[int], name: int
+) -> list[ImportUse]:
+    importers = runs.importers([module]) & trusted
+    if not importers or importers & selected:
+        # None recorded whole (the static walk decides those), or one already runs.
+        return []
+    tests = runs.record.tests
+    quickest = min(importers, key=lambda i: (tests[i].duration, tests[i].nodeid))
+    return [ImportUse(module, quickest, WITNESS, name)]
 
 
 @dataclass
@@ -415,15 +609,9 @@ def _drift(source: Path, commit: str, diff: Diff, record: Record) -> Drift | Non
 def _content_drift(
     source: Path, commit: str, diff: Diff, record: Record, known: frozenset[str]
 ) -> frozenset[str]:
-    """The paths whose content when recorded (the record's hashes of the files it ran,
-    and of the files its meta lists as dirty) is not the base's: a record made with
-    uncommitted edits is not its commit's record for those files (issue 36).
-
-    Where the record says which files differed from its commit (``meta.dirty``), a file
-    it does not list that git tracks at the commit had the commit's content when
-    recorded, and has it at the base unless git lists it in ``known`` (changed from the
-    commit to the base): only the others are hashed (docs/recording.md, "Whose record it
-    is")."""
+    """The paths whose content when recorded is not the base's (a record made with
+    uncommitted edits); only files ``meta.dirty`` lists, or git does not vouch for, are
+    hashed (docs/recording.md, "Whose record it is")."""
     expected = dict(record.files)
     dirty = record.meta.get("dirty")
     listed: set[str] = set()
@@ -468,12 +656,6 @@ def skip_environment(runs: RecordedRuns) -> str | None:
     if not any(outcome in REPEATABLE for _, outcome, _ in runs.test_groups()):
         return None
     return mismatch(runs.record.meta.get("environment"), current_environment())
-
-
-# Outcomes that repeat where the environment and the code they ran are the same: a test
-# that stopped early ran the same code up to the same stop (docs/selection.md).
-FAILURES = frozenset({"failed", "error"})
-REPEATABLE = frozenset({"skipped", "xfailed"}) | FAILURES
 
 
 def trusted_tests(
@@ -538,9 +720,6 @@ def _trust(runs: RecordedRuns, drifted: frozenset[str], skips: str | None) -> _T
             trusted.difference_update(stale)
             trust.counts[group] = len(tests) - len(stale)
     return trust
-
-
-Chains = dict[tuple[str, str], tuple[list[Hop], tuple[str, str, str]]]
 
 
 def _recorded_names(
@@ -691,4 +870,3 @@ def _function_name(index: Index, node: Node) -> tuple[str, str] | None:
         if qualname.startswith(prefix):
             return ("function", f"{node.path}:{qualname[len(prefix) :]}")
     return None
-

@@ -64,10 +64,10 @@ def _demo(repo: Path) -> None:
     from indexer.build import build_index
     from indexer.query.index import Index
     from indexer.query.trace import trace
-    from indexer.select.report import summary_lines
     from indexer.select_changes import select_changes
     from indexer.wording import plural
     from indexer.workspace import Workspace
+    from pytest_torchtalk.report import summary_lines
 
     shutil.copytree(PROJECT, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     _git(repo, "init", "-q", "-b", "main")

@@ -36,9 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every torchtalk command builds the parser, only this one selects.
-    from indexer.select.report import selection_to_dict, summary_lines
     from indexer.select_changes import select_changes
     from indexer.workspace import Workspace
+    from pytest_torchtalk.report import selection_to_dict, summary_lines
 
     workspace = Workspace.resolve(args.source, args.harness)
     selection = select_changes(workspace, args.base, update=not args.no_update)

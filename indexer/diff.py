@@ -52,10 +52,6 @@ class FileChange:
     binary: bool = False
 
     @property
-    def exists_before(self) -> bool:
-        return self.old_path is not None
-
-    @property
     def exists_after(self) -> bool:
         return self.status != "deleted"
 
