@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
-from indexer.precise.merge import not_superseded
 from indexer.query.index import Index, Node
 from indexer.select.compiled_users import CPP_KINDS, compiled_files, users_in_compiled_file
 from indexer.select.impact import STATEFUL, ImpactWalker
@@ -109,6 +108,8 @@ class _Widening:
 def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
     """Per function name: the sources of the unresolved C++ calls naming it (a call whose
     name-matched edge precise mode replaced was resolved, by the compiler)."""
+    from indexer.precise.merge import not_superseded  # precise mode's: imported when asked
+
     users: dict[str, set[int]] = {}
     ordered = sorted(names)
     resolved_by_compiler = not_superseded(index.conn)
