@@ -444,6 +444,7 @@ class StoredRecord:
         self._groups: dict[tuple[str, str, str], Sequence[int]] | None = None
         self._workset_of: list[int] | None = None
         self._nodeids_by_file: dict[int, list[str]] = {}
+        self._parts_by_file: dict[int, list[str] | None] = {}
         self._whole_checked_once = False
 
     # --- reading checked values ----------------------------------------------------------
@@ -574,6 +575,8 @@ class StoredRecord:
         at = bisect.bisect_left(paths, file)
         if at == len(paths) or paths[at] != file:
             return []
+        if at in self._parts_by_file:  # a report names a file's tests once per reason
+            return self._parts_by_file[at]
         offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
         start, stop = offsets[at], offsets[at + 1]
         if start == stop:
@@ -588,11 +591,13 @@ class StoredRecord:
         chunk = text.decode("utf-8", "surrogateescape")
         prefix = file + "::"
         if not chunk.startswith(prefix) or chunk.count("\0" + prefix) != stop - start - 1:
-            return None
-        parts = chunk.replace("\0" + prefix, "\0")[len(prefix) :].split("\0")
-        if len(parts) != stop - start:
+            found = None
+        elif chunk.count("\0") != stop - start - 1:
             raise self._fail(ValueError("test_nodeids do not match their offsets"))
-        return parts
+        else:  # every NUL starts the next test's node id: cut at them with its prefix
+            found = chunk[len(prefix) :].split("\0" + prefix)
+        self._parts_by_file[at] = found
+        return found
 
     def nodeids_seen_whole(self) -> list[str]:
         """As :meth:`Record.nodeids_seen_whole`, from the node ids and the unrecorded
