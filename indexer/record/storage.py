@@ -110,10 +110,12 @@ def _blob(texts: Sequence[str]) -> array:
 def _texts(blob: array | bytes, count: int) -> list[str]:
     if count == 0:
         return []
-    texts = bytes(blob).split(b"\0")
+    # Decoded whole, then split: a NUL is one byte in UTF-8 and never inside a sequence,
+    # so the pieces are those of decoding each apart (surrogateescape's included).
+    texts = bytes(blob).decode("utf-8", "surrogateescape").split("\0")
     if len(texts) != count:
         raise ValueError(f"{len(texts)} strings where {count} were expected")
-    return [t.decode("utf-8", "surrogateescape") for t in texts]
+    return texts
 
 
 def _packed(texts: Sequence[str]) -> tuple[array, array]:
