@@ -601,6 +601,45 @@ class StoredRecord:
         self._parts_by_file[at] = found
         return found
 
+    def parts_of_tests(self, file: str, tests: Sequence[int]) -> list[str] | None:
+        """:meth:`parts_in` for some of the tests of ``file`` (ascending indexes), in
+        their order: each run of consecutive tests cut from its own bytes at once (a
+        selection names a few hundred runs of its files' tests, not every test of
+        them). None when one of them does not start with ``FILE::``."""
+        paths = self.file_paths()
+        at = bisect.bisect_left(paths, file)
+        offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
+        if not tests:
+            return []
+        if at == len(paths) or paths[at] != file or not (
+            offsets[at] <= tests[0] and tests[-1] < offsets[at + 1]
+        ):
+            raise self._fail(ValueError(f"tests asked for are not tests of {file}"))
+        bounds = self._s.whole("test_nodeid_offsets")
+        prefix = file + "::"
+        cut = "\0" + prefix
+        found: list[str] = []
+        count, start = len(tests), 0
+        while start < count:
+            end = start + 1
+            while end < count and tests[end] == tests[end - 1] + 1:
+                end += 1
+            first, stop = tests[start], tests[end - 1] + 1
+            try:
+                if not bounds[first] < bounds[stop] <= self._s.length("test_nodeids"):
+                    raise ValueError("test_nodeid_offsets do not rise")
+                text = self._s.raw("test_nodeids", bounds[first], bounds[stop] - 1)
+            except (ValueError, OSError) as exc:
+                raise self._fail(exc) from None
+            chunk = text.decode("utf-8", "surrogateescape")
+            if not chunk.startswith(prefix) or chunk.count(cut) != stop - first - 1:
+                return None
+            if chunk.count("\0") != stop - first - 1:
+                raise self._fail(ValueError("test_nodeids do not match their offsets"))
+            found += chunk[len(prefix) :].split(cut)
+            start = end
+        return found
+
     def nodeids_seen_whole(self) -> list[str]:
         """As :meth:`Record.nodeids_seen_whole`, from the node ids and the unrecorded
         column alone: no test's segments are decoded (docs/performance.md, "Completing a

@@ -280,19 +280,14 @@ class _Named(Sequence[str]):
 
     def _named(self) -> list[str]:
         if self._names is None:
-            tests = self._runs.tests_of_file(self._file)
-            parts = self._runs.parts_of_file(self._file)
-            indexes = self._indexes
-            if (
-                isinstance(tests, range) and tests.step == 1 and len(tests) == len(parts)
-                and indexes and tests.start <= min(indexes) and max(indexes) < tests.stop
-            ):  # fmt: skip
-                # A stored record's file: its tests' indexes are one run, read by offset.
-                first = tests.start
-                self._names = sorted(map(parts.__getitem__, (i - first for i in indexes)))
-            else:
-                named = dict(zip(tests, parts, strict=True))
-                self._names = sorted(named[i] for i in self._indexes)
+            named = self._runs.parts_of_tests(self._file, sorted(self._indexes))
+            if named is None:  # a record in memory, or node ids not all FILE::name
+                parts = dict(
+                    zip(self._runs.tests_of_file(self._file),
+                        self._runs.parts_of_file(self._file), strict=True)
+                )  # fmt: skip
+                named = [parts[i] for i in self._indexes]
+            self._names = sorted(named)
         return self._names
 
     def __getitem__(self, at):  # type: ignore[override]
