@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,11 +119,13 @@ class Replacement:
         self._before = _identity(self.target)
         # ``tag`` keeps a writer's leftovers findable (``index.sqlite.building-*``).
         name = f"{self.target.name}.{tag}-" if tag else f".{self.target.name}."
-        self.path = self.target.parent / f"{name}{os.getpid()}.{secrets.token_hex(4)}"
+        self.path = self.target.parent / f"{name}{os.getpid()}.{os.urandom(4).hex()}"
         handle = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         os.close(handle)
         self.installed = False
         if copy_of is not None:
+            import shutil  # here: most readers of this module never copy
+
             try:
                 shutil.copyfile(copy_of, self.path)  # into our file (sendfile where it can)
             except BaseException:

@@ -6,7 +6,6 @@ tree's freshness, snapshots' ancestry): one tool, and no library to import at st
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,8 @@ GIT_MISSING = "git is not installed (or not on PATH): TorchTalk reads the tree's
 
 def git_missing() -> bool:
     """Whether no ``git`` command can be found on PATH."""
+    import shutil  # here: every command imports this module, few ask
+
     return shutil.which("git") is None
 
 

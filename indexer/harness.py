@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +175,11 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
 
 
 def builtin_manifest_dir() -> Path:
-    return Path(str(resources.files("manifests")))
+    # The package's directory, as importlib.resources.files gives it for a package on
+    # disk, without importing importlib.resources (tempfile, shutil: every command pays).
+    import manifests
+
+    return Path(manifests.__spec__.origin).parent
 
 
 def builtin_harnesses() -> list[str]:

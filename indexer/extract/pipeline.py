@@ -7,10 +7,8 @@ so memory holds a bounded number of files' facts, never a whole tree's ASTs.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from indexer.errors import UsageError
@@ -124,6 +122,10 @@ def extract_all(
         for chunk in _chunks(entries, CHUNK_FILES):
             yield from _extract_chunk(chunk)
         return
+    # Imported here: a selection imports this module for content_hash alone.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     # forkserver: safe when the caller has threads (the MCP server builds in the background).
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     processes = multiprocessing.get_context(method)

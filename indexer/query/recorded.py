@@ -245,6 +245,14 @@ class RecordedRuns:
             for _, nodeid in self.nodeids_of_file(file)
         ]
 
+    def parts_of_tests(self, file: str, tests: Sequence[int]) -> list[str] | None:
+        """:meth:`parts_of_file` for some of the tests of ``file`` (ascending indexes), in
+        their order, cut from their own node ids; None where the record is not read by
+        parts (then :meth:`parts_of_file` answers)."""
+        if isinstance(self.record, storage.StoredRecord):
+            return self.record.parts_of_tests(file, tests)
+        return None
+
     def test_files(self) -> set[str]:
         """The test files the record holds tests of."""
         return {file for file, _, _ in self.test_groups()}

@@ -110,10 +110,12 @@ def _blob(texts: Sequence[str]) -> array:
 def _texts(blob: array | bytes, count: int) -> list[str]:
     if count == 0:
         return []
-    texts = bytes(blob).split(b"\0")
+    # Decoded whole, then split: a NUL is one byte in UTF-8 and never inside a sequence,
+    # so the pieces are those of decoding each apart (surrogateescape's included).
+    texts = bytes(blob).decode("utf-8", "surrogateescape").split("\0")
     if len(texts) != count:
         raise ValueError(f"{len(texts)} strings where {count} were expected")
-    return [t.decode("utf-8", "surrogateescape") for t in texts]
+    return texts
 
 
 def _packed(texts: Sequence[str]) -> tuple[array, array]:
@@ -444,6 +446,7 @@ class StoredRecord:
         self._groups: dict[tuple[str, str, str], Sequence[int]] | None = None
         self._workset_of: list[int] | None = None
         self._nodeids_by_file: dict[int, list[str]] = {}
+        self._parts_by_file: dict[int, list[str] | None] = {}
         self._whole_checked_once = False
 
     # --- reading checked values ----------------------------------------------------------
@@ -574,6 +577,8 @@ class StoredRecord:
         at = bisect.bisect_left(paths, file)
         if at == len(paths) or paths[at] != file:
             return []
+        if at in self._parts_by_file:  # a report names a file's tests once per reason
+            return self._parts_by_file[at]
         offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
         start, stop = offsets[at], offsets[at + 1]
         if start == stop:
@@ -588,11 +593,52 @@ class StoredRecord:
         chunk = text.decode("utf-8", "surrogateescape")
         prefix = file + "::"
         if not chunk.startswith(prefix) or chunk.count("\0" + prefix) != stop - start - 1:
-            return None
-        parts = chunk.replace("\0" + prefix, "\0")[len(prefix) :].split("\0")
-        if len(parts) != stop - start:
+            found = None
+        elif chunk.count("\0") != stop - start - 1:
             raise self._fail(ValueError("test_nodeids do not match their offsets"))
-        return parts
+        else:  # every NUL starts the next test's node id: cut at them with its prefix
+            found = chunk[len(prefix) :].split("\0" + prefix)
+        self._parts_by_file[at] = found
+        return found
+
+    def parts_of_tests(self, file: str, tests: Sequence[int]) -> list[str] | None:
+        """:meth:`parts_in` for some of the tests of ``file`` (ascending indexes), in
+        their order: each run of consecutive tests cut from its own bytes at once (a
+        selection names a few hundred runs of its files' tests, not every test of
+        them). None when one of them does not start with ``FILE::``."""
+        paths = self.file_paths()
+        at = bisect.bisect_left(paths, file)
+        offsets = self._checked_offsets_or_fail("file_test_offsets", "test_outcomes")
+        if not tests:
+            return []
+        if at == len(paths) or paths[at] != file or not (
+            offsets[at] <= tests[0] and tests[-1] < offsets[at + 1]
+        ):
+            raise self._fail(ValueError(f"tests asked for are not tests of {file}"))
+        bounds = self._s.whole("test_nodeid_offsets")
+        prefix = file + "::"
+        cut = "\0" + prefix
+        found: list[str] = []
+        count, start = len(tests), 0
+        while start < count:
+            end = start + 1
+            while end < count and tests[end] == tests[end - 1] + 1:
+                end += 1
+            first, stop = tests[start], tests[end - 1] + 1
+            try:
+                if not bounds[first] < bounds[stop] <= self._s.length("test_nodeids"):
+                    raise ValueError("test_nodeid_offsets do not rise")
+                text = self._s.raw("test_nodeids", bounds[first], bounds[stop] - 1)
+            except (ValueError, OSError) as exc:
+                raise self._fail(exc) from None
+            chunk = text.decode("utf-8", "surrogateescape")
+            if not chunk.startswith(prefix) or chunk.count(cut) != stop - first - 1:
+                return None
+            if chunk.count("\0") != stop - first - 1:
+                raise self._fail(ValueError("test_nodeids do not match their offsets"))
+            found += chunk[len(prefix) :].split(cut)
+            start = end
+        return found
 
     def nodeids_seen_whole(self) -> list[str]:
         """As :meth:`Record.nodeids_seen_whole`, from the node ids and the unrecorded

@@ -278,7 +278,7 @@ def _collect(
     tests: dict[int, str],
     static: StaticEvidence,
 ) -> None:
-    paths = dict(index.conn.execute("SELECT id, path FROM files"))
+    paths = index.file_paths()  # read once per index (the test files were made from it)
     by_file: dict[str, list[int]] = {}
     test_path = tests.get
     for node_id, file_id in reach.file_id.items():  # a central change's ~80,000

@@ -16,7 +16,6 @@ from pathlib import Path
 from indexer.diff import run_git
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
-from indexer.precise.merge import not_superseded
 from indexer.query.index import Index, Node
 from indexer.select.impact import STATEFUL, ImpactWalker
 from indexer.select.model import Entity, Selection
@@ -219,6 +218,8 @@ class _Widening:
 def _named_users(index: Index, names: set[str]) -> dict[str, set[int]]:
     """Per function name: the sources of the unresolved C++ calls naming it (a call whose
     name-matched edge precise mode replaced was resolved, by the compiler)."""
+    from indexer.precise.merge import not_superseded  # precise mode's: imported when asked
+
     users: dict[str, set[int]] = {}
     ordered = sorted(names)
     resolved_by_compiler = not_superseded(index.conn)

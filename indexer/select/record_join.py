@@ -474,11 +474,14 @@ class _Named(Sequence[str]):
 
     def _named(self) -> list[str]:
         if self._names is None:
-            parts = dict(
-                zip(self._runs.tests_of_file(self._file),
-                    self._runs.parts_of_file(self._file), strict=True)
-            )  # fmt: skip
-            self._names = sorted(parts[i] for i in self._indexes)
+            named = self._runs.parts_of_tests(self._file, sorted(self._indexes))
+            if named is None:  # a record in memory, or node ids not all FILE::name
+                parts = dict(
+                    zip(self._runs.tests_of_file(self._file),
+                        self._runs.parts_of_file(self._file), strict=True)
+                )  # fmt: skip
+                named = [parts[i] for i in self._indexes]
+            self._names = sorted(named)
         return self._names
 
     def __getitem__(self, at):  # type: ignore[override]
@@ -592,8 +595,11 @@ class Drift:
 
 
 def _drift(source: Path, commit: str, diff: Diff, record: Record) -> Drift | None:
-    out = git(source, "diff", "--name-only", "--no-renames", "--relative", "-z", commit,
-              diff.base.merge_base, "--")  # fmt: skip
+    if commit == diff.base.merge_base:  # recorded at the base: nothing between them
+        out: bytes | None = b""
+    else:
+        out = git(source, "diff", "--name-only", "--no-renames", "--relative", "-z", commit,
+                  diff.base.merge_base, "--")  # fmt: skip
     if out is None:
         return None
     to_base = frozenset(n.decode("utf-8", "surrogateescape") for n in out.split(b"\0") if n)
@@ -620,7 +626,8 @@ def _content_drift(
             if isinstance(path, str):
                 expected[path] = digest if isinstance(digest, str) else ""  # "": deleted
                 listed.add(path)
-    tracked = _tracked_at(source, commit) if isinstance(dirty, dict) else None
+    # Asked of git only when there is a file to compare (a record without hashes has none).
+    tracked = _tracked_at(source, commit) if isinstance(dirty, dict) and expected else None
     changed = {p for change in diff.files for p in (change.path, change.old_path) if p}
     differs = set()
     for path, digest in expected.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ SCHEMA_VERSION = 2
 
 
 def _sql(name: str) -> str:
+    from importlib import resources  # here: readers of an index never create one
+
     return resources.files("indexer.store").joinpath(name).read_text(encoding="utf-8")
 
 
