@@ -106,7 +106,7 @@ def operator_targets(
         if not classes:
             continue
         for class_id in classes:
-            class_names.add(index.symbols.name[class_id])
+            class_names.add(index.name[class_id])
             class_scopes.append(tuple(index.key_of[class_id].split("::")[:-1]))
         arguments = owner_arguments(f"{written}::{name}")
         own = None

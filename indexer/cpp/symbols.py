@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
+from indexer.cpp import symbol_rows
 from indexer.cpp.aten_api import AtenOps
-from indexer.cpp.macros import STRUCTURED
-from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified
+from indexer.cpp.names import owner_arguments, split_qualified
 from indexer.graph.vocabulary import NodeKind
 from indexer.link.symbols import SymbolTable
-from indexer.paths import is_header
 
 _FUNCTION = NodeKind.CPP_FUNCTION.value
 _KERNEL = NodeKind.CUDA_KERNEL.value
@@ -30,8 +30,9 @@ class CppSymbols:
 
     def __init__(self, symbols: SymbolTable) -> None:
         self.symbols = symbols
-        self.kind = symbols.kind
-        self.file_id = symbols.file_id
+        self.kind: dict[int, str] = {}  # of the C++ definitions (as every lookup's)
+        self.file_id: dict[int, int] = {}
+        self.name: dict[int, str] = {}
         self.by_key: dict[str, list[int]] = defaultdict(list)
         self.by_name: dict[str, list[int]] = defaultdict(list)
         self.by_file_name: dict[tuple[int, str], list[int]] = defaultdict(list)
@@ -41,38 +42,27 @@ class CppSymbols:
         self.arity: dict[int, tuple[int, int]] = {}
         self.local_only: set[int] = set()
         self.bases: dict[int, list[str]] = {}
-        headers: dict[int, bool] = {}
-        for node_id, kind in symbols.kind.items():
-            if kind not in CPP_KINDS:
-                continue
-            qualname = symbols.qualname[node_id]
-            components = [part for part in split_qualified(qualname) if part != ANONYMOUS]
-            if not components:
-                continue
-            key = "::".join(components)
+        for row in symbol_rows.read(symbols.conn):
+            node_id, file_id, kind, name, key, last, alias, fewest, most, special, bases, local = (
+                row
+            )
+            self.kind[node_id] = kind
+            self.file_id[node_id] = file_id
+            self.name[node_id] = name
             self.key_of[node_id] = key
             self.by_key[key].append(node_id)
-            self.by_name[components[-1]].append(node_id)
-            self.by_file_name[(symbols.file_id[node_id], components[-1])].append(node_id)
-            attrs = symbols.attrs(node_id)
-            if "arity" in attrs:
-                fewest, most = attrs["arity"]
+            self.by_name[last].append(node_id)
+            self.by_file_name[(file_id, last)].append(node_id)
+            if fewest is not None:
                 self.arity[node_id] = (fewest, most)
-            if "specialization" in attrs:
-                self.specialization[node_id] = attrs["specialization"]
-            if kind == _CLASS and attrs.get("bases"):
-                self.bases[node_id] = attrs["bases"]
-            if attrs.get("macro") in STRUCTURED and len(components) >= 2:
-                # TORCH_IMPL_FUNC(add_out): also known as <namespace>::add_out.
-                alias = "::".join([*components[:-2], symbols.name[node_id]])
+            if special is not None:
+                self.specialization[node_id] = special
+            if bases is not None:
+                self.bases[node_id] = json.loads(bases)
+            if alias is not None:
                 self.by_key[alias].append(node_id)
-            if attrs.get("static") or ANONYMOUS in qualname:
-                file_id = symbols.file_id[node_id]
-                header = headers.get(file_id)
-                if header is None:
-                    header = headers[file_id] = is_header(symbols.paths.get(file_id, ""))
-                if not header:
-                    self.local_only.add(node_id)
+            if local:
+                self.local_only.add(node_id)
         self._prefixes: dict[tuple[str, ...], list[str]] = {}
         self._memo: dict[tuple, list[int]] = {}
         self.aten = AtenOps(symbols)
@@ -109,7 +99,7 @@ class CppSymbols:
         return found
 
     def _constructors(self, class_id: int, file_id: int, want: frozenset[str]) -> list[int]:
-        name = self.symbols.name[class_id]
+        name = self.name[class_id]
         return [
             node_id
             for node_id in self.by_key.get(f"{self.key_of[class_id]}::{name}", ())

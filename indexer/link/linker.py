@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import import_module
 
+from indexer.cpp import symbol_rows
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 
 Resolver = Callable[[list[Ref], SymbolTable], Iterable[Resolution]]
@@ -90,6 +91,8 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
     """
     stats = LinkStats()
     if ref_ids is None:
+        # Derived from every node here; an update keeps them per file (indexer/update.py).
+        symbol_rows.write(conn)
         conn.execute(
             "INSERT INTO edges(ref_id, src_id, dst_id, kind, file_id, line, attrs)"
             " SELECT id, src_id, target_id, kind, file_id, line, attrs FROM refs"
