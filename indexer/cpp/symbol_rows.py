@@ -122,6 +122,8 @@ def write(conn: sqlite3.Connection, file_ids: list[int] | None = None) -> None:
         f"INSERT INTO {TABLE}({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         derive(_nodes(conn, file_ids), paths),
     )
+    for statement in _INDEXES:
+        conn.execute(statement)
 
 
 def forget(conn: sqlite3.Connection, file_ids: list[int]) -> None:
@@ -144,3 +146,32 @@ def read(conn: sqlite3.Connection) -> Iterator[Row]:
     if not kept(conn):
         return derive_all(conn)
     return iter(conn.execute(f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY node_id"))
+
+
+# The lookups of a symbol table read one name at a time (indexer/cpp/symbols.py).
+BY_KEY = "key = ?1 OR alias = ?1"
+BY_LAST = "last = ?1"
+BY_FILE_LAST = "file_id = ?1 AND last = ?2"
+_INDEXES = (
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_key ON {TABLE}(key)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_alias ON {TABLE}(alias) WHERE alias IS NOT NULL",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_last ON {TABLE}(last, file_id)",
+)
+
+
+def named(conn: sqlite3.Connection, where: str, values: tuple) -> list[Row]:
+    """The rows ``where`` (one of ``BY_*``) selects with ``values``, in node order."""
+    return conn.execute(
+        f"SELECT {_COLUMNS} FROM {TABLE} WHERE {where} ORDER BY node_id", values
+    ).fetchall()
+
+
+def specializations(conn: sqlite3.Connection) -> set[str]:
+    """Every non-empty specialization the rows name."""
+    return {
+        value
+        for (value,) in conn.execute(
+            f"SELECT DISTINCT specialization FROM {TABLE} WHERE specialization IS NOT NULL"
+        )
+        if value
+    }

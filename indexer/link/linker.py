@@ -32,6 +32,10 @@ RESOLVERS: dict[str, str] = {
     "registry": "indexer.python.resolve:resolve_registry",
 }
 
+# Up to this many refs (an edited file's, and those its change can affect), lookups read
+# the rows they name, one name at a time; more, every row once.
+FEW_REFS = 20_000
+
 
 @dataclass
 class SchemeStats:
@@ -110,7 +114,7 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
     refs_by_scheme = _load_refs(conn, ref_ids)
     if not refs_by_scheme:
         return stats
-    symbols = SymbolTable(conn)
+    symbols = SymbolTable(conn, few_refs=ref_ids is not None and len(ref_ids) <= FEW_REFS)
     for scheme, refs in sorted(refs_by_scheme.items()):
         by_id = {ref.id: ref for ref in refs}
         targets: dict[int, list[Resolution]] = defaultdict(list)

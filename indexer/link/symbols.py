@@ -45,8 +45,11 @@ class SymbolTable:
     when a resolver asks for them.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, few_refs: bool = False) -> None:
         self.conn = conn
+        # Only a few refs are resolved with it (an update's): lookups read the rows they
+        # name rather than every row (indexer/cpp/symbols.py).
+        self.few_refs = few_refs
         self._parsed: dict[str, dict[str, Any]] = {}
         self.paths: dict[int, str] = dict(conn.execute("SELECT id, path FROM files"))
 
