@@ -18,6 +18,7 @@ from indexer.cpp.macros import STRUCTURED
 from indexer.cpp.names import ANONYMOUS, split_qualified
 from indexer.graph.vocabulary import NodeKind
 from indexer.paths import is_header
+from indexer.store.db import has_table
 
 TABLE = "cpp_symbols"
 CPP_KINDS = (
@@ -135,10 +136,7 @@ def forget(conn: sqlite3.Connection, file_ids: list[int]) -> None:
 
 def kept(conn: sqlite3.Connection) -> bool:
     """Whether the index keeps the rows (an index written before they were kept does not)."""
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
-    ).fetchone()
-    return found is not None
+    return has_table(conn, TABLE)
 
 
 def read(conn: sqlite3.Connection) -> Iterator[Row]:
