@@ -39,6 +39,7 @@ from indexer.build import (
     scan_header_macros,
 )
 from indexer.changes import Changes, detect_changes
+from indexer.cpp import symbol_rows
 from indexer.cpp.shared_macros import SharedMacros, changed_names
 from indexer.extract.context import TreeContext, context_meta, stored_context
 from indexer.extract.pipeline import extract_all
@@ -371,6 +372,9 @@ def _apply(
     reuse = ReusedIds(conn, evict)
     for path in evict:
         evict_file(conn, path)
+    if not symbol_rows.kept(conn):  # an index written before they were kept
+        symbol_rows.write(conn)
+    symbol_rows.forget(conn, old_ids)
     lap("evict_s")
 
     extract = [changes.entries[path] for path in [*changes.modified, *changes.added]]
@@ -383,6 +387,7 @@ def _apply(
     progress.close(f"re-extracted {len(extract)} files")
     changed.collect(conn, new_ids, after=True)
     changed.finish()
+    symbol_rows.write(conn, new_ids)
     lap("extract_s")
 
     relink = _ids(conn, "SELECT id FROM refs WHERE file_id IN ({})", new_ids)

@@ -2,7 +2,8 @@
 
 A sequence of changes of every kind is applied to the minitorch fixture, committed or not;
 after each, the updated index is compared, row by row on stable identities (never row
-ids), with a fresh build of a copy of the tree: files, nodes, refs, edges and evidence.
+ids), with a fresh build of a copy of the tree: files, nodes, refs, edges and evidence,
+and the rows the C++ symbol table is built from.
 """
 
 from __future__ import annotations
@@ -66,19 +67,32 @@ def graph_of(db: Path) -> dict[str, Counter]:
         files = Counter(
             conn.execute("SELECT path, language, sha, size, parse_errors, error FROM files")
         )
+        # What the C++ lookups are built from, kept per file by an update: a row left of an
+        # evicted node (ident None) or missing for a new one differs from the build's.
+        cpp_symbols = Counter(
+            (ident.get(node_id), paths.get(file_id), *rest)
+            for node_id, file_id, *rest in conn.execute("SELECT * FROM cpp_symbols")
+        )
         meta = dict(conn.execute("SELECT key, value FROM meta"))
     finally:
         conn.close()
     summary = Counter(
         {key: meta.get(key) for key in ("counts", "link_stats", "files_fingerprint", "files")}
     )
-    return {"files": files, "nodes": nodes, "refs": refs, "edges": edges, "meta": summary}
+    return {
+        "files": files,
+        "nodes": nodes,
+        "refs": refs,
+        "edges": edges,
+        "cpp_symbols": cpp_symbols,
+        "meta": summary,
+    }
 
 
 def assert_same_graph(updated: Path, rebuilt: Path, step: str) -> None:
     got, want = graph_of(updated), graph_of(rebuilt)
     problems = []
-    for section in ("files", "nodes", "refs", "edges"):
+    for section in ("files", "nodes", "refs", "edges", "cpp_symbols"):
         extra = got[section] - want[section]
         missing = want[section] - got[section]
         for label, rows in (("only after update", extra), ("only in rebuild", missing)):
@@ -254,6 +268,22 @@ def test_update_equals_rebuild_over_every_kind_of_change(
     meta = dict(sqlite3.connect(workspace.db_path).execute("SELECT key, value FROM meta"))
     assert meta["git_commit"] == git(minitorch_repo, "rev-parse", "HEAD").strip()
     assert json.loads(meta["updated_from"])["base"] == "index"
+
+
+def test_update_of_an_index_without_cpp_symbol_rows_derives_them(
+    minitorch_repo: Path, tmp_path: Path
+) -> None:
+    """An index written before the rows were kept gets them from its first update."""
+    workspace = Workspace.resolve(minitorch_repo)
+    build_index(workspace, jobs=1, show_progress=False)
+    conn = sqlite3.connect(workspace.db_path)
+    conn.execute("DROP TABLE cpp_symbols")
+    conn.commit()
+    conn.close()
+    _cpp_edit(minitorch_repo)
+    result = update_index(workspace, jobs=1, show_progress=False)
+    assert not result.full_build and not result.up_to_date
+    assert_same_graph(workspace.db_path, rebuild_copy(minitorch_repo, tmp_path / "r"), "old index")
 
 
 def test_header_change_reextracts_its_includers(minitorch_repo: Path) -> None:

@@ -15,6 +15,7 @@ that op; only a name no op has is read through its suffixes.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from indexer.graph.vocabulary import NodeKind
@@ -54,15 +55,14 @@ class AtenOps:
         self.methods: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         self.outs: set[int] = set()  # out= overloads, which at::X_out / at::X_outf call
         op = NodeKind.OP.value  # read once: an enum's value is a property
-        for node_id, kind in symbols.kind.items():
-            if kind != op or not symbols.qualname[node_id].startswith("aten::"):
+        for node_id, name, qualname, raw in symbols.of_kind_rows(op):
+            if not qualname.startswith("aten::"):
                 continue
-            attrs = symbols.attrs(node_id)
+            attrs = json.loads(raw) if raw else {}
             arguments = attrs.get("arguments") or []
             most = len(arguments)
             fewest = sum(1 for argument in arguments if "default" not in argument)
             variants = attrs.get("variants") or ["function"]
-            name = symbols.name[node_id]
             if "function" in variants:
                 self.functions[name].append((node_id, fewest, most))
             if "method" in variants and arguments:

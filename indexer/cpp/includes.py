@@ -45,11 +45,9 @@ def resolve(refs: list[Ref], symbols: SymbolTable) -> Iterator[Resolution]:
     file_node: dict[str, int] = {}
     by_basename: dict[str, list[str]] = defaultdict(list)
     file_kind = NodeKind.FILE.value  # read once: an enum's value is a property
-    for node_id, kind in symbols.kind.items():
-        if kind == file_kind:
-            path = symbols.qualname[node_id]
-            file_node[path] = node_id
-            by_basename[path.rsplit("/", 1)[-1]].append(path)
+    for node_id, _, path, _ in symbols.of_kind_rows(file_kind):
+        file_node[path] = node_id
+        by_basename[path.rsplit("/", 1)[-1]].append(path)
     file_src: dict[int, str] = {}
     for ref in refs:
         includer = file_src.get(ref.file_id)

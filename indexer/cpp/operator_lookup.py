@@ -55,9 +55,7 @@ class OperatorIndex:
         self.index = index
         self._free: dict[str, list[tuple[int, tuple[str, ...], str]]] = {}
         # Class template specializations the tree defines, as written: Vectorized<float>.
-        self.specializations = {
-            "".join(value.split()) for value in index.specialization.values() if value
-        }
+        self.specializations = {"".join(value.split()) for value in index.specializations()}
 
     def free(self, name: str) -> list[tuple[int, tuple[str, ...], str]]:
         """(node, its namespace, its signature) of each non-member ``name`` in the tree."""
@@ -106,7 +104,7 @@ def operator_targets(
         if not classes:
             continue
         for class_id in classes:
-            class_names.add(index.symbols.name[class_id])
+            class_names.add(index.name[class_id])
             class_scopes.append(tuple(index.key_of[class_id].split("::")[:-1]))
         arguments = owner_arguments(f"{written}::{name}")
         own = None

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from typing import Any, Protocol
 
+from indexer.cpp import symbol_rows
 from indexer.cpp.aten_api import AtenOps
-from indexer.cpp.macros import STRUCTURED
-from indexer.cpp.names import ANONYMOUS, owner_arguments, split_qualified
+from indexer.cpp.names import owner_arguments, split_qualified
 from indexer.graph.vocabulary import NodeKind
 from indexer.link.symbols import SymbolTable
-from indexer.paths import is_header
 
 _FUNCTION = NodeKind.CPP_FUNCTION.value
 _KERNEL = NodeKind.CUDA_KERNEL.value
@@ -25,54 +26,48 @@ _STRUCTURED_BASES = ("at::TensorIteratorBase", "at::impl::MetaBase")
 AUTOGRAD_MEMBERS = ("forward", "backward")  # what an autograd function's apply runs
 
 
+class _Names(Protocol):
+    """A name's definitions: a dict of every row's, or :class:`_RowsNamed`."""
+
+    def get(self, name: Any, default: Any = None) -> Any: ...
+
+
 class CppSymbols:
     """The C++ definitions of a symbol table, keyed for scope lookups."""
 
     def __init__(self, symbols: SymbolTable) -> None:
         self.symbols = symbols
-        self.kind = symbols.kind
-        self.file_id = symbols.file_id
-        self.by_key: dict[str, list[int]] = defaultdict(list)
-        self.by_name: dict[str, list[int]] = defaultdict(list)
-        self.by_file_name: dict[tuple[int, str], list[int]] = defaultdict(list)
+        # What is known of each C++ definition a lookup found (of every one, when all
+        # rows are read): its kind, file, name, key...
+        self.kind: dict[int, str] = {}
+        self.file_id: dict[int, int] = {}
+        self.name: dict[int, str] = {}
         self.key_of: dict[int, str] = {}
         # node -> the template arguments of its class as written (Vectorized<float>)
         self.specialization: dict[int, str | None] = {}
         self.arity: dict[int, tuple[int, int]] = {}
         self.local_only: set[int] = set()
         self.bases: dict[int, list[str]] = {}
-        headers: dict[int, bool] = {}
-        for node_id, kind in symbols.kind.items():
-            if kind not in CPP_KINDS:
-                continue
-            qualname = symbols.qualname[node_id]
-            components = [part for part in split_qualified(qualname) if part != ANONYMOUS]
-            if not components:
-                continue
-            key = "::".join(components)
-            self.key_of[node_id] = key
-            self.by_key[key].append(node_id)
-            self.by_name[components[-1]].append(node_id)
-            self.by_file_name[(symbols.file_id[node_id], components[-1])].append(node_id)
-            attrs = symbols.attrs(node_id)
-            if "arity" in attrs:
-                fewest, most = attrs["arity"]
-                self.arity[node_id] = (fewest, most)
-            if "specialization" in attrs:
-                self.specialization[node_id] = attrs["specialization"]
-            if kind == _CLASS and attrs.get("bases"):
-                self.bases[node_id] = attrs["bases"]
-            if attrs.get("macro") in STRUCTURED and len(components) >= 2:
-                # TORCH_IMPL_FUNC(add_out): also known as <namespace>::add_out.
-                alias = "::".join([*components[:-2], symbols.name[node_id]])
-                self.by_key[alias].append(node_id)
-            if attrs.get("static") or ANONYMOUS in qualname:
-                file_id = symbols.file_id[node_id]
-                header = headers.get(file_id)
-                if header is None:
-                    header = headers[file_id] = is_header(symbols.paths.get(file_id, ""))
-                if not header:
-                    self.local_only.add(node_id)
+        self.by_key: _Names
+        self.by_name: _Names
+        self.by_file_name: _Names
+        self._all_rows = not (symbols.few_refs and symbol_rows.kept(symbols.conn))
+        if self._all_rows:
+            by_key: dict[str, list[int]] = defaultdict(list)
+            by_name: dict[str, list[int]] = defaultdict(list)
+            by_file_name: dict[tuple[int, str], list[int]] = defaultdict(list)
+            for row in symbol_rows.read(symbols.conn):
+                node_id, file_id, key, last, alias = self._take(row)
+                by_key[key].append(node_id)
+                by_name[last].append(node_id)
+                by_file_name[(file_id, last)].append(node_id)
+                if alias is not None:
+                    by_key[alias].append(node_id)
+            self.by_key, self.by_name, self.by_file_name = by_key, by_name, by_file_name
+        else:  # a few refs to resolve: only the rows their lookups name
+            self.by_key = _RowsNamed(self, symbol_rows.BY_KEY)
+            self.by_name = _RowsNamed(self, symbol_rows.BY_LAST)
+            self.by_file_name = _RowsNamed(self, symbol_rows.BY_FILE_LAST)
         self._prefixes: dict[tuple[str, ...], list[str]] = {}
         self._memo: dict[tuple, list[int]] = {}
         self.aten = AtenOps(symbols)
@@ -84,6 +79,30 @@ class CppSymbols:
             for node_id in self.by_key.get(key, ())
             if self.kind[node_id] == _CLASS
         ]
+
+    def _take(self, row: symbol_rows.Row) -> tuple[int, int, str, str, str | None]:
+        """Keep what ``row`` says of its node; (node, file, key, last component, alias)."""
+        node_id, file_id, kind, name, key, last, alias, fewest, most, special, bases, local = row
+        self.kind[node_id] = kind
+        self.file_id[node_id] = file_id
+        self.name[node_id] = name
+        self.key_of[node_id] = key
+        if fewest is not None:
+            self.arity[node_id] = (fewest, most)  # type: ignore[assignment]
+        if special is not None:
+            self.specialization[node_id] = special
+        if bases is not None:
+            self.bases[node_id] = json.loads(bases)
+        if local:
+            self.local_only.add(node_id)
+        return node_id, file_id, key, last, alias
+
+    def specializations(self) -> set[str]:
+        """The template arguments of every class specialization the tree defines, as
+        written (``Vectorized<float>``)."""
+        if self._all_rows:
+            return {value for value in self.specialization.values() if value}
+        return symbol_rows.specializations(self.symbols.conn)
 
     @classmethod
     def of(cls, symbols: SymbolTable) -> CppSymbols:
@@ -109,7 +128,7 @@ class CppSymbols:
         return found
 
     def _constructors(self, class_id: int, file_id: int, want: frozenset[str]) -> list[int]:
-        name = self.symbols.name[class_id]
+        name = self.name[class_id]
         return [
             node_id
             for node_id in self.by_key.get(f"{self.key_of[class_id]}::{name}", ())
@@ -331,3 +350,21 @@ def _using_levels(usings: tuple[str, ...], scope: tuple[str, ...]) -> list[tuple
             common += 1
         levels.append((common, using))
     return levels
+
+
+class _RowsNamed:
+    """``by_key``, ``by_name`` or ``by_file_name`` read from the index's rows one name at a
+    time: the same lists, in the same (node) order, as the dicts of every row."""
+
+    def __init__(self, index: CppSymbols, where: str) -> None:
+        self._index = index
+        self._where = where
+        self._found: dict[object, list[int]] = {}
+
+    def get(self, name: str | tuple[int, str], default: Any = None) -> Any:
+        found = self._found.get(name)
+        if found is None:
+            values = name if isinstance(name, tuple) else (name,)
+            rows = symbol_rows.named(self._index.symbols.conn, self._where, values)
+            found = self._found[name] = [self._index._take(row)[0] for row in rows]
+        return found if found else default

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import import_module
 
+from indexer.cpp import symbol_rows
 from indexer.link.symbols import Ref, Resolution, SymbolTable
 
 Resolver = Callable[[list[Ref], SymbolTable], Iterable[Resolution]]
@@ -30,6 +31,10 @@ RESOLVERS: dict[str, str] = {
     "fixture": "indexer.python.resolve:resolve_fixtures",
     "registry": "indexer.python.resolve:resolve_registry",
 }
+
+# Up to this many refs (an edited file's, and those its change can affect), lookups read
+# the rows they name, one name at a time; more, every row once.
+FEW_REFS = 20_000
 
 
 @dataclass
@@ -90,6 +95,8 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
     """
     stats = LinkStats()
     if ref_ids is None:
+        # Derived from every node here; an update keeps them per file (indexer/update.py).
+        symbol_rows.write(conn)
         conn.execute(
             "INSERT INTO edges(ref_id, src_id, dst_id, kind, file_id, line, attrs)"
             " SELECT id, src_id, target_id, kind, file_id, line, attrs FROM refs"
@@ -107,7 +114,7 @@ def link(conn: sqlite3.Connection, ref_ids: list[int] | None = None) -> LinkStat
     refs_by_scheme = _load_refs(conn, ref_ids)
     if not refs_by_scheme:
         return stats
-    symbols = SymbolTable(conn)
+    symbols = SymbolTable(conn, few_refs=ref_ids is not None and len(ref_ids) <= FEW_REFS)
     for scheme, refs in sorted(refs_by_scheme.items()):
         by_id = {ref.id: ref for ref in refs}
         targets: dict[int, list[Resolution]] = defaultdict(list)

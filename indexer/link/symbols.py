@@ -39,42 +39,95 @@ class Resolution:
 class SymbolTable:
     """Every node's id, kind, names, file and parent, with lookups by name.
 
-    Attributes (JSON) are parsed only when a resolver asks for them.
+    The columns are read from the index on first use, all at once: linking one edited
+    C++ file needs only the C++ definitions' rows (``indexer.cpp.symbol_rows``) and
+    the attributes of a few nodes, each read alone. Attributes (JSON) are parsed only
+    when a resolver asks for them.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-        self.kind: dict[int, str] = {}
-        self.name: dict[int, str] = {}
-        self.qualname: dict[int, str] = {}
-        self.file_id: dict[int, int] = {}
-        self.parent: dict[int, int | None] = {}
-        self.line: dict[int, int] = {}
-        self._attrs_raw: dict[int, str] = {}
+    def __init__(self, conn: sqlite3.Connection, few_refs: bool = False) -> None:
+        self.conn = conn
+        # Only a few refs are resolved with it (an update's): lookups read the rows they
+        # name rather than every row (indexer/cpp/symbols.py).
+        self.few_refs = few_refs
         self._parsed: dict[str, dict[str, Any]] = {}
-        for node_id, kind, name, qualname, file_id, parent, line, attrs in conn.execute(
+        self.paths: dict[int, str] = dict(conn.execute("SELECT id, path FROM files"))
+
+    @cached_property
+    def _columns(self) -> tuple[dict, ...]:
+        kind: dict[int, str] = {}
+        name: dict[int, str] = {}
+        qualname: dict[int, str] = {}
+        file_id: dict[int, int] = {}
+        parent: dict[int, int | None] = {}
+        line: dict[int, int] = {}
+        attrs_raw: dict[int, str] = {}
+        for (
+            node_id,
+            node_kind,
+            node_name,
+            node_qualname,
+            node_file,
+            node_parent,
+            node_line,
+            attrs,
+        ) in self.conn.execute(
             "SELECT id, kind, name, qualname, file_id, parent_id, line, attrs FROM nodes"
         ):
-            self.kind[node_id] = kind
-            self.name[node_id] = name
-            self.qualname[node_id] = qualname
-            self.file_id[node_id] = file_id
-            self.parent[node_id] = parent
-            self.line[node_id] = line
+            kind[node_id] = node_kind
+            name[node_id] = node_name
+            qualname[node_id] = node_qualname
+            file_id[node_id] = node_file
+            parent[node_id] = node_parent
+            line[node_id] = node_line
             if attrs:
-                self._attrs_raw[node_id] = attrs
-        self.paths: dict[int, str] = dict(conn.execute("SELECT id, path FROM files"))
+                attrs_raw[node_id] = attrs
+        return kind, name, qualname, file_id, parent, line, attrs_raw
+
+    @cached_property
+    def kind(self) -> dict[int, str]:
+        return self._columns[0]
+
+    @cached_property
+    def name(self) -> dict[int, str]:
+        return self._columns[1]
+
+    @cached_property
+    def qualname(self) -> dict[int, str]:
+        return self._columns[2]
+
+    @cached_property
+    def file_id(self) -> dict[int, int]:
+        return self._columns[3]
+
+    @cached_property
+    def parent(self) -> dict[int, int | None]:
+        return self._columns[4]
+
+    @cached_property
+    def line(self) -> dict[int, int]:
+        return self._columns[5]
 
     def attrs(self, node_id: int) -> dict[str, Any]:
         """The node's attributes: a dict of its own (many nodes share the same JSON,
         parsed once: ``{"arity":[0,0],"signature":"()"}``)."""
-        raw = self._attrs_raw.get(node_id)
+        if "_columns" in self.__dict__:
+            raw = self._columns[6].get(node_id)
+        else:  # one node's: not worth reading every node's columns for
+            found = self.conn.execute("SELECT attrs FROM nodes WHERE id = ?", (node_id,)).fetchone()
+            raw = found[0] if found else None
         if not raw:
             return {}
         parsed = self._parsed.get(raw)
         if parsed is None:
             parsed = self._parsed[raw] = json.loads(raw)
         return dict(parsed)
+
+    def of_kind_rows(self, kind: str) -> list[tuple[int, str, str, str | None]]:
+        """(id, name, qualname, attrs JSON) of every node of ``kind``, in node order."""
+        return self.conn.execute(
+            "SELECT id, name, qualname, attrs FROM nodes WHERE kind = ? ORDER BY id", (kind,)
+        ).fetchall()
 
     @cached_property
     def by_qualname(self) -> dict[str, list[int]]:
