@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import pairwise
 
+from indexer.graph.facts import LINE_ATTRS
 from indexer.store.db import has_table
 
 _OLD = "torchtalk_old_facts"
@@ -38,8 +39,6 @@ _NEW = "torchtalk_new_facts"
 MAX_ROWS = 400_000
 # Languages whose facts are all a walk reads of a file.
 _FACTS_ONLY = ("cpp", "cuda", "python")
-# Attributes holding lines of the row's file (``indexer.python``): compared as lines.
-_LINE_ATTRS = ("nested", "var_lines", "instantiated_at")
 _STATEMENTS = "py_statements"
 
 # Per table: the row's ends (the nodes it names), its evidence file, the key that
@@ -180,7 +179,7 @@ def _row(row: tuple) -> _Row:
 def _attrs_key(attrs: str | None) -> tuple[str, list[int]]:
     """A row's attributes with the lines they hold left out (their shape kept: which
     variables, how many spans), and those lines in a fixed order."""
-    if not attrs or not any(f'"{name}"' in attrs for name in _LINE_ATTRS):
+    if not attrs or not any(f'"{name}"' in attrs for name in LINE_ATTRS):
         return attrs or "", []
     try:
         found = json.loads(attrs)
@@ -190,7 +189,7 @@ def _attrs_key(attrs: str | None) -> tuple[str, list[int]]:
         return attrs, []
     lines: list = []
     shape = dict(found)
-    for name in _LINE_ATTRS:
+    for name in LINE_ATTRS:
         if name not in shape:
             continue
         value = shape.pop(name)
