@@ -20,16 +20,16 @@ at the change.
 
 It is kept under the index's key (``indexer.store.derived.index_key``), the code that
 walks and the manifest it reads, and is only made and used for an index known to describe
-the tree (whose files' text the walk also reads). An incremental update keeps it when
+the tree. An incremental update keeps it when
 nothing the walk met changed but lines: the update notes the ends of every edge it
 changed and every node whose row it changed, rows that only moved to
 other lines aside (``indexer.query.adjacency_delta``, ``indexer.query.moved_facts``; an
 update keeps the ids of the nodes it re-extracts). When no changed edge ends at a node
 the walk met and no changed node row sits at the other end of one's edge, walking again
-would read the same edges, nodes and file text, so the kept walk is taken over, each
-step's evidence moved to the line its edge is on now. A statement added to a kernel the
-walk met is such a change; a call added or removed, or any edit of a Python file the
-walk met (whose lines it reads), is not.
+would read the same edges, nodes and facts, so the kept walk is taken over, each
+step's evidence moved to the line its edge is on now. A statement added to a kernel or
+a Python function the walk met is such a change; a call added or removed, or a Python
+statement whose facts changed, is not (docs/selection.md, "The hub").
 """
 
 from __future__ import annotations
