@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.cpp.aten_api import api_spellings
-from indexer.graph.facts import LINE_ATTRS
+from indexer.graph.facts import ANSWER_ATTRS, LINE_ATTRS
 from indexer.graph.vocabulary import NodeKind
-from indexer.store.db import target_key
+from indexer.store.db import dump_attrs, target_key
 
 _BATCH = 900
 FILE_KIND = "file"
@@ -179,16 +179,19 @@ class Changed:
                     self.add_name(text)
 
 
+_UNREAD = (*LINE_ATTRS, *ANSWER_ATTRS)
+
+
 def _without_lines(attrs: str) -> str:
-    """A node's attributes without those holding lines (``LINE_ATTRS``), which no
-    resolver reads: a node that only moved keeps its identity."""
-    if not any(f'"{name}"' in attrs for name in LINE_ATTRS):
+    """A node's attributes without those no resolver reads (``LINE_ATTRS``,
+    ``ANSWER_ATTRS``): a node that only moved, or whose docstring changed, keeps its
+    identity."""
+    if not any(f'"{name}"' in attrs for name in _UNREAD):
         return attrs
     values = json.loads(attrs)
     if not isinstance(values, dict):
         return attrs
-    kept = {key: value for key, value in values.items() if key not in LINE_ATTRS}
-    return json.dumps(kept, sort_keys=True) if kept else ""
+    return dump_attrs({key: value for key, value in values.items() if key not in _UNREAD}) or ""
 
 
 def refs_touching(conn: sqlite3.Connection, file_ids: list[int]) -> set[int]:

@@ -280,6 +280,34 @@ def test_an_update_that_only_moved_a_python_file_the_walk_met_moves_the_walk(
     assert _kept(tree) == taken_over  # what walking again gives, lines and all
 
 
+def test_an_update_that_dropped_a_docstring_the_walk_met_keeps_the_walk(
+    tree: IndexedTree,
+) -> None:
+    # The bench's edit (bench/sampled_changes.py): a statement before the docstring,
+    # which is then none; no walk reads one.
+    _hub_meets_cpp(tree)
+    doc = '    """Applies the rectified linear unit element-wise."""\n'
+    tree.replace("minitorch/functional.py", doc, "    probe = 0\n" + doc)
+    _updated(tree)
+    with closing(tree.index()) as index:
+        (attrs,) = index.conn.execute(
+            "SELECT attrs FROM nodes WHERE qualname = 'minitorch.functional.relu'"
+        ).fetchone()
+        assert '"doc"' not in attrs
+        assert hub._kept_across_update(index) is not None
+    taken_over = _steps(tree)
+    assert "walked, and kept" in str(rederive(tree.workspace, hub.NAME))
+    # Each node reached by the same step; the order of one depth's rows follows the edges'
+    # row ids, which the update gave the re-extracted file's edges anew.
+    assert _steps(tree) == taken_over
+
+
+def _steps(tree: IndexedTree) -> tuple[tuple, set[tuple]]:
+    header, arrays = _kept(tree)
+    columns = ("node", "prev", "src", "dst", "step_kind", "file", "line", "depth")
+    return header, set(zip(*(arrays[name] for name in columns), strict=True))
+
+
 def test_an_update_changing_the_statement_facts_of_a_module_the_walk_met_walks_again(
     tree: IndexedTree,
 ) -> None:

@@ -313,3 +313,18 @@ def test_a_python_edit_that_only_moves_lines_relinks_no_scheme_whole(
     assert result.modified == ["minitorch/_refs.py"]
     assert result.full_relink_schemes == []
     assert_same_graph(workspace.db_path, rebuild_copy(minitorch_repo, tmp_path / "r"), "moved")
+
+
+def test_a_docstring_edit_relinks_no_scheme_whole(minitorch_repo: Path, tmp_path: Path) -> None:
+    # No resolver reads a docstring; the function's identity stays (a statement put
+    # before it, as bench/sampled_changes.py's edit does, leaves the function without one).
+    workspace = Workspace.resolve(minitorch_repo)
+    build_index(workspace, jobs=1, show_progress=False)
+    functional = minitorch_repo / "minitorch/functional.py"
+    text = functional.read_text()
+    old = '    """Applies the rectified linear unit element-wise."""\n'
+    functional.write_text(text.replace(old, "    probe = 0\n" + old, 1))
+    result = update_index(workspace, jobs=1, show_progress=False)
+    assert result.modified == ["minitorch/functional.py"]
+    assert result.full_relink_schemes == []
+    assert_same_graph(workspace.db_path, rebuild_copy(minitorch_repo, tmp_path / "r"), "doc")

@@ -17,6 +17,9 @@ FILE_NODE = 0  # local index of the file's own node in every FileFacts
 # is, so an update compares nodes with them apart (``indexer.relink``,
 # ``indexer.query.moved_facts``).
 LINE_ATTRS = ("nested", "var_lines", "instantiated_at")
+# Node attributes only answers read (no resolver, no walk): an update compares nodes
+# without them, so a docstring edited re-links and re-walks nothing.
+ANSWER_ATTRS = ("doc",)
 
 
 @dataclass(slots=True)

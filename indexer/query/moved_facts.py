@@ -30,8 +30,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import pairwise
 
-from indexer.graph.facts import LINE_ATTRS
-from indexer.store.db import has_table
+from indexer.graph.facts import ANSWER_ATTRS, LINE_ATTRS
+from indexer.store.db import dump_attrs, has_table
 
 _OLD = "torchtalk_old_facts"
 _NEW = "torchtalk_new_facts"
@@ -172,14 +172,15 @@ def compare(conn: sqlite3.Connection) -> Moves | None:
 
 def _row(row: tuple) -> _Row:
     tab, a, b, file_id, key, line, end_line, attrs = row
-    attrs_key, attr_lines = _attrs_key(attrs)
+    attrs_key, attr_lines = _attrs_key(attrs) if tab == "nodes" else (attrs or "", [])
     return tab, a, b, file_id, f"{key} {attrs_key}", (line, end_line, *attr_lines)
 
 
 def _attrs_key(attrs: str | None) -> tuple[str, list[int]]:
-    """A row's attributes with the lines they hold left out (their shape kept: which
-    variables, how many spans), and those lines in a fixed order."""
-    if not attrs or not any(f'"{name}"' in attrs for name in LINE_ATTRS):
+    """A node's attributes with the lines they hold left out (their shape kept: which
+    variables, how many spans), and those lines in a fixed order; a docstring, which no
+    walk reads, left out too."""
+    if not attrs or not any(f'"{name}"' in attrs for name in (*LINE_ATTRS, *ANSWER_ATTRS)):
         return attrs or "", []
     try:
         found = json.loads(attrs)
@@ -188,7 +189,7 @@ def _attrs_key(attrs: str | None) -> tuple[str, list[int]]:
     if not isinstance(found, dict):
         return attrs, []
     lines: list = []
-    shape = dict(found)
+    shape = {key: value for key, value in found.items() if key not in ANSWER_ATTRS}
     for name in LINE_ATTRS:
         if name not in shape:
             continue
@@ -206,7 +207,7 @@ def _attrs_key(attrs: str | None) -> tuple[str, list[int]]:
             lines.append(value)
     if not all(isinstance(line, int) and not isinstance(line, bool) for line in lines):
         return attrs, []  # not lines as extraction writes them: compared as they are
-    return json.dumps(shape, sort_keys=True), lines
+    return dump_attrs(shape) or "", lines
 
 
 def _nodes_of(conn: sqlite3.Connection, files: set[int], text_only: bool) -> set[int]:
