@@ -18,6 +18,9 @@ change, writes every report to ``--out``, and exits 1 when some answer differs.
 ``plan``, or ``bench/audit_plan.py``'s output): each mutation's line rewritten as the
 audit does (``indexer.audit.mutation.rewrite``), none built or tested.
 
+``--before-only`` selects with the "before" code alone (the rows a later run's
+``--reuse-before`` takes; nothing is compared).
+
 ``--resume`` keeps the changes ``--out`` holds and runs the rest. ``--reuse-before
 EARLIER.json`` takes the "before" side's answers of the changes an earlier run (its
 ``--out``) holds, so only the "after" code selects for them: the comparison again after
@@ -189,6 +192,11 @@ def main() -> None:
     )
     parser.add_argument("--plan", type=Path, help="an audit's mutations as the changes")
     parser.add_argument(
+        "--before-only",
+        action="store_true",
+        help="select with --before alone: rows for a later run's --reuse-before",
+    )
+    parser.add_argument(
         "--reuse-before",
         type=Path,
         metavar="EARLIER",
@@ -260,7 +268,9 @@ def main() -> None:
                 place_record(recorded)
                 mode = "record" if recorded else "static"
                 for name, (code, cache) in codes.items():
-                    if name == "before" and reused is not None:
+                    if (name == "before" and reused is not None) or (
+                        name == "after" and args.before_only
+                    ):
                         continue
                     report, cpu = _select(args.python, code, cache, args.source)
                     row[f"{name}_{mode}"] = _answers(report)
@@ -268,8 +278,10 @@ def main() -> None:
         finally:
             path.write_bytes(original)
             place_record(False)
+        # As JSON: answers reused from an earlier run's file hold lists for tuples.
+        plain = json.loads(json.dumps(row))
         same = {
-            mode: row[f"before_{mode}"] == row[f"after_{mode}"]
+            mode: plain[f"before_{mode}"] == plain.get(f"after_{mode}", plain[f"before_{mode}"])
             for mode in ("static", "record")[: len(modes)]
         }
         row["same"] = same
@@ -278,7 +290,7 @@ def main() -> None:
         sizes = {
             mode: (
                 len(row[f"before_{mode}"].get("files", {})),
-                len(row[f"after_{mode}"].get("files", {})),
+                len(row.get(f"after_{mode}", {}).get("files", {})),
             )
             for mode in same
         }
