@@ -13,6 +13,19 @@ change, writes every report to ``--out``, and exits 1 when some answer differs.
     python bench/same_answers.py --before /tmp/code-a --after /tmp/code-b \\
         --before-cache /tmp/c-a --after-cache /tmp/c-b --source /tmp/pt-clone \\
         --seed 6 --count 40 --record /path/record.ttr --out /tmp/same.json [--resume]
+
+``--plan PLAN`` takes the changes from an audit's mutation plan instead (a report's
+``plan``, or ``bench/audit_plan.py``'s output): each mutation's line rewritten as the
+audit does (``indexer.audit.mutation.rewrite``), none built or tested.
+
+``--before-only`` selects with the "before" code alone (the rows a later run's
+``--reuse-before`` takes; nothing is compared).
+
+``--resume`` keeps the changes ``--out`` holds and runs the rest. ``--reuse-before
+EARLIER.json`` takes the "before" side's answers of the changes an earlier run (its
+``--out``) holds, so only the "after" code selects for them: the comparison again after
+the "after" code changed (a merge) costs one side. The changes are still sampled from
+the index in ``--before-cache``, which must be the one the earlier run sampled from.
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sampled_changes import _edit  # the same edit as the sampling bench
+
+from indexer.audit.mutation import Mutation, rewrite
 
 CPP = ("cpp_function", "cuda_kernel")
 PYTHON = ("python_function",)
@@ -84,6 +99,28 @@ def _changes(
         return matmul, groups
     finally:
         conn.close()
+
+
+def _plan_changes(path: Path) -> list[tuple]:
+    """The mutations of a plan (a list, or an audit report's ``plan``) as changes:
+    (kind, "id scope", path, line, the mutation)."""
+    found = json.loads(path.read_text())
+    mutations = found["plan"] if isinstance(found, dict) else found
+    return [
+        (f"mutation:{m['kind']}", f"{m['id']} {m['scope']}", m["path"], m["line"], Mutation(**m))
+        for m in mutations
+    ]
+
+
+def _mutate(path: Path, mutation: Mutation) -> bytes | None:
+    """Apply ``mutation`` to ``path``; the original bytes, or None when the line is not
+    the one the plan read."""
+    original = path.read_bytes()
+    try:
+        path.write_bytes(rewrite(original, mutation))
+    except ValueError:
+        return None
+    return original
 
 
 def _children_cpu() -> float:
@@ -153,16 +190,45 @@ def main() -> None:
     parser.add_argument(
         "--resume", action="store_true", help="keep the changes --out holds; run the rest"
     )
+    parser.add_argument("--plan", type=Path, help="an audit's mutations as the changes")
+    parser.add_argument(
+        "--before-only",
+        action="store_true",
+        help="select with --before alone: rows for a later run's --reuse-before",
+    )
+    parser.add_argument(
+        "--reuse-before",
+        type=Path,
+        metavar="EARLIER",
+        help="an earlier run's --out: its 'before' answers stand, only --after selects again",
+    )
     args = parser.parse_args()
     # Stopped, it still restores the edited file and takes the records away (``finally``).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     codes = {"before": (args.before, args.before_cache), "after": (args.after, args.after_cache)}
     dirs = {name: _index_dir(cache) for name, (_, cache) in codes.items()}
-    first, groups = _changes(
-        dirs["before"] / "index.sqlite", args.seed, args.count, args.cpp_under, args.python_under
-    )
+    if args.plan is not None:
+        planned = _plan_changes(args.plan)
+        first, groups = [], [(planned, len(planned))]
+    else:
+        first, groups = _changes(
+            dirs["before"] / "index.sqlite",
+            args.seed,
+            args.count,
+            args.cpp_under,
+            args.python_under,
+        )
     modes = [False, True] if args.record else [False]
+    mode_names = [("record" if recorded else "static") for recorded in modes]
+    for directory in dirs.values():  # the runs place and take away their own copy
+        if (directory / "record.ttr").exists():
+            raise SystemExit(f"{directory / 'record.ttr'}: a record is there; move it away first")
+    earlier: dict[tuple, dict[str, Any]] = {}
+    if args.reuse_before is not None:
+        for row in json.loads(args.reuse_before.read_text()):
+            if all(f"before_{mode}" in row for mode in mode_names):
+                earlier[(row["kind"], row["change"], row["path"])] = row
     results: list[dict[str, Any]] = []
     if args.resume and args.out.exists():
         results = json.loads(args.out.read_text())
@@ -182,24 +248,40 @@ def main() -> None:
         if (kind, qualname, rel) in done:
             return True
         path = args.source / rel
-        original = _edit(path, kind, line, end)
+        mutated = isinstance(end, Mutation)
+        original = _mutate(path, end) if mutated else _edit(path, kind, line, end)
         if original is None:
+            print("skipped (no body, or not the line planned):", kind, qualname, rel, flush=True)
             return False
-        row: dict[str, Any] = {"change": qualname, "path": rel, "kind": kind}
+        row: dict[str, Any] = {"change": qualname, "path": rel, "kind": kind, "line": line}
+        row["end"] = end.to_dict() if mutated else end
+        reused = earlier.get((kind, qualname, rel))
+        if reused is not None:
+            for mode in mode_names:
+                for key in (f"before_{mode}", f"before_{mode}_cpu_s"):
+                    if key in reused:
+                        row[key] = reused[key]
+            row["before_from"] = str(args.reuse_before)
         started = time.perf_counter()
         try:
             for recorded in modes:
                 place_record(recorded)
                 mode = "record" if recorded else "static"
                 for name, (code, cache) in codes.items():
+                    if (name == "before" and reused is not None) or (
+                        name == "after" and args.before_only
+                    ):
+                        continue
                     report, cpu = _select(args.python, code, cache, args.source)
                     row[f"{name}_{mode}"] = _answers(report)
                     row[f"{name}_{mode}_cpu_s"] = round(cpu, 3)
         finally:
             path.write_bytes(original)
             place_record(False)
+        # As JSON: answers reused from an earlier run's file hold lists for tuples.
+        plain = json.loads(json.dumps(row))
         same = {
-            mode: row[f"before_{mode}"] == row[f"after_{mode}"]
+            mode: plain[f"before_{mode}"] == plain.get(f"after_{mode}", plain[f"before_{mode}"])
             for mode in ("static", "record")[: len(modes)]
         }
         row["same"] = same
@@ -208,7 +290,7 @@ def main() -> None:
         sizes = {
             mode: (
                 len(row[f"before_{mode}"].get("files", {})),
-                len(row[f"after_{mode}"].get("files", {})),
+                len(row.get(f"after_{mode}", {}).get("files", {})),
             )
             for mode in same
         }

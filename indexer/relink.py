@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.cpp.aten_api import api_spellings
+from indexer.graph.facts import ANSWER_ATTRS, LINE_ATTRS
 from indexer.graph.vocabulary import NodeKind
-from indexer.store.db import target_key
+from indexer.store.db import dump_attrs, target_key
 
 _BATCH = 900
 FILE_KIND = "file"
@@ -139,7 +140,8 @@ class Changed:
         into = self.after if after else self.before
         for batch in batches(file_ids):
             into.update(
-                conn.execute(
+                (kind, name, qualname, path, _without_lines(attrs), *parent)
+                for kind, name, qualname, path, attrs, *parent in conn.execute(
                     "SELECT n.kind, n.name, n.qualname, f.path, COALESCE(n.attrs, ''),"
                     " p.kind, p.qualname FROM nodes n JOIN files f ON f.id = n.file_id"
                     " LEFT JOIN nodes p ON p.id = n.parent_id"
@@ -175,6 +177,21 @@ class Changed:
                 self.attrs_changed.update(values)
                 for text in _names_in(values):
                     self.add_name(text)
+
+
+_UNREAD = (*LINE_ATTRS, *ANSWER_ATTRS)
+
+
+def _without_lines(attrs: str) -> str:
+    """A node's attributes without those no resolver reads (``LINE_ATTRS``,
+    ``ANSWER_ATTRS``): a node that only moved, or whose docstring changed, keeps its
+    identity."""
+    if not any(f'"{name}"' in attrs for name in _UNREAD):
+        return attrs
+    values = json.loads(attrs)
+    if not isinstance(values, dict):
+        return attrs
+    return dump_attrs({key: value for key, value in values.items() if key not in _UNREAD}) or ""
 
 
 def refs_touching(conn: sqlite3.Connection, file_ids: list[int]) -> set[int]:

@@ -39,6 +39,12 @@ shared, tree = tree_fixtures("minitorch")
 
 
 READ = "read from the walk kept in the index"
+# The package imports one module more: an edge of the hub itself.
+IMPORTS_MORE = (
+    "minitorch/__init__.py",
+    "from . import fused\n",
+    "from . import fused\nfrom . import _refs\n",
+)
 
 
 def test_the_hub_is_the_package_the_tests_import(tree: IndexedTree) -> None:
@@ -126,11 +132,7 @@ def test_a_walk_kept_for_another_index_is_not_read(tree: IndexedTree) -> None:
     kept = derived_rows(tree.workspace, hub.NAME)
     tree.reset()
     tree.replace(OPS, *AT_IMPORT)
-    tree.replace(
-        OPS,
-        "    def __repr__(self):",
-        "    def __str__(self):\n        return ''\n\n    def __repr__(self):",
-    )
+    tree.replace(*IMPORTS_MORE)
     tree.select()  # the index is updated for the new change: a new index file
     put_derived_rows(tree.workspace, hub.NAME, kept)
     with closing(tree.index()) as index:
@@ -167,12 +169,8 @@ def test_an_update_that_changed_nothing_the_walk_met_keeps_the_walk(tree: Indexe
 def test_an_update_that_changed_what_the_walk_met_walks_again(tree: IndexedTree) -> None:
     tree.replace(OPS, *AT_IMPORT)
     tree.select()
-    tree.replace(
-        OPS,
-        "    def __repr__(self):",
-        "    def __str__(self):\n        return ''\n\n    def __repr__(self):",
-    )
-    _updated(tree)  # minitorch imports ops.py: the hub's own edges are rewritten
+    tree.replace(*IMPORTS_MORE)
+    _updated(tree)  # the hub's own edges are rewritten
     with closing(tree.index()) as index:
         assert hub._kept_across_update(index) is None
         assert hub.load(index) is None
@@ -259,11 +257,81 @@ def test_an_update_adding_a_call_to_what_the_walk_met_walks_again(tree: IndexedT
         assert hub._kept_across_update(index) is None
 
 
-def test_an_update_of_a_python_file_the_walk_met_walks_again(tree: IndexedTree) -> None:
-    # Same facts, other text: the walk reads a Python file's lines (does it call what it
-    # names?), so its re-extraction changes what the walk met even when no row does.
+REFS = "minitorch/_refs.py"
+
+
+def test_an_update_that_only_moved_a_python_file_the_walk_met_moves_the_walk(
+    tree: IndexedTree,
+) -> None:
+    # The walk reads a Python file through its facts (indexer.python.source_facts): a
+    # line added above them all moves every one, the nested function's span and the
+    # module variables' lines included, and changes none.
     _hub_meets_cpp(tree)
-    tree.replace("minitorch/_refs.py", "def relu(a):\n", "def relu(a):\n    # a comment\n")
+    tree.replace(REFS, "import minitorch._ops\n", "# moved\nimport minitorch._ops\n")
+    _updated(tree)
+    with closing(tree.index()) as index:
+        assert hub._kept_across_update(index) is not None
+        (relu,) = index.conn.execute(
+            "SELECT attrs FROM nodes WHERE qualname = 'minitorch._refs.register_decomposition'"
+        ).fetchone()
+        assert '"nested"' in relu  # what a moved span has to be mapped for
+    taken_over = _kept(tree)
+    assert "walked, and kept" in str(rederive(tree.workspace, hub.NAME))
+    assert _kept(tree) == taken_over  # what walking again gives, lines and all
+
+
+def test_an_update_that_dropped_a_docstring_the_walk_met_keeps_the_walk(
+    tree: IndexedTree,
+) -> None:
+    # The bench's edit (bench/sampled_changes.py): a statement before the docstring,
+    # which is then none; no walk reads one.
+    _hub_meets_cpp(tree)
+    doc = '    """Applies the rectified linear unit element-wise."""\n'
+    tree.replace("minitorch/functional.py", doc, "    probe = 0\n" + doc)
+    _updated(tree)
+    with closing(tree.index()) as index:
+        (attrs,) = index.conn.execute(
+            "SELECT attrs FROM nodes WHERE qualname = 'minitorch.functional.relu'"
+        ).fetchone()
+        assert '"doc"' not in attrs
+        assert hub._kept_across_update(index) is not None
+    taken_over = _steps(tree)
+    assert "walked, and kept" in str(rederive(tree.workspace, hub.NAME))
+    # Each node reached by the same step; the order of one depth's rows follows the edges'
+    # row ids, which the update gave the re-extracted file's edges anew.
+    assert _steps(tree) == taken_over
+
+
+def _steps(tree: IndexedTree) -> tuple[tuple, set[tuple]]:
+    header, arrays = _kept(tree)
+    columns = ("node", "prev", "src", "dst", "step_kind", "file", "line", "depth")
+    return header, set(zip(*(arrays[name] for name in columns), strict=True))
+
+
+def test_an_update_changing_the_statement_facts_of_a_module_the_walk_met_walks_again(
+    tree: IndexedTree,
+) -> None:
+    # The same rows; only what the statement does differs: it reads a name more (the
+    # walk follows module names through what later statements read).
+    _hub_meets_cpp(tree)
+    tree.replace(REFS, "decomposition_table = {}\n", "decomposition_table = {len: 0}\n")
+    _updated(tree)
+    with closing(tree.index()) as index:
+        assert hub._kept_across_update(index) is None
+
+
+def test_an_update_moving_a_statement_out_of_a_nested_function_walks_again(
+    tree: IndexedTree,
+) -> None:
+    # Every row the same and every line mapped one to one, but the statement is now
+    # outside the nested function (whose body calling the outer one does not run): the
+    # lines changed order, which the walk compares (indexer.select.deferral).
+    _hub_meets_cpp(tree)
+    tree.replace(
+        REFS,
+        "    def register(fn):\n        decomposition_table[op] = fn\n        return fn\n",
+        "    decomposition_table[op] = None\n\n    def register(fn):\n        return fn\n",
+    )
     _updated(tree)
     with closing(tree.index()) as index:
         assert hub._kept_across_update(index) is None

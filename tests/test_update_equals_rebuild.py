@@ -322,3 +322,39 @@ def test_header_included_by_nothing_is_a_warning(
     assert len(warning) == 1
     assert warning[0].startswith("warning: 7 changed header(s)")
     assert warning[0].count("Orphan") == 5 and "(and 2 more)" in warning[0]
+
+
+def test_a_python_edit_that_only_moves_lines_relinks_no_scheme_whole(
+    minitorch_repo: Path, tmp_path: Path
+) -> None:
+    # Every node of the file moves (a nested function's span with it): no identity came
+    # or went, so no ref elsewhere can resolve otherwise (on PyTorch, re-linking the
+    # ``py`` scheme whole is ~356,000 refs).
+    workspace = Workspace.resolve(minitorch_repo)
+    build_index(workspace, jobs=1, show_progress=False)
+    refs = minitorch_repo / "minitorch/_refs.py"
+    text = refs.read_text()
+    refs.write_text(text.replace("import minitorch._ops\n", "# moved\nimport minitorch._ops\n", 1))
+    nested = sqlite3.connect(workspace.db_path).execute(
+        "SELECT attrs FROM nodes WHERE qualname = 'minitorch._refs.register_decomposition'"
+    )
+    assert '"nested"' in nested.fetchone()[0]
+    result = update_index(workspace, jobs=1, show_progress=False)
+    assert result.modified == ["minitorch/_refs.py"]
+    assert result.full_relink_schemes == []
+    assert_same_graph(workspace.db_path, rebuild_copy(minitorch_repo, tmp_path / "r"), "moved")
+
+
+def test_a_docstring_edit_relinks_no_scheme_whole(minitorch_repo: Path, tmp_path: Path) -> None:
+    # No resolver reads a docstring; the function's identity stays (a statement put
+    # before it, as bench/sampled_changes.py's edit does, leaves the function without one).
+    workspace = Workspace.resolve(minitorch_repo)
+    build_index(workspace, jobs=1, show_progress=False)
+    functional = minitorch_repo / "minitorch/functional.py"
+    text = functional.read_text()
+    old = '    """Applies the rectified linear unit element-wise."""\n'
+    functional.write_text(text.replace(old, "    probe = 0\n" + old, 1))
+    result = update_index(workspace, jobs=1, show_progress=False)
+    assert result.modified == ["minitorch/functional.py"]
+    assert result.full_relink_schemes == []
+    assert_same_graph(workspace.db_path, rebuild_copy(minitorch_repo, tmp_path / "r"), "doc")

@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FILE_NODE = 0  # local index of the file's own node in every FileFacts
+# Node attributes that hold lines of the node's file (a function's nested spans, a
+# module's variables, where a test class is instantiated): where a node is, not what it
+# is, so an update compares nodes with them apart (``indexer.relink``,
+# ``indexer.query.moved_facts``).
+LINE_ATTRS = ("nested", "var_lines", "instantiated_at")
+# Node attributes only answers read (no resolver, no walk): an update compares nodes
+# without them, so a docstring edited re-links and re-walks nothing.
+ANSWER_ATTRS = ("doc",)
 
 
 @dataclass(slots=True)

@@ -105,7 +105,9 @@ def target_key(target: str | None) -> str | None:
     return match.group(1) if match else text
 
 
-def _dumps(attrs: dict[str, Any]) -> str | None:
+def dump_attrs(attrs: dict[str, Any]) -> str | None:
+    """Attributes as the index stores them (sorted, compact; None when there are none):
+    what compares equal with a stored value."""
     return json.dumps(attrs, sort_keys=True, separators=(",", ":")) if attrs else None
 
 
@@ -182,7 +184,7 @@ def insert_file_facts(
                 node.line,
                 node.end_line,
                 parent,
-                _dumps(node.attrs),
+                dump_attrs(node.attrs),
             ),
         )
         node_ids.append(cursor.lastrowid)
@@ -199,7 +201,7 @@ def insert_file_facts(
                 target_key(ref.target),
                 node_ids[ref.target_local] if ref.target_local is not None else None,
                 ref.line,
-                _dumps(ref.attrs),
+                dump_attrs(ref.attrs),
             )
             for ref in facts.refs
         ],
@@ -208,7 +210,7 @@ def insert_file_facts(
         conn.executemany(
             "INSERT INTO py_statements(file_id, line, end_line, facts) VALUES (?,?,?,?)",
             [
-                (file_id, first, last, _dumps(done) or "{}")
+                (file_id, first, last, dump_attrs(done) or "{}")
                 for first, last, done in facts.statements
             ],
         )
