@@ -19,7 +19,7 @@ target), so a link of PyTorch's ~1M refs stays linear.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any
@@ -222,13 +222,16 @@ class Members:
         return list(found)
 
     def _names(self, owner: str) -> set[tuple[str, str]]:
-        """(holder, name) of each name ``owner`` holds, itself or through what it extends."""
+        """(holder, name) of each name ``owner`` holds, itself or through what it extends.
+
+        Breadth first: each holder is met first at its least distance, so which holders
+        the bound keeps does not depend on the order of node ids (tests/test_python_member_search.py)."""
         found: set[tuple[str, str]] = set()
         seen: set[str] = set()
-        pending = [(owner, 0)]
+        pending = deque([(owner, 0)])
         view = self.view
         while pending:
-            holder, depth = pending.pop()
+            holder, depth = pending.popleft()
             if holder in seen or depth > self.MAX_DEPTH:
                 continue
             seen.add(holder)
